@@ -1,0 +1,61 @@
+/*
+ * bagcache/error.h - error codes, messages and notices.
+ *
+ * Every fallible bagcache function returns 0 (BC_OK) on success or one of
+ * the negative BC_E* codes below.  The code says what kind of failure it
+ * was; bc_errmsg() gives the detail (file, index, offset, system error) of
+ * the most recent failure in the calling thread.
+ *
+ * Thread safety: the message buffer is thread-local, so concurrent failures
+ * in different threads never mix their messages.
+ */
+#ifndef BAGCACHE_ERROR_H
+#define BAGCACHE_ERROR_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The one table of error codes.  Values are stable ABI: never renumber. */
+enum bc_error {
+  BC_OK = 0,
+  BC_ENOMEM = -1,       /* out of memory */
+  BC_EINVAL = -2,       /* invalid argument (bad option, bad spec, misuse) */
+  BC_ENOTFOUND = -3,    /* a file or directory does not exist */
+  BC_ECORRUPT = -4,     /* a file's contents violate the format */
+  BC_ERANGE = -5,       /* an index or range is outside the sequence */
+  BC_EIO = -6,          /* an operating-system I/O call failed */
+  BC_ENOSPC = -7,       /* no space left on the device (or quota exceeded) */
+  BC_ECLOSED = -8,      /* the object was already closed */
+  BC_EUNSUPPORTED = -9, /* the operation is not available for this object */
+  BC_EPERM = -10        /* permission denied */
+};
+
+/* Number of codes in the table (BC_OK included): codes run 0 .. -(N-1). */
+#define BC_ERROR_COUNT 11
+
+/* A short, static, human-readable description of an error code ("corrupt
+ * file").  Never NULL; unknown codes give "unknown error". */
+const char *bc_strerror(int code);
+
+/* The identifier of an error code as a string ("BC_ECORRUPT").  Never NULL. */
+const char *bc_error_name(int code);
+
+/* The detail message of the last failure in this thread: what failed and
+ * where, e.g. "shard.bag: record 7: limits not monotonic (limit 90 < 120)".
+ * Valid until the next bagcache call in this thread.  Never NULL (empty when
+ * no failure has happened). */
+const char *bc_errmsg(void);
+
+/* Notices: things a user should know that are not failures (a fallback from
+ * direct I/O to buffered reads, for example).  The default handler writes
+ * "bagcache: notice: MESSAGE" to stderr.  Passing NULL silences notices.
+ * The handler may be called from any bagcache thread; it must be
+ * thread-safe.  Set it before opening objects; the setting is process-wide. */
+typedef void (*bc_notice_fn)(void *payload, const char *message);
+void bc_set_notice_handler(bc_notice_fn fn, void *payload);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BAGCACHE_ERROR_H */

@@ -1,0 +1,229 @@
+/*
+ * Per-record zstd, exactly as bagz does it.
+ *
+ * Encoding: one ZSTD_CDict per writer, made with ZSTD_createCDict(dict, len,
+ * level) (also with no dictionary), and ZSTD_compress_usingCDict per
+ * non-empty record.  The CDict fixes the compression parameters, which is
+ * what makes the bytes identical to bagz's (plain ZSTD_compress tunes them by
+ * record size and differs).
+ *
+ * Decoding: exactly one frame per stored record, with or without a content
+ * size.  The decompressed size is capped twice: by the reader's
+ * max_record_size and by what the input could possibly expand to, so a
+ * hostile header can never demand an absurd allocation.  DCtx objects are
+ * recycled through a small mutex-protected stack, so one decoder serves any
+ * number of threads.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "bag/internal.h"
+
+/* Upper bound of the content of one zstd frame of `size` bytes: every block
+ * has a 3-byte header and yields at most 128 KiB (an RLE block needs 4 bytes,
+ * so this over-estimates), and the frame header takes at least 6 bytes. */
+static uint64_t expansion_bound(size_t size) {
+  return ((uint64_t)size / 3 + 1) * ZSTD_BLOCKSIZE_MAX;
+}
+
+/* ---- decoder ------------------------------------------------------------ */
+
+#define SPARE_DCTX 64
+
+struct bc__decoder {
+  ZSTD_DDict *ddict; /* NULL without a dictionary */
+  uint64_t max_record_size;
+  pthread_mutex_t lock; /* guards spare[] and nspare only */
+  ZSTD_DCtx *spare[SPARE_DCTX];
+  size_t nspare;
+};
+
+int bc__decoder_new(bc__decoder **out, const void *dict, size_t dict_size,
+                    uint64_t max_record_size) {
+  bc__decoder *d = calloc(1, sizeof *d);
+  if (d == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  if (dict_size > 0) {
+    d->ddict = ZSTD_createDDict(dict, dict_size);
+    if (d->ddict == NULL) {
+      free(d);
+      return bc__error(BC_EINVAL, "zstd rejected the dictionary (%zu bytes)",
+                       dict_size);
+    }
+  }
+  d->max_record_size = max_record_size;
+  pthread_mutex_init(&d->lock, NULL);
+  *out = d;
+  return 0;
+}
+
+void bc__decoder_free(bc__decoder *d) {
+  if (d == NULL) return;
+  for (size_t i = 0; i < d->nspare; i++) ZSTD_freeDCtx(d->spare[i]);
+  ZSTD_freeDDict(d->ddict);
+  pthread_mutex_destroy(&d->lock);
+  free(d);
+}
+
+static ZSTD_DCtx *dctx_take(bc__decoder *d) {
+  ZSTD_DCtx *c = NULL;
+  pthread_mutex_lock(&d->lock);
+  if (d->nspare > 0) c = d->spare[--d->nspare];
+  pthread_mutex_unlock(&d->lock);
+  if (c == NULL) {
+    c = ZSTD_createDCtx();
+    if (c != NULL && d->ddict != NULL &&
+        ZSTD_isError(ZSTD_DCtx_refDDict(c, d->ddict))) {
+      ZSTD_freeDCtx(c);
+      c = NULL;
+    }
+  }
+  return c;
+}
+
+static void dctx_give(bc__decoder *d, ZSTD_DCtx *c) {
+  pthread_mutex_lock(&d->lock);
+  if (d->nspare < SPARE_DCTX) {
+    d->spare[d->nspare++] = c;
+    c = NULL;
+  }
+  pthread_mutex_unlock(&d->lock);
+  ZSTD_freeDCtx(c); /* NULL-safe: only when the stack was full */
+}
+
+/* Streams a frame without a content size into out, enforcing `cap`. */
+static int decode_streaming(ZSTD_DCtx *c, const void *src, size_t size,
+                            uint64_t cap, bc_buf *out, const char *what) {
+  ZSTD_inBuffer in = {src, size, 0};
+  size_t produced = 0;
+  for (;;) {
+    size_t room = ZSTD_DStreamOutSize();
+    if (produced + room > cap) room = (size_t)(cap - produced) + 1;
+    int rc = bc__buf_reserve(out, produced + room);
+    if (rc != 0) return rc;
+    ZSTD_outBuffer o = {out->data + produced, room, 0};
+    size_t r = ZSTD_decompressStream(c, &o, &in);
+    if (ZSTD_isError(r))
+      return bc__error(BC_ECORRUPT, "%s: invalid zstd data: %s", what,
+                       ZSTD_getErrorName(r));
+    produced += o.pos;
+    if (produced > cap)
+      return bc__error(BC_ECORRUPT,
+                       "%s: zstd frame decompresses to more than %llu bytes",
+                       what, (unsigned long long)cap);
+    if (r == 0) break; /* frame complete */
+    if (in.pos == in.size && o.pos < o.size)
+      return bc__error(BC_ECORRUPT, "%s: truncated zstd frame", what);
+  }
+  out->size = produced;
+  return 0;
+}
+
+int bc__decoder_decode(bc__decoder *d, const void *src, size_t size,
+                       bc_buf *out, const char *path, uint64_t record) {
+  /* Messages name "PATH: record N"; formatted only when something fails. */
+  char what[4200];
+  what[0] = '\0';
+#define WHAT() (snprintf(what, sizeof what, "%s: record %llu", path, \
+                         (unsigned long long)record), what)
+  if (size == 0) {
+    out->size = 0;
+    return 0;
+  }
+  /* Exactly one frame, and it must be complete: this also rejects trailing
+   * bytes and truncated frames before any allocation. */
+  size_t frame = ZSTD_findFrameCompressedSize(src, size);
+  if (ZSTD_isError(frame))
+    return bc__error(BC_ECORRUPT, "%s: invalid zstd frame (%zu bytes): %s",
+                     WHAT(), size, ZSTD_getErrorName(frame));
+  if (frame != size)
+    return bc__error(BC_ECORRUPT,
+                     "%s: %zu bytes follow the zstd frame (one frame per "
+                     "record expected)", WHAT(), size - frame);
+  unsigned long long content = ZSTD_getFrameContentSize(src, size);
+  if (content == ZSTD_CONTENTSIZE_ERROR)
+    return bc__error(BC_ECORRUPT, "%s: invalid zstd frame header", WHAT());
+  uint64_t cap = expansion_bound(size);
+  if (cap > d->max_record_size) cap = d->max_record_size;
+  if (content != ZSTD_CONTENTSIZE_UNKNOWN && content > cap)
+    return bc__error(BC_ECORRUPT,
+                     "%s: zstd frame claims %llu bytes (limit %llu)", WHAT(),
+                     content, (unsigned long long)cap);
+
+  ZSTD_DCtx *c = dctx_take(d);
+  if (c == NULL) return bc__error(BC_ENOMEM, "cannot create a zstd context");
+  int rc = 0;
+  if (content == ZSTD_CONTENTSIZE_UNKNOWN) {
+    ZSTD_DCtx_reset(c, ZSTD_reset_session_only);
+    rc = decode_streaming(c, src, size, cap, out, WHAT());
+  } else {
+    rc = bc__buf_reserve(out, (size_t)content);
+    if (rc == 0) {
+      size_t r = ZSTD_decompressDCtx(c, out->data, (size_t)content, src, size);
+      if (ZSTD_isError(r))
+        rc = bc__error(BC_ECORRUPT, "%s: invalid zstd data: %s", WHAT(),
+                       ZSTD_getErrorName(r));
+      else if (r != content)
+        rc = bc__error(BC_ECORRUPT,
+                       "%s: zstd frame holds %zu bytes, header says %llu",
+                       WHAT(), r, content);
+      else
+        out->size = r;
+    }
+  }
+  dctx_give(d, c);
+  return rc;
+#undef WHAT
+}
+
+/* ---- encoder ------------------------------------------------------------ */
+
+struct bc__encoder {
+  ZSTD_CCtx *cctx;
+  ZSTD_CDict *cdict;
+};
+
+int bc__encoder_new(bc__encoder **out, int level, const void *dict,
+                    size_t dict_size) {
+  if (level < ZSTD_minCLevel() || level > ZSTD_maxCLevel())
+    return bc__error(BC_EINVAL, "zstd level %d outside [%d, %d]", level,
+                     ZSTD_minCLevel(), ZSTD_maxCLevel());
+  bc__encoder *e = calloc(1, sizeof *e);
+  if (e == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  e->cctx = ZSTD_createCCtx();
+  e->cdict = ZSTD_createCDict(dict, dict_size, level);
+  if (e->cctx == NULL || e->cdict == NULL) {
+    bc__encoder_free(e);
+    return bc__error(BC_ENOMEM, "cannot create a zstd compression context");
+  }
+  *out = e;
+  return 0;
+}
+
+void bc__encoder_free(bc__encoder *e) {
+  if (e == NULL) return;
+  ZSTD_freeCCtx(e->cctx);
+  ZSTD_freeCDict(e->cdict);
+  free(e);
+}
+
+int bc__encoder_encode(bc__encoder *e, const void *src, size_t size,
+                       bc_buf *out) {
+  size_t bound = ZSTD_compressBound(size);
+  if (ZSTD_isError(bound))
+    return bc__error(BC_EINVAL, "record of %zu bytes is too large for zstd",
+                     size);
+  int rc = bc__buf_reserve(out, bound);
+  if (rc != 0) return rc;
+  size_t n = ZSTD_compress_usingCDict(e->cctx, out->data, bound, src, size,
+                                      e->cdict);
+  if (ZSTD_isError(n))
+    return bc__error(BC_EIO, "zstd compression failed: %s",
+                     ZSTD_getErrorName(n));
+  out->size = n;
+  return 0;
+}

@@ -1,0 +1,269 @@
+/*
+ * Record-bytes -> positions, without keeping records in memory.
+ *
+ * Build: every position's record is read once on the worker pool and reduced
+ * to a 64-bit hash.  (hash, position) pairs are sorted; each run of equal
+ * hashes is split into groups of byte-identical records (reading the records
+ * again: only duplicates and true collisions cost this).  The result is
+ *   entries[]   one per distinct record, sorted by hash, each with the slice
+ *               of positions[] that holds its positions (ascending)
+ *   positions[] every position, grouped by entry.
+ * Lookup: binary search of the key's hash, then a byte comparison against the
+ * record at each candidate's first position.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "bag/internal.h"
+
+#define HASH_SEED 0x62616763616368ULL /* "bagcach" */
+
+typedef struct {
+  uint64_t hash;
+  uint64_t first; /* offset of its positions in index->positions */
+  uint64_t count;
+} entry;
+
+struct bc_index {
+  const bc_bag *bag;
+  uint64_t *view;      /* position -> bag record (NULL: identity) */
+  entry *entries;
+  uint64_t nentries;
+  uint64_t *positions;
+};
+
+typedef struct {
+  uint64_t hash, pos;
+} pair;
+
+static inline uint64_t record_of(const bc_index *ix, uint64_t pos) {
+  return ix->view ? ix->view[pos] : pos;
+}
+
+/* Reads the record at view position `pos`: zero-copy when the bag allows. */
+static int read_at(const bc_index *ix, uint64_t pos, bc_buf *buf,
+                   const void **data, size_t *size) {
+  uint64_t r = record_of(ix, pos);
+  if (bc_bag_get_view(ix->bag, r, data, size) == 0) return 0;
+  int rc = bc_bag_get(ix->bag, r, buf);
+  if (rc != 0) return rc;
+  *data = buf->data;
+  *size = buf->size;
+  return 0;
+}
+
+typedef struct {
+  const bc_index *ix;
+  pair *pairs;
+  uint64_t count, chunk;
+} hash_job;
+
+static int hash_task(void *arg, size_t task) {
+  hash_job *j = arg;
+  uint64_t lo = (uint64_t)task * j->chunk;
+  uint64_t hi = lo + j->chunk < j->count ? lo + j->chunk : j->count;
+  bc_buf buf = BC_BUF_INIT;
+  int rc = 0;
+  for (uint64_t p = lo; p < hi && rc == 0; p++) {
+    const void *data;
+    size_t size;
+    rc = read_at(j->ix, p, &buf, &data, &size);
+    if (rc == 0) j->pairs[p] = (pair){bc__hash64(data, size, HASH_SEED), p};
+  }
+  bc_buf_release(&buf);
+  return rc;
+}
+
+static int pair_cmp(const void *a, const void *b) {
+  const pair *x = a, *y = b;
+  if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int records_equal(const bc_index *ix, uint64_t a, uint64_t b,
+                         bc_buf *ba, bc_buf *bb, bool *equal) {
+  const void *da, *db;
+  size_t na, nb;
+  int rc = read_at(ix, a, ba, &da, &na);
+  if (rc == 0) rc = read_at(ix, b, bb, &db, &nb);
+  if (rc == 0) *equal = na == nb && (na == 0 || memcmp(da, db, na) == 0);
+  return rc;
+}
+
+/* Turns the sorted run pairs[lo..hi) of one hash into entries: repeatedly
+ * takes the first unassigned pair and gathers every pair equal to it.
+ * `taken` marks pairs already assigned (scratch, length hi - lo). */
+static int split_run(bc_index *ix, pair *pairs, size_t lo, size_t hi,
+                     bool *taken, bc_buf *ba, bc_buf *bb) {
+  memset(taken, 0, hi - lo);
+  for (size_t a = lo; a < hi; a++) {
+    if (taken[a - lo]) continue;
+    entry *e = &ix->entries[ix->nentries++];
+    e->hash = pairs[a].hash;
+    e->first = 0; /* filled when positions are laid out */
+    e->count = 0;
+    for (size_t b = a; b < hi; b++) {
+      if (taken[b - lo]) continue;
+      bool eq = b == a;
+      if (!eq) {
+        int rc = records_equal(ix, pairs[a].pos, pairs[b].pos, ba, bb, &eq);
+        if (rc != 0) return rc;
+      }
+      if (eq) {
+        taken[b - lo] = true;
+        /* Reuse pair.hash as the entry number for the layout pass. */
+        pairs[b].hash = ix->nentries - 1;
+        e->count++;
+      }
+    }
+  }
+  return 0;
+}
+
+int bc_index_build(bc_index **out, const bc_bag *bag, const uint64_t *positions,
+                   uint64_t count) {
+  bc_index *ix = calloc(1, sizeof *ix);
+  pair *pairs = NULL;
+  bool *taken = NULL;
+  bc_buf ba = BC_BUF_INIT, bb = BC_BUF_INIT;
+  int rc = 0;
+  if (ix == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  ix->bag = bag;
+  uint64_t len = bc_bag_len(bag);
+  if (positions == NULL && count != len) {
+    rc = bc__error(BC_EINVAL, "index: count %llu != bag length %llu",
+                   (unsigned long long)count, (unsigned long long)len);
+    goto cleanup;
+  }
+  if (positions != NULL) {
+    for (uint64_t p = 0; p < count; p++)
+      if (positions[p] >= len) {
+        rc = bc__error(BC_ERANGE, "index: positions[%llu] = %llu out of range "
+                       "[0, %llu)", (unsigned long long)p,
+                       (unsigned long long)positions[p], (unsigned long long)len);
+        goto cleanup;
+      }
+    ix->view = malloc(count ? count * sizeof *ix->view : 1);
+    if (ix->view == NULL) goto nomem;
+    memcpy(ix->view, positions, count * sizeof *ix->view);
+  }
+  pairs = malloc(count ? count * sizeof *pairs : 1);
+  ix->entries = malloc(count ? count * sizeof *ix->entries : 1);
+  ix->positions = malloc(count ? count * sizeof *ix->positions : 1);
+  if (pairs == NULL || ix->entries == NULL || ix->positions == NULL) goto nomem;
+
+  hash_job hj = {ix, pairs, count, 1024};
+  rc = bc__parallel_for((size_t)((count + hj.chunk - 1) / hj.chunk),
+                        bc_bag_options(bag)->max_parallelism, hash_task, &hj);
+  if (rc != 0) goto cleanup;
+  qsort(pairs, (size_t)count, sizeof *pairs, pair_cmp);
+
+  /* Group runs of equal hashes into entries (ordered by hash, then by first
+   * position, since runs are sorted by position). */
+  size_t longest = 0;
+  for (size_t lo = 0, hi; lo < count; lo = hi) {
+    for (hi = lo + 1; hi < count && pairs[hi].hash == pairs[lo].hash; hi++) {
+    }
+    if (hi - lo > longest) longest = hi - lo;
+  }
+  taken = malloc(longest ? longest : 1);
+  if (taken == NULL) goto nomem;
+  for (size_t lo = 0, hi; lo < count; lo = hi) {
+    uint64_t h = pairs[lo].hash;
+    for (hi = lo + 1; hi < count && pairs[hi].hash == h; hi++) {
+    }
+    if (hi - lo == 1) {
+      ix->entries[ix->nentries] = (entry){h, 0, 1};
+      pairs[lo].hash = ix->nentries++;
+    } else if ((rc = split_run(ix, pairs, lo, hi, taken, &ba, &bb)) != 0) {
+      goto cleanup;
+    }
+  }
+  /* Lay out positions entry by entry; within an entry they stay ascending
+   * because pairs of one run are in position order. */
+  uint64_t next = 0;
+  for (uint64_t e = 0; e < ix->nentries; e++) {
+    ix->entries[e].first = next;
+    next += ix->entries[e].count;
+    ix->entries[e].count = 0; /* recounted while filling */
+  }
+  for (size_t p = 0; p < count; p++) {
+    entry *e = &ix->entries[pairs[p].hash];
+    ix->positions[e->first + e->count++] = pairs[p].pos;
+  }
+  *out = ix;
+  ix = NULL;
+  goto cleanup;
+nomem:
+  rc = bc__error(BC_ENOMEM, "index: out of memory for %llu records",
+                 (unsigned long long)count);
+cleanup:
+  bc_index_free(ix);
+  free(pairs);
+  free(taken);
+  bc_buf_release(&ba);
+  bc_buf_release(&bb);
+  return rc;
+}
+
+uint64_t bc_index_distinct(const bc_index *ix) { return ix->nentries; }
+
+static int find(const bc_index *ix, const void *key, size_t size,
+                const entry **found) {
+  uint64_t h = bc__hash64(key, size, HASH_SEED);
+  uint64_t lo = 0, hi = ix->nentries;
+  while (lo < hi) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (ix->entries[mid].hash < h) lo = mid + 1; else hi = mid;
+  }
+  bc_buf buf = BC_BUF_INIT;
+  int rc = BC_ENOTFOUND;
+  for (; lo < ix->nentries && ix->entries[lo].hash == h; lo++) {
+    const entry *e = &ix->entries[lo];
+    const void *data;
+    size_t n;
+    int r = read_at(ix, ix->positions[e->first], &buf, &data, &n);
+    if (r != 0) {
+      rc = r;
+      break;
+    }
+    if (n == size && (n == 0 || memcmp(data, key, n) == 0)) {
+      *found = e;
+      rc = 0;
+      break;
+    }
+  }
+  bc_buf_release(&buf);
+  if (rc == BC_ENOTFOUND)
+    bc__error(rc, "index: no record of %zu bytes equals the key", size);
+  return rc;
+}
+
+int bc_index_first(const bc_index *ix, const void *key, size_t size,
+                   uint64_t *position) {
+  const entry *e;
+  int rc = find(ix, key, size, &e);
+  if (rc == 0) *position = ix->positions[e->first];
+  return rc;
+}
+
+int bc_index_all(const bc_index *ix, const void *key, size_t size,
+                 const uint64_t **positions, uint64_t *count) {
+  const entry *e;
+  int rc = find(ix, key, size, &e);
+  if (rc == 0) {
+    *positions = ix->positions + e->first;
+    *count = e->count;
+  }
+  return rc;
+}
+
+void bc_index_free(bc_index *ix) {
+  if (ix == NULL) return;
+  free(ix->view);
+  free(ix->entries);
+  free(ix->positions);
+  free(ix);
+}

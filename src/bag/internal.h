@@ -1,0 +1,143 @@
+/*
+ * src/bag/internal.h - the Bagz layer's private interfaces: file specs,
+ * shard files (mmap / pread / O_DIRECT backends), the zstd codec, and a
+ * single shard's limits and records.
+ *
+ * Invariants every reader path keeps: a record is served only after its
+ * limits were checked (limits[i-1] <= limits[i] <= records_size), and every
+ * byte range handed to a backend lies inside the file, so a hostile file can
+ * cause an error but never an out-of-bounds access.
+ */
+#ifndef BC_BAG_INTERNAL_H
+#define BC_BAG_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/internal.h"
+
+/* ---- file specs (spec.c) ---------------------------------------------- */
+
+typedef struct bc__shard_path {
+  char *records; /* path of the records file */
+  char *limits;  /* path of the separate limits file, NULL for tail limits */
+} bc__shard_path;
+
+/* Expands a spec (comma list of PATH, PREFIX@N SUFFIX, PREFIX@* SUFFIX, each
+ * optionally "posix:"-prefixed) into shard paths in order.  With `separate`
+ * every records path DIR/NAME gets limits DIR/limits.NAME.  "@*" is resolved
+ * per element by globbing PREFIX-00000-of-?????SUFFIX (lexicographically
+ * last match); no match is BC_ENOTFOUND.  An empty spec gives zero paths
+ * (*paths may then be NULL). */
+int bc__spec_expand(const char *spec, bool separate, bc__shard_path **paths,
+                    size_t *count);
+void bc__spec_free(bc__shard_path *paths, size_t count);
+
+/* True when `path` ends in ".bagz" (the AUTO compression rule). */
+bool bc__path_is_bagz(const char *path);
+
+/* ---- file backends (file.c, direct_io.c) -------------------------------- */
+
+/* One open file, read through one of three backends chosen by cache policy.
+ * Immutable after open (except the direct-I/O fallback flag, set at open). */
+typedef struct bc__file {
+  char *path;
+  uint64_t size;
+  bc_cache_policy policy;   /* the backend really in use */
+  const unsigned char *map; /* BC_CACHE_SYSTEM: whole-file mapping (NULL if size 0) */
+  int fd;                   /* plain descriptor (pread backends); -1 for mmap */
+  int dio_fd;               /* O_DIRECT descriptor (BC_CACHE_DIRECT_IO), else -1 */
+  size_t dio_align;         /* BC_CACHE_DIRECT_IO: offset/length/memory alignment */
+} bc__file;
+
+int bc__file_open(bc__file *f, const char *path, bc_cache_policy policy,
+                  bc_access_pattern pattern);
+void bc__file_close(bc__file *f);
+
+/* Copies file bytes [offset, offset+size) into dst through the file's
+ * backend.  The range must lie inside the file (callers check); a file that
+ * shrank gives BC_ECORRUPT. */
+int bc__file_read(const bc__file *f, uint64_t offset, void *dst, size_t size);
+
+/* Like bc__file_read for small metadata (limits): never dropped from the
+ * page cache and never through O_DIRECT. */
+int bc__file_read_meta(const bc__file *f, uint64_t offset, void *dst,
+                       size_t size);
+
+/* Direct-I/O helpers (direct_io.c).  Probes the alignment O_DIRECT needs on
+ * `fd` (statx STATX_DIOALIGN, else trial reads); 0 when unsupported. */
+size_t bc__dio_alignment(int fd, uint64_t file_size);
+int bc__dio_read(const bc__file *f, uint64_t offset, void *dst, size_t size);
+
+/* ---- zstd codec (codec.c) ------------------------------------------------ */
+
+typedef struct bc__decoder bc__decoder; /* thread-safe: pools DCtx objects */
+
+int bc__decoder_new(bc__decoder **out, const void *dict, size_t dict_size,
+                    uint64_t max_record_size);
+void bc__decoder_free(bc__decoder *d);
+
+/* Decompresses one stored record (exactly one zstd frame, with or without a
+ * content size) into out.  An empty input is an empty record.  Frames that
+ * claim more than max_record_size (or more than the input could possibly
+ * expand to) are BC_ECORRUPT.  Messages name "path: record N". */
+int bc__decoder_decode(bc__decoder *d, const void *src, size_t size,
+                       bc_buf *out, const char *path, uint64_t record);
+
+typedef struct bc__encoder bc__encoder; /* one thread at a time */
+
+int bc__encoder_new(bc__encoder **out, int level, const void *dict,
+                    size_t dict_size);
+void bc__encoder_free(bc__encoder *e);
+
+/* Compresses one non-empty record as a single frame, as bagz does
+ * (ZSTD_compress_usingCDict with a CDict made once per writer). */
+int bc__encoder_encode(bc__encoder *e, const void *src, size_t size,
+                       bc_buf *out);
+
+#endif /* BC_BAG_INTERNAL_H */
+
+/* ---- one shard (shard.c) -------------------------------------------------- */
+
+/* A shard: a records section and a limits table, in one file (tail) or two
+ * (separate).  Invariants after a successful open:
+ *   records_size <= records.size, and
+ *   limits_offset + 8 * count <= size of the file holding the limits,
+ * so every limit index < count and every range checked against records_size
+ * can be read without going out of bounds. */
+typedef struct bc__shard {
+  bc__file records;        /* the records file (for tail: the whole file) */
+  bc__file limits_file;    /* separate limits file (path NULL for tail) */
+  bool separate;
+  bool zstd;               /* records are zstd frames */
+  uint64_t count;          /* number of records */
+  uint64_t records_size;   /* bytes of the records section */
+  uint64_t limits_offset;  /* offset of limits[0] in its file */
+  /* BC_LIMITS_IN_MEMORY: all limits, loaded on first use.  loaded_limits is
+   * published with release order after the array is filled, so a reader that
+   * sees it non-NULL (acquire) sees the whole array. */
+  bool limits_in_memory;
+  _Atomic(uint64_t *) loaded_limits;
+  uint64_t valid_prefix;   /* limits[0..valid_prefix) are monotonic and
+                              within records_size (set with loaded_limits) */
+  pthread_mutex_t load_lock; /* serialises the one-time load */
+} bc__shard;
+
+/* Opens a shard: records file `records_path` and, when `limits_path` is not
+ * NULL, separate limits there.  Splits a tail file, checking its last limit
+ * and alignment.  `zstd` is recorded for the reader. */
+int bc__shard_open(bc__shard *s, const char *records_path,
+                   const char *limits_path, bool zstd,
+                   const bc_reader_options *opts);
+void bc__shard_close(bc__shard *s);
+
+/* The byte range [*start, *end) of record i (< count) in the records
+ * section, with both limits validated.  `what` is for messages. */
+int bc__shard_range(bc__shard *s, uint64_t i, uint64_t *start, uint64_t *end);
+
+/* The file holding the limits (the records file for tail limits). */
+static inline const bc__file *bc__shard_limits_file(const bc__shard *s) {
+  return s->separate ? &s->limits_file : &s->records;
+}

@@ -1,0 +1,88 @@
+/* Error codes, their names and descriptions, and the thread-local detail
+ * message. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/internal.h"
+
+/* Indexed by -code.  Keep in step with enum bc_error in bagcache/error.h. */
+static const struct {
+  const char *name;
+  const char *text;
+} error_table[BC_ERROR_COUNT] = {
+    {"BC_OK", "success"},
+    {"BC_ENOMEM", "out of memory"},
+    {"BC_EINVAL", "invalid argument"},
+    {"BC_ENOTFOUND", "not found"},
+    {"BC_ECORRUPT", "corrupt data"},
+    {"BC_ERANGE", "index out of range"},
+    {"BC_EIO", "input/output error"},
+    {"BC_ENOSPC", "no space left on device"},
+    {"BC_ECLOSED", "already closed"},
+    {"BC_EUNSUPPORTED", "operation not supported"},
+    {"BC_EPERM", "permission denied"},
+};
+
+static _Thread_local char error_message[1024];
+
+const char *bc_strerror(int code) {
+  if (code > 0 || code <= -BC_ERROR_COUNT) return "unknown error";
+  return error_table[-code].text;
+}
+
+const char *bc_error_name(int code) {
+  if (code > 0 || code <= -BC_ERROR_COUNT) return "BC_E?";
+  return error_table[-code].name;
+}
+
+const char *bc_errmsg(void) { return error_message; }
+
+void bc__error_clear(void) { error_message[0] = '\0'; }
+
+int bc__error(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(error_message, sizeof error_message, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int bc__errno_code(int err) {
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return BC_ENOTFOUND;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return BC_ENOSPC;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return BC_EPERM;
+    case ENOMEM:
+      return BC_ENOMEM;
+    case EINVAL:
+      return BC_EINVAL;
+    default:
+      return BC_EIO;
+  }
+}
+
+int bc__error_errno(int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(error_message, sizeof error_message, fmt, ap);
+  va_end(ap);
+  if (n >= 0 && (size_t)n < sizeof error_message) {
+    char sys[128];
+    /* GNU strerror_r may return a static string instead of filling sys. */
+    const char *text = strerror_r(err, sys, sizeof sys);
+    snprintf(error_message + n, sizeof error_message - (size_t)n, ": %s",
+             text);
+  }
+  return bc__errno_code(err);
+}

@@ -1,0 +1,119 @@
+/*
+ * src/common/internal.h - helpers shared by every layer: error reporting,
+ * notices, buffers, careful I/O, atomic publish, the worker pool, hashing.
+ * Internal names carry the bc__ prefix and are not exported from the shared
+ * library.
+ */
+#ifndef BC_COMMON_INTERNAL_H
+#define BC_COMMON_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "bagcache.h"
+
+#define BC__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define BC__UNUSED(x) ((void)(x))
+
+/* ---- errors (error.c) ---------------------------------------------------- */
+
+/* Records "message" as this thread's detail message and returns `code`, so a
+ * failure site reads `return bc__error(BC_ECORRUPT, "%s: ...", path);`. */
+int bc__error(int code, const char *fmt, ...) BC__PRINTF(2, 3);
+
+/* Like bc__error with the code derived from errno value `err` (ENOENT ->
+ * BC_ENOTFOUND, ENOSPC/EDQUOT -> BC_ENOSPC, EACCES/EPERM -> BC_EPERM,
+ * ENOMEM -> BC_ENOMEM, else BC_EIO); appends ": strerror(err)". */
+int bc__error_errno(int err, const char *fmt, ...) BC__PRINTF(2, 3);
+
+/* The code bc__error_errno would use for errno value `err`. */
+int bc__errno_code(int err);
+
+/* Clears this thread's message (used by entry points that succeed). */
+void bc__error_clear(void);
+
+/* Emits a notice through the handler set by bc_set_notice_handler. */
+void bc__notice(const char *fmt, ...) BC__PRINTF(1, 2);
+
+/* ---- buffers (buf.c) ---------------------------------------------------- */
+
+/* Ensures capacity >= n (contents kept).  BC_ENOMEM with a message. */
+int bc__buf_reserve(bc_buf *buf, size_t n);
+
+/* Replaces the contents with data[0..n). */
+int bc__buf_set(bc_buf *buf, const void *data, size_t n);
+
+/* ---- careful I/O (io.c) ------------------------------------------------- */
+
+/* Test hook: when non-NULL, used instead of write(2) by bc__write_all, so
+ * tests can inject ENOSPC/EIO.  NULL in production. */
+extern ssize_t (*bc__write_hook)(int fd, const void *data, size_t size);
+
+/* Writes all of data[0..size) (retrying EINTR and short writes).  On failure
+ * the message names `what`. */
+int bc__write_all(int fd, const void *data, size_t size, const char *what);
+
+/* Reads exactly `size` bytes at `offset`; a short read is BC_ECORRUPT (the
+ * file shrank) and names `what`. */
+int bc__pread_all(int fd, void *data, size_t size, uint64_t offset,
+                  const char *what);
+
+/* ---- atomic publish (publish.c) ----------------------------------------- */
+
+/* Creates a hidden temporary file beside `final_path` (".NAME.tmp-XXXXXX"),
+ * with permissions `mode` (0 = 0666) filtered by the umask.  Returns its path
+ * (malloc'd) and open fd. */
+int bc__tmp_create(const char *final_path, unsigned mode, char **tmp_path,
+                   int *fd);
+
+/* fsync(fd), naming `what` on failure. */
+int bc__fsync(int fd, const char *what);
+
+/* rename(tmp_path, final_path), then fsync the directory holding final_path. */
+int bc__publish(const char *tmp_path, const char *final_path);
+
+/* fsync of the directory that contains `path`. */
+int bc__fsync_parent_dir(const char *path);
+
+/* ---- worker pool (pool.c) ----------------------------------------------- */
+
+/* A task body: called once for each task number 0..ntasks-1, from the caller
+ * thread or a pool thread.  Returns 0 or a BC_E* code. */
+typedef int (*bc__task_fn)(void *arg, size_t task);
+
+/* Runs fn(arg, 0..ntasks-1) on the process-wide pool using at most
+ * `max_parallelism` threads including the caller (<= 1: inline; 0 is the
+ * number of CPUs).  Tasks are claimed in increasing order.  Returns 0, or the
+ * error of the lowest-numbered failing task with its message (tasks after a
+ * failure may be skipped).  The pool is created on first use and re-created
+ * lazily in a forked child.  Safe to call from several threads at once, but
+ * not from inside a task (no nesting). */
+int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
+                     void *arg);
+
+/* Online CPUs (>= 1). */
+int bc__cpu_count(void);
+
+/* ---- hashing (hash.c) --------------------------------------------------- */
+
+/* A fast 64-bit non-cryptographic hash with good avalanche; stable across
+ * runs and platforms (used for indexes, not for anything persistent). */
+uint64_t bc__hash64(const void *data, size_t size, uint64_t seed);
+
+/* ---- little endian ------------------------------------------------------ */
+
+static inline uint64_t bc__load_u64le(const void *p) {
+  const unsigned char *b = (const unsigned char *)p;
+  return (uint64_t)b[0] | (uint64_t)b[1] << 8 | (uint64_t)b[2] << 16 |
+         (uint64_t)b[3] << 24 | (uint64_t)b[4] << 32 | (uint64_t)b[5] << 40 |
+         (uint64_t)b[6] << 48 | (uint64_t)b[7] << 56;
+}
+
+static inline void bc__store_u64le(void *p, uint64_t v) {
+  unsigned char *b = (unsigned char *)p;
+  for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+
+#endif /* BC_COMMON_INTERNAL_H */

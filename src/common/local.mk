@@ -1,0 +1,10 @@
+BC_COMMON_SOURCES = \
+	src/common/internal.h \
+	src/common/error.c \
+	src/common/notice.c \
+	src/common/buf.c \
+	src/common/io.c \
+	src/common/publish.c \
+	src/common/pool.c \
+	src/common/hash.c \
+	src/common/version.c

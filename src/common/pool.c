@@ -1,0 +1,190 @@
+/*
+ * The process-wide worker pool behind every batch operation.
+ *
+ * A caller publishes a job (a task function and a task count) on the pool's
+ * queue, wakes helpers, and works on the job itself.  Tasks are claimed with
+ * an atomic counter, so they are started in increasing order and each runs
+ * exactly once.  At most max_parallelism - 1 pool threads join one job.
+ * When the caller runs out of tasks it unlinks the job (no new helpers can
+ * join) and waits until the helpers that joined have finished their tasks.
+ *
+ * Threads are created lazily, never destroyed (they sleep on a condition
+ * variable), and grown to the largest parallelism asked for (up to
+ * MAX_THREADS).  After fork() the child has none of them: an atfork handler
+ * resets the pool so the child grows a new one on first use.
+ *
+ * Lock order: pool.lock is the only lock; task functions run without it.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+
+#define MAX_THREADS 256
+
+typedef struct job {
+  bc__task_fn fn;
+  void *arg;
+  size_t ntasks;
+  atomic_size_t next;     /* next task number to claim */
+  size_t helpers_allowed; /* pool threads that may still join */
+  size_t active_helpers;  /* pool threads working on it (pool.lock) */
+  bool linked;            /* on the queue (pool.lock) */
+  pthread_cond_t helpers_done;
+  /* The lowest failing task and its error (pool.lock). */
+  size_t err_task;
+  int err_code;
+  char err_msg[1024];
+  struct job *next_job;
+} job;
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t work; /* signalled when a job is queued */
+  job *queue;          /* jobs that still accept helpers */
+  size_t nthreads;
+  size_t idle;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0};
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* In the child only the forking thread exists: forget the old workers and
+ * any queued jobs (their callers do not exist in the child either). */
+static void pool_reset_in_child(void) {
+  pthread_mutex_init(&pool.lock, NULL);
+  pthread_cond_init(&pool.work, NULL);
+  pool.queue = NULL;
+  pool.nthreads = 0;
+  pool.idle = 0;
+}
+
+/* Hold the lock across fork so the child never inherits it mid-update. */
+static void pool_prepare_fork(void) { pthread_mutex_lock(&pool.lock); }
+static void pool_parent_after_fork(void) { pthread_mutex_unlock(&pool.lock); }
+
+static void register_atfork(void) {
+  pthread_atfork(pool_prepare_fork, pool_parent_after_fork,
+                 pool_reset_in_child);
+}
+
+int bc__cpu_count(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : (int)(n > MAX_THREADS ? MAX_THREADS : n);
+}
+
+/* Records a task failure; keeps the lowest-numbered one.  Caller holds no
+ * lock; the message is this thread's bc_errmsg(). */
+static void job_record_error(job *j, size_t task, int code) {
+  pthread_mutex_lock(&pool.lock);
+  if (code != 0 && task < j->err_task) {
+    j->err_task = task;
+    j->err_code = code;
+    strncpy(j->err_msg, bc_errmsg(), sizeof j->err_msg - 1);
+    j->err_msg[sizeof j->err_msg - 1] = '\0';
+  }
+  pthread_mutex_unlock(&pool.lock);
+  /* Every unclaimed task is numbered above `task`: skip them all. */
+  atomic_store(&j->next, j->ntasks);
+}
+
+static void job_run_tasks(job *j) {
+  for (;;) {
+    size_t t = atomic_fetch_add(&j->next, 1);
+    if (t >= j->ntasks) return;
+    int rc = j->fn(j->arg, t);
+    if (rc != 0) job_record_error(j, t, rc);
+  }
+}
+
+static void job_unlink(job *j) {
+  for (job **p = &pool.queue; *p != NULL; p = &(*p)->next_job) {
+    if (*p == j) {
+      *p = j->next_job;
+      break;
+    }
+  }
+  j->linked = false;
+}
+
+static void *worker_main(void *unused) {
+  BC__UNUSED(unused);
+  pthread_mutex_lock(&pool.lock);
+  for (;;) {
+    job *j = pool.queue;
+    while (j != NULL &&
+           (j->helpers_allowed == 0 || atomic_load(&j->next) >= j->ntasks))
+      j = j->next_job;
+    if (j == NULL) {
+      pool.idle++;
+      pthread_cond_wait(&pool.work, &pool.lock);
+      pool.idle--;
+      continue;
+    }
+    j->helpers_allowed--;
+    j->active_helpers++;
+    pthread_mutex_unlock(&pool.lock);
+    job_run_tasks(j);
+    pthread_mutex_lock(&pool.lock);
+    if (--j->active_helpers == 0) pthread_cond_signal(&j->helpers_done);
+  }
+  return NULL;
+}
+
+/* Grows the pool to `want` threads (pool.lock held). */
+static void pool_grow(size_t want) {
+  if (want > MAX_THREADS) want = MAX_THREADS;
+  while (pool.nthreads < want) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, worker_main, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) break; /* fewer helpers only means less parallelism */
+    pool.nthreads++;
+    pool.idle++; /* counted idle until it reaches its first wait */
+  }
+}
+
+int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
+                     void *arg) {
+  if (max_parallelism == 0) max_parallelism = bc__cpu_count();
+  if (max_parallelism <= 1 || ntasks <= 1) {
+    for (size_t t = 0; t < ntasks; t++) {
+      int rc = fn(arg, t);
+      if (rc != 0) return rc;
+    }
+    return 0;
+  }
+  pthread_once(&atfork_once, register_atfork);
+
+  size_t helpers = (size_t)max_parallelism - 1;
+  if (helpers > ntasks - 1) helpers = ntasks - 1;
+  job j = {.fn = fn, .arg = arg, .ntasks = ntasks, .helpers_allowed = helpers,
+           .linked = true, .err_task = SIZE_MAX};
+  atomic_init(&j.next, 0);
+  pthread_cond_init(&j.helpers_done, NULL);
+
+  pthread_mutex_lock(&pool.lock);
+  pool_grow(helpers);
+  j.next_job = pool.queue;
+  pool.queue = &j;
+  pthread_cond_broadcast(&pool.work);
+  pthread_mutex_unlock(&pool.lock);
+
+  job_run_tasks(&j);
+
+  pthread_mutex_lock(&pool.lock);
+  job_unlink(&j); /* from here no helper can join */
+  while (j.active_helpers > 0) pthread_cond_wait(&j.helpers_done, &pool.lock);
+  pthread_mutex_unlock(&pool.lock);
+  pthread_cond_destroy(&j.helpers_done);
+
+  if (j.err_code != 0) return bc__error(j.err_code, "%s", j.err_msg);
+  return 0;
+}
