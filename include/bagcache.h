@@ -6,6 +6,7 @@
  *   bagcache/error.h   error codes, messages, notices
  *   bagcache/bag.h     the Bagz format: writer and sharded reader
  *   bagcache/index.h   record-bytes -> positions lookup
+ *   bagcache/seq.h     the sequence interface, views, read-ahead iteration
  */
 #ifndef BAGCACHE_H
 #define BAGCACHE_H
@@ -17,6 +18,7 @@
 #include "bagcache/error.h"
 #include "bagcache/bag.h"
 #include "bagcache/index.h"
+#include "bagcache/seq.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,4 +2,5 @@ include_HEADERS += include/bagcache.h
 bagcacheinclude_HEADERS += \
 	include/bagcache/error.h \
 	include/bagcache/bag.h \
-	include/bagcache/index.h
+	include/bagcache/index.h \
+	include/bagcache/seq.h

@@ -28,11 +28,12 @@ enum bc_error {
   BC_ENOSPC = -7,       /* no space left on the device (or quota exceeded) */
   BC_ECLOSED = -8,      /* the object was already closed */
   BC_EUNSUPPORTED = -9, /* the operation is not available for this object */
-  BC_EPERM = -10        /* permission denied */
+  BC_EPERM = -10,       /* permission denied */
+  BC_EINFINITE = -11    /* the sequence has no end (so no length, no -1) */
 };
 
 /* Number of codes in the table (BC_OK included): codes run 0 .. -(N-1). */
-#define BC_ERROR_COUNT 11
+#define BC_ERROR_COUNT 12
 
 /* A short, static, human-readable description of an error code ("corrupt
  * file").  Never NULL; unknown codes give "unknown error". */
@@ -46,6 +47,15 @@ const char *bc_error_name(int code);
  * Valid until the next bagcache call in this thread.  Never NULL (empty when
  * no failure has happened). */
 const char *bc_errmsg(void);
+
+/* Sets this thread's detail message (printf-style) and returns `code`: for
+ * callbacks (foreign sequences, index streams) that report a failure, e.g.
+ * `return bc_set_errmsg(BC_EIO, "%s: fetch failed", url);`. */
+int bc_set_errmsg(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* Notices: things a user should know that are not failures (a fallback from
  * direct I/O to buffered reads, for example).  The default handler writes

@@ -24,6 +24,7 @@ static const struct {
     {"BC_ECLOSED", "already closed"},
     {"BC_EUNSUPPORTED", "operation not supported"},
     {"BC_EPERM", "permission denied"},
+    {"BC_EINFINITE", "sequence has no end"},
 };
 
 static _Thread_local char error_message[1024];
@@ -43,6 +44,14 @@ const char *bc_errmsg(void) { return error_message; }
 void bc__error_clear(void) { error_message[0] = '\0'; }
 
 int bc__error(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(error_message, sizeof error_message, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int bc_set_errmsg(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(error_message, sizeof error_message, fmt, ap);

@@ -1,0 +1,198 @@
+/*
+ * Batch reads through any stack of views.
+ *
+ * 1. Every requested index is turned into a position and resolved down to
+ *    (leaf, leaf index).  Nothing is read yet, so a bad index fails before
+ *    any I/O.
+ * 2. Positions are grouped by leaf (a counting sort on small leaf numbers).
+ * 3. Each leaf's group is read as one batch: the leaf's own get_many (a bag
+ *    spreads it over the worker pool), else its get on the pool (or inline
+ *    when the leaf is not thread-safe).  Buffers are moved, not copied,
+ *    between the caller's array and the batch, so results land in request
+ *    order and the caller's buffer capacity is reused.
+ * On failure the error reported is that of the first failing position in
+ * request order: failing groups are re-read one by one to find it.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "seq/internal.h"
+
+typedef struct {
+  bc_seq *leaf;
+  const uint64_t *indices;
+  bc_buf *outs;
+  size_t count, chunk;
+} leaf_job;
+
+static int leaf_task(void *arg, size_t task) {
+  leaf_job *j = arg;
+  size_t lo = task * j->chunk;
+  size_t hi = lo + j->chunk < j->count ? lo + j->chunk : j->count;
+  for (size_t p = lo; p < hi; p++) {
+    int rc = j->leaf->ops->get(j->leaf, j->indices[p], &j->outs[p]);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+/* Reads a leaf's group: its get_many, or get on the pool. */
+static int leaf_get_many(bc_seq *leaf, const uint64_t *indices, size_t count,
+                         bc_buf *outs) {
+  if (leaf->ops->get_many != NULL)
+    return leaf->ops->get_many(leaf, indices, count, outs);
+  leaf_job j = {leaf, indices, outs, count, 64};
+  int par = (leaf->flags & BC_SEQ_F_THREAD_SAFE) ? 0 : 1;
+  return bc__parallel_for((count + j.chunk - 1) / j.chunk, par, leaf_task, &j);
+}
+
+/* Leaf pointer -> small number, by open addressing (few leaves usually). */
+typedef struct {
+  bc_seq **keys;
+  size_t *ids;
+  size_t mask, count;
+  bc_seq **leaves; /* id -> leaf */
+} leaf_table;
+
+static int table_init(leaf_table *t, size_t expected) {
+  size_t cap = 16;
+  while (cap < 2 * expected && cap < ((size_t)1 << 40)) cap *= 2;
+  t->keys = calloc(cap, sizeof *t->keys);
+  t->ids = malloc(cap * sizeof *t->ids);
+  t->leaves = malloc(cap * sizeof *t->leaves);
+  t->mask = cap - 1;
+  t->count = 0;
+  if (t->keys == NULL || t->ids == NULL || t->leaves == NULL)
+    return bc__error(BC_ENOMEM, "out of memory");
+  return 0;
+}
+
+static size_t table_id(leaf_table *t, bc_seq *leaf) {
+  size_t h = (size_t)bc__mix64((uint64_t)(uintptr_t)leaf) & t->mask;
+  while (t->keys[h] != NULL && t->keys[h] != leaf) h = (h + 1) & t->mask;
+  if (t->keys[h] == NULL) {
+    t->keys[h] = leaf;
+    t->ids[h] = t->count;
+    t->leaves[t->count++] = leaf;
+  }
+  return t->ids[h];
+}
+
+static void table_free(leaf_table *t) {
+  free(t->keys);
+  free(t->ids);
+  free(t->leaves);
+}
+
+int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
+                    bc_buf *outs) {
+  uint64_t *leaf_index = malloc((count ? count : 1) * sizeof *leaf_index);
+  size_t *leaf_id = malloc((count ? count : 1) * sizeof *leaf_id);
+  size_t *order = malloc((count ? count : 1) * sizeof *order);
+  uint64_t *group_indices = malloc((count ? count : 1) * sizeof *group_indices);
+  bc_buf *group_bufs = malloc((count ? count : 1) * sizeof *group_bufs);
+  size_t *start = NULL;
+  leaf_table table = {0};
+  int rc = 0;
+  if (!leaf_index || !leaf_id || !order || !group_indices || !group_bufs) {
+    rc = bc__error(BC_ENOMEM, "out of memory for a batch of %zu", count);
+    goto cleanup;
+  }
+  /* Leaves are few unless the user concatenated many sequences; the table
+   * grows to the count only in that case. */
+  if ((rc = table_init(&table, count < 1024 ? count : 1024)) != 0) goto cleanup;
+
+  /* 1. resolve */
+  for (size_t p = 0; p < count; p++) {
+    uint64_t pos;
+    bc_seq *leaf;
+    rc = bc__seq_position(seq, indices[p], &pos);
+    if (rc == 0) rc = bc__seq_resolve_leaf(seq, pos, &leaf, &leaf_index[p]);
+    if (rc != 0) {
+      char detail[1024];
+      snprintf(detail, sizeof detail, "%s", bc_errmsg());
+      rc = bc__error(rc, "indices[%zu] = %lld: %s", p, (long long)indices[p],
+                     detail);
+      goto cleanup;
+    }
+    if (table.count * 2 > table.mask) { /* keep the load factor below 1/2 */
+      leaf_table bigger;
+      if ((rc = table_init(&bigger, table.count * 2)) != 0) goto cleanup;
+      for (size_t id = 0; id < table.count; id++) table_id(&bigger, table.leaves[id]);
+      table_free(&table);
+      table = bigger;
+    }
+    leaf_id[p] = table_id(&table, leaf);
+  }
+
+  /* 2. group: counting sort of positions by leaf id (stable). */
+  start = calloc(table.count + 1, sizeof *start);
+  if (start == NULL) {
+    rc = bc__error(BC_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  for (size_t p = 0; p < count; p++) start[leaf_id[p] + 1]++;
+  for (size_t id = 0; id < table.count; id++) start[id + 1] += start[id];
+  {
+    size_t *fill = malloc((table.count ? table.count : 1) * sizeof *fill);
+    if (fill == NULL) {
+      rc = bc__error(BC_ENOMEM, "out of memory");
+      goto cleanup;
+    }
+    memcpy(fill, start, table.count * sizeof *fill);
+    for (size_t p = 0; p < count; p++) order[fill[leaf_id[p]]++] = p;
+    free(fill);
+  }
+
+  /* 3. one batch per leaf */
+  size_t first_failed = SIZE_MAX;
+  for (size_t id = 0; id < table.count; id++) {
+    size_t lo = start[id], n = start[id + 1] - lo;
+    for (size_t k = 0; k < n; k++) {
+      group_indices[lo + k] = leaf_index[order[lo + k]];
+      group_bufs[lo + k] = outs[order[lo + k]];
+    }
+    int grc = leaf_get_many(table.leaves[id], group_indices + lo, n,
+                            group_bufs + lo);
+    for (size_t k = 0; k < n; k++) outs[order[lo + k]] = group_bufs[lo + k];
+    if (grc == 0) continue;
+    /* Find this group's first failing position (request order). */
+    bool found = false;
+    for (size_t k = 0; k < n && !found; k++) {
+      size_t p = order[lo + k];
+      if (p >= first_failed) break; /* positions ascend within a group */
+      bc_seq *leaf = table.leaves[id];
+      if (leaf->ops->get(leaf, leaf_index[p], &outs[p]) != 0) {
+        first_failed = p;
+        found = true;
+      }
+    }
+    if (!found && first_failed == SIZE_MAX) first_failed = order[lo];
+  }
+  if (first_failed != SIZE_MAX) {
+    size_t p = first_failed;
+    bc_seq *leaf = table.leaves[leaf_id[p]];
+    rc = leaf->ops->get(leaf, leaf_index[p], &outs[p]);
+    if (rc == 0) /* the batch failed but the element alone reads fine */
+      rc = bc__error(BC_EIO, "indices[%zu] = %lld: batch read failed", p,
+                     (long long)indices[p]);
+    else {
+      char detail[1024];
+      snprintf(detail, sizeof detail, "%s", bc_errmsg());
+      rc = bc__error(rc, "indices[%zu] = %lld: %s", p, (long long)indices[p],
+                     detail);
+    }
+  }
+cleanup:
+  table_free(&table);
+  free(start);
+  free(leaf_index);
+  free(leaf_id);
+  free(order);
+  free(group_indices);
+  free(group_bufs);
+  return rc;
+}

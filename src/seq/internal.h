@@ -1,0 +1,60 @@
+/*
+ * src/seq/internal.h - the sequence layer's private helpers.
+ */
+#ifndef BC_SEQ_INTERNAL_H
+#define BC_SEQ_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common/internal.h"
+
+/* Follows resolve() from `seq` down to a leaf.  `index` must be >= 0. */
+int bc__seq_resolve_leaf(bc_seq *seq, uint64_t index, bc_seq **leaf,
+                         uint64_t *leaf_index);
+
+/* Reads element `index` (>= 0) of seq: resolves, then the leaf's get. */
+int bc__seq_read(bc_seq *seq, uint64_t index, bc_buf *out);
+
+/* Turns a signed index into a position, counting negatives from the end
+ * (settling the length) and rejecting positions past a known end. */
+int bc__seq_position(bc_seq *seq, int64_t index, uint64_t *position);
+
+/* The error for an index past the end of `seq`. */
+int bc__seq_range_error(const bc_seq *seq, uint64_t index, uint64_t len);
+
+/* The exact length of a child, settled; INFINITE reported as such. */
+static inline int bc__seq_settle(bc_seq *seq, bc_len *len) {
+  return seq->ops->length(seq, true, len);
+}
+
+/* Allocates an implementation struct of `size` bytes (zeroed) with its
+ * header initialised (one reference). */
+void *bc__seq_alloc(size_t size, const bc_seq_ops *ops, unsigned flags);
+
+/* ---- keyed bijections (perm.c) ------------------------------------------ */
+
+/* A permutation of [0, n) chosen by a 64-bit key: a balanced Feistel
+ * network over the smallest even-bit power of two >= n, restricted to
+ * [0, n) by cycle walking (expected < 4 steps since the domain is < 4n). */
+typedef struct bc__perm {
+  uint64_t n;
+  unsigned half_bits;
+  uint64_t half_mask;
+  uint64_t keys[4];
+} bc__perm;
+
+void bc__perm_init(bc__perm *p, uint64_t n, uint64_t key);
+uint64_t bc__perm_apply(const bc__perm *p, uint64_t x);
+
+/* splitmix64's finaliser: a bijective 64-bit mixer. */
+static inline uint64_t bc__mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+#endif /* BC_SEQ_INTERNAL_H */

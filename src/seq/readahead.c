@@ -1,0 +1,232 @@
+/*
+ * Read-ahead iteration: a window of slots, filled by worker threads in
+ * stream order, drained in stream order by one consumer.
+ *
+ * Sequence numbers: `queued` counts indices taken from the stream (slot
+ * queued % window), `claimed` counts slots handed to workers, `delivered`
+ * counts records given to the consumer.  delivered <= claimed <= queued <=
+ * delivered + window, so a slot is never reused before it was delivered.
+ *
+ * The stream is pulled only by the consumer, in bc_readahead_next (never
+ * under the lock: it may call user code).  Workers read without the lock.
+ * Locks: it->lock guards the counters and ready flags; it->serial is held
+ * around a read from a leaf that is not thread-safe.  They are never held
+ * together, and neither is held while the stream is pulled.
+ * A stream failure is stored as the end of the stream and surfaces once
+ * every record before it was delivered.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "seq/internal.h"
+
+typedef struct {
+  uint64_t index;
+  bc_buf data;
+  int rc;          /* read result */
+  bool ready;      /* the worker finished (it->lock) */
+  char *message;   /* the read's error detail, when rc != 0 */
+} slot;
+
+struct bc_readahead {
+  bc_seq *seq;
+  bc_index_stream_fn fn;
+  void *payload;
+  size_t window;
+  slot *slots;
+  uint64_t queued, claimed, delivered;
+  bool stream_done;   /* the stream ended or failed */
+  int stream_rc;      /* its failure, 0 for a clean end */
+  char *stream_message;
+  bool finished;      /* everything (incl. a failure) was delivered */
+  bool stopping;      /* workers must exit */
+  pthread_mutex_t lock;
+  pthread_cond_t work;  /* a slot was queued, or stopping */
+  pthread_cond_t ready; /* a slot became ready */
+  pthread_t *threads;
+  int nthreads;
+  /* Held around reads from leaves that are not thread-safe (foreign
+   * sequences that must be called from one thread at a time). */
+  pthread_mutex_t serial;
+  /* bc_seq_iterate's own stream */
+  uint64_t next_index;
+};
+
+static void *worker_main(void *arg) {
+  bc_readahead *it = arg;
+  pthread_mutex_lock(&it->lock);
+  for (;;) {
+    while (!it->stopping && it->claimed == it->queued)
+      pthread_cond_wait(&it->work, &it->lock);
+    if (it->stopping) break;
+    slot *s = &it->slots[it->claimed++ % it->window];
+    pthread_mutex_unlock(&it->lock);
+    /* The slot is this worker's until it is marked ready. */
+    bc_seq *leaf;
+    uint64_t li;
+    s->rc = bc__seq_resolve_leaf(it->seq, s->index, &leaf, &li);
+    if (s->rc == 0 && (leaf->flags & BC_SEQ_F_THREAD_SAFE)) {
+      s->rc = leaf->ops->get(leaf, li, &s->data);
+    } else if (s->rc == 0) {
+      pthread_mutex_lock(&it->serial);
+      s->rc = leaf->ops->get(leaf, li, &s->data);
+      pthread_mutex_unlock(&it->serial);
+    }
+    if (s->rc != 0) s->message = strdup(bc_errmsg());
+    pthread_mutex_lock(&it->lock);
+    s->ready = true;
+    pthread_cond_broadcast(&it->ready);
+  }
+  pthread_mutex_unlock(&it->lock);
+  return NULL;
+}
+
+int bc_readahead_open(bc_readahead **out, bc_seq *seq, bc_index_stream_fn fn,
+                      void *payload, const bc_readahead_options *opts) {
+  static const bc_readahead_options defaults = BC_READAHEAD_OPTIONS_INIT;
+  if (out == NULL || seq == NULL || fn == NULL)
+    return bc__error(BC_EINVAL, "bc_readahead_open: NULL argument");
+  if (opts == NULL) opts = &defaults;
+  if (opts->window < 1 || opts->threads < 1 || opts->threads > 256)
+    return bc__error(BC_EINVAL,
+                     "read-ahead: window %zu and threads %d (need window >= 1, "
+                     "1 <= threads <= 256)", opts->window, opts->threads);
+  bc_readahead *it = calloc(1, sizeof *it);
+  if (it == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  it->slots = calloc(opts->window, sizeof *it->slots);
+  it->threads = calloc((size_t)opts->threads, sizeof *it->threads);
+  if (it->slots == NULL || it->threads == NULL) {
+    free(it->slots);
+    free(it->threads);
+    free(it);
+    return bc__error(BC_ENOMEM, "out of memory for a window of %zu", opts->window);
+  }
+  it->seq = bc_seq_ref(seq);
+  it->fn = fn;
+  it->payload = payload;
+  it->window = opts->window;
+  pthread_mutex_init(&it->lock, NULL);
+  pthread_mutex_init(&it->serial, NULL);
+  pthread_cond_init(&it->work, NULL);
+  pthread_cond_init(&it->ready, NULL);
+  for (int t = 0; t < opts->threads; t++) {
+    if (pthread_create(&it->threads[t], NULL, worker_main, it) != 0) {
+      int rc = bc__error(BC_ENOMEM, "read-ahead: cannot start worker thread %d", t);
+      bc_readahead_close(it);
+      return rc;
+    }
+    it->nthreads++;
+  }
+  *out = it;
+  return 0;
+}
+
+/* Pulls indices from the stream until the window is full or it ends. */
+static void top_up(bc_readahead *it) {
+  while (!it->stream_done && it->queued - it->delivered < it->window) {
+    uint64_t index;
+    int rc = it->fn(it->payload, &index); /* user code: no lock held */
+    if (rc <= 0) {
+      it->stream_done = true;
+      it->stream_rc = rc < 0 ? rc : 0;
+      if (rc < 0) it->stream_message = strdup(bc_errmsg());
+      return;
+    }
+    slot *s = &it->slots[it->queued % it->window];
+    s->index = index;
+    s->ready = false;
+    s->rc = 0;
+    pthread_mutex_lock(&it->lock);
+    it->queued++;
+    pthread_cond_signal(&it->work);
+    pthread_mutex_unlock(&it->lock);
+  }
+}
+
+int bc_readahead_next(bc_readahead *it, bc_buf *out, uint64_t *index) {
+  if (it->finished) return 0;
+  top_up(it);
+  if (it->delivered == it->queued) { /* stream over and all delivered */
+    it->finished = true;
+    if (it->stream_rc != 0)
+      return bc__error(it->stream_rc, "%s",
+                       it->stream_message ? it->stream_message : "");
+    return 0;
+  }
+  slot *s = &it->slots[it->delivered % it->window];
+  pthread_mutex_lock(&it->lock);
+  while (!s->ready) pthread_cond_wait(&it->ready, &it->lock);
+  pthread_mutex_unlock(&it->lock);
+  it->delivered++;
+  if (s->rc != 0) {
+    it->finished = true;
+    int rc = bc__error(s->rc, "%s", s->message ? s->message : "");
+    free(s->message);
+    s->message = NULL;
+    return rc;
+  }
+  /* Hand over the slot's buffer; the slot keeps the caller's old one. */
+  bc_buf tmp = *out;
+  *out = s->data;
+  s->data = tmp;
+  if (index) *index = s->index;
+  return 1;
+}
+
+void bc_readahead_close(bc_readahead *it) {
+  if (it == NULL) return;
+  pthread_mutex_lock(&it->lock);
+  it->stopping = true;
+  pthread_cond_broadcast(&it->work);
+  pthread_mutex_unlock(&it->lock);
+  /* Workers finish the read they are in, then exit. */
+  for (int t = 0; t < it->nthreads; t++) pthread_join(it->threads[t], NULL);
+  for (size_t k = 0; k < it->window; k++) {
+    bc_buf_release(&it->slots[k].data);
+    free(it->slots[k].message);
+  }
+  free(it->slots);
+  free(it->threads);
+  free(it->stream_message);
+  pthread_mutex_destroy(&it->lock);
+  pthread_mutex_destroy(&it->serial);
+  pthread_cond_destroy(&it->work);
+  pthread_cond_destroy(&it->ready);
+  bc_seq_unref(it->seq);
+  free(it);
+}
+
+/* ---- iterating a range ----------------------------------------------------- */
+
+/* The stream of bc_seq_iterate: start, start + 1, ..., up to the known end;
+ * past a lower bound it keeps going and the read of the first missing index
+ * (BC_ERANGE) marks the end. */
+static int range_stream(void *payload, uint64_t *index) {
+  bc_readahead *it = payload;
+  bc_len len;
+  int rc = it->seq->ops->length(it->seq, false, &len);
+  if (rc != 0) return rc;
+  if (len.kind == BC_LEN_EXACT && it->next_index >= len.value) return 0;
+  if (len.kind == BC_LEN_AT_LEAST && it->next_index >= len.value) {
+    /* Beyond what is known: settle only when the index is really needed. */
+    if ((rc = bc__seq_settle(it->seq, &len)) != 0) return rc;
+    if (len.kind == BC_LEN_EXACT && it->next_index >= len.value) return 0;
+  }
+  *index = it->next_index++;
+  return 1;
+}
+
+int bc_seq_iterate(bc_readahead **out, bc_seq *seq, uint64_t start,
+                   const bc_readahead_options *opts) {
+  bc_readahead *it;
+  /* The stream's payload is the iterator itself, set right after open;
+   * the stream is first pulled in bc_readahead_next. */
+  int rc = bc_readahead_open(&it, seq, range_stream, NULL, opts);
+  if (rc != 0) return rc;
+  it->payload = it;
+  it->next_index = start;
+  *out = it;
+  return 0;
+}
