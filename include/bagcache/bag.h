@@ -78,9 +78,10 @@ int bc_writer_open(bc_writer **out, const char *path,
                    const bc_writer_options *opts);
 
 /* Appends one record (`size` may be 0; `data` may then be NULL).
- * After any failure the writer is failed: every later write, flush and close
- * returns that same error and nothing is ever published.
- * Errors: BC_ECLOSED after close, BC_ENOSPC, BC_EIO, BC_ENOMEM. */
+ * After a failure of the writer itself (I/O, no space, memory) the writer is
+ * failed: every later write, flush and close returns that same error and
+ * nothing is ever published.  Misuse (BC_EINVAL: NULL data with a non-zero
+ * size; BC_ECLOSED after close) is reported without failing the writer. */
 int bc_writer_write(bc_writer *w, const void *data, size_t size);
 
 /* Hands buffered bytes to the operating system (no fsync).  The data stays in
@@ -89,7 +90,12 @@ int bc_writer_flush(bc_writer *w);
 
 /* Finishes the file: writes the limits, fsyncs, renames into place, fsyncs
  * the directory.  Idempotent: a second call returns the first call's result.
- * On failure nothing is published and the temporary files are removed. */
+ * A failure before the rename publishes nothing and removes the temporary
+ * files.  Only the last step can fail after the rename: if fsync of the
+ * directory fails, the complete file is in place but its durability is not
+ * guaranteed, and close reports the error.  With separate limits an existing
+ * NAME is removed just before the new pair is renamed in, so a failure in
+ * those last steps can leave NAME absent (never a mismatched pair). */
 int bc_writer_close(bc_writer *w);
 
 /* Releases the writer.  If it was not closed, the unfinished temporary files
@@ -158,8 +164,9 @@ typedef struct bc_reader_options {
  * records file DIR/NAME gets its limits from DIR/limits.NAME.
  * An empty spec opens zero shards (an empty bag).  `opts` may be NULL.
  * Errors: BC_ENOTFOUND (a file is missing), BC_ECORRUPT (a tail is malformed,
- * interleaved sizes break the rule), BC_EINVAL, BC_EIO, BC_EUNSUPPORTED
- * (direct I/O impossible and no fallback), BC_ENOMEM. */
+ * interleaved sizes break the rule), BC_EINVAL (bad option, not a regular
+ * file), BC_EPERM, BC_EIO, BC_ENOMEM.  (Direct I/O that the file system
+ * refuses is not an error: the bag falls back with a notice.) */
 int bc_bag_open(bc_bag **out, const char *spec, const bc_reader_options *opts);
 
 /* Closes the bag: unmaps files, frees memory.  NULL is fine. */

@@ -29,7 +29,8 @@ typedef struct bc_index bc_index;
 /* Builds an index over the positions 0..count-1 of a view of `bag`:
  * position p holds bag record positions[p], or record p when `positions` is
  * NULL (then `count` must be bc_bag_len(bag)).  `positions` is copied.
- * Errors: BC_ERANGE (a position >= len), any read error of the bag. */
+ * Errors: BC_ERANGE (a position >= len), BC_EINVAL (positions NULL and
+ * count != bc_bag_len), BC_ENOMEM, any read error of the bag. */
 int bc_index_build(bc_index **out, const bc_bag *bag, const uint64_t *positions,
                    uint64_t count);
 

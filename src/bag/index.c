@@ -28,6 +28,7 @@ typedef struct {
 
 struct bc_index {
   const bc_bag *bag;
+  bool zero_copy;      /* records can be compared in place (no copy) */
   uint64_t *view;      /* position -> bag record (NULL: identity) */
   entry *entries;
   uint64_t nentries;
@@ -46,7 +47,7 @@ static inline uint64_t record_of(const bc_index *ix, uint64_t pos) {
 static int read_at(const bc_index *ix, uint64_t pos, bc_buf *buf,
                    const void **data, size_t *size) {
   uint64_t r = record_of(ix, pos);
-  if (bc_bag_get_view(ix->bag, r, data, size) == 0) return 0;
+  if (ix->zero_copy) return bc_bag_get_view(ix->bag, r, data, size);
   int rc = bc_bag_get(ix->bag, r, buf);
   if (rc != 0) return rc;
   *data = buf->data;
@@ -131,6 +132,7 @@ int bc_index_build(bc_index **out, const bc_bag *bag, const uint64_t *positions,
   int rc = 0;
   if (ix == NULL) return bc__error(BC_ENOMEM, "out of memory");
   ix->bag = bag;
+  ix->zero_copy = bc__bag_can_view(bag);
   uint64_t len = bc_bag_len(bag);
   if (positions == NULL && count != len) {
     rc = bc__error(BC_EINVAL, "index: count %llu != bag length %llu",
@@ -193,6 +195,10 @@ int bc_index_build(bc_index **out, const bc_bag *bag, const uint64_t *positions,
     entry *e = &ix->entries[pairs[p].hash];
     ix->positions[e->first + e->count++] = pairs[p].pos;
   }
+  /* Entries were sized for one per position; keep only the distinct. */
+  entry *shrunk = realloc(ix->entries, (ix->nentries ? ix->nentries : 1) *
+                                           sizeof *ix->entries);
+  if (shrunk != NULL) ix->entries = shrunk;
   *out = ix;
   ix = NULL;
   goto cleanup;

@@ -97,7 +97,6 @@ void bc__encoder_free(bc__encoder *e);
 int bc__encoder_encode(bc__encoder *e, const void *src, size_t size,
                        bc_buf *out);
 
-#endif /* BC_BAG_INTERNAL_H */
 
 /* ---- one shard (shard.c) -------------------------------------------------- */
 
@@ -134,10 +133,17 @@ int bc__shard_open(bc__shard *s, const char *records_path,
 void bc__shard_close(bc__shard *s);
 
 /* The byte range [*start, *end) of record i (< count) in the records
- * section, with both limits validated.  `what` is for messages. */
+ * section, with both limits validated (BC_ECORRUPT naming the file and
+ * record otherwise). */
 int bc__shard_range(bc__shard *s, uint64_t i, uint64_t *start, uint64_t *end);
 
 /* The file holding the limits (the records file for tail limits). */
 static inline const bc__file *bc__shard_limits_file(const bc__shard *s) {
   return s->separate ? &s->limits_file : &s->records;
 }
+
+/* True when every shard can serve zero-copy views (uncompressed and
+ * mapped), so bc_bag_get_view never fails with BC_EUNSUPPORTED. */
+bool bc__bag_can_view(const bc_bag *bag);
+
+#endif /* BC_BAG_INTERNAL_H */

@@ -271,6 +271,13 @@ int bc_bag_get(const bc_bag *bag, uint64_t index, bc_buf *out) {
   return rc;
 }
 
+bool bc__bag_can_view(const bc_bag *bag) {
+  for (size_t i = 0; i < bag->nshards; i++)
+    if (bag->shards[i].zstd || bag->shards[i].records.policy != BC_CACHE_SYSTEM)
+      return false;
+  return true;
+}
+
 int bc_bag_get_view(const bc_bag *bag, uint64_t index, const void **data,
                     size_t *size) {
   static const unsigned char empty[1];
