@@ -8,12 +8,22 @@
  * delivered + window, so a slot is never reused before it was delivered.
  *
  * The stream is pulled only by the consumer, in bc_readahead_next (never
- * under the lock: it may call user code).  Workers read without the lock.
- * Locks: it->lock guards the counters and ready flags; it->serial is held
- * around a read from a leaf that is not thread-safe.  They are never held
- * together, and neither is held while the stream is pulled.
- * A stream failure is stored as the end of the stream and surfaces once
- * every record before it was delivered.
+ * under a lock: it may call user code), as many indices as the window has
+ * room for, then published with one lock and one wake-up.  Workers claim
+ * several slots at a time and read without the lock.
+ *
+ * Readiness is a per-slot atomic flag, so the consumer takes the lock only
+ * when it has to wait.  No lost wake-up: the consumer sets `waiting` and
+ * then re-checks the flag while holding the lock; a worker sets the flag
+ * and then reads `waiting` (both sequentially consistent), and if it is set
+ * broadcasts under the lock, which it can only take once the consumer is
+ * inside pthread_cond_wait.
+ *
+ * Locks: it->lock guards the counters; it->serial is held around a read
+ * from a leaf that is not thread-safe.  They are never held together, and
+ * neither is held while the stream is pulled.  A stream failure is stored
+ * as the end of the stream and surfaces once every record before it was
+ * delivered.
  */
 #include "config.h"
 
@@ -25,9 +35,9 @@
 typedef struct {
   uint64_t index;
   bc_buf data;
-  int rc;          /* read result */
-  bool ready;      /* the worker finished (it->lock) */
-  char *message;   /* the read's error detail, when rc != 0 */
+  int rc;           /* read result */
+  atomic_int ready; /* the worker finished this slot */
+  char *message;    /* the read's error detail, when rc != 0 */
 } slot;
 
 struct bc_readahead {
@@ -42,6 +52,8 @@ struct bc_readahead {
   char *stream_message;
   bool finished;      /* everything (incl. a failure) was delivered */
   bool stopping;      /* workers must exit */
+  atomic_int waiting; /* the consumer sleeps on `ready` */
+  size_t batch;       /* slots a worker claims at once */
   pthread_mutex_t lock;
   pthread_cond_t work;  /* a slot was queued, or stopping */
   pthread_cond_t ready; /* a slot became ready */
@@ -54,6 +66,27 @@ struct bc_readahead {
   uint64_t next_index;
 };
 
+/* Reads one slot (the slot is the worker's until it is marked ready). */
+static void fill_slot(bc_readahead *it, slot *s) {
+  bc_seq *leaf;
+  uint64_t li;
+  s->rc = bc__seq_resolve_leaf(it->seq, s->index, &leaf, &li);
+  if (s->rc == 0 && (leaf->flags & BC_SEQ_F_THREAD_SAFE)) {
+    s->rc = leaf->ops->get(leaf, li, &s->data);
+  } else if (s->rc == 0) {
+    pthread_mutex_lock(&it->serial);
+    s->rc = leaf->ops->get(leaf, li, &s->data);
+    pthread_mutex_unlock(&it->serial);
+  }
+  if (s->rc != 0) s->message = strdup(bc_errmsg());
+  atomic_store(&s->ready, 1);
+  if (atomic_load(&it->waiting)) {
+    pthread_mutex_lock(&it->lock);
+    pthread_cond_broadcast(&it->ready);
+    pthread_mutex_unlock(&it->lock);
+  }
+}
+
 static void *worker_main(void *arg) {
   bc_readahead *it = arg;
   pthread_mutex_lock(&it->lock);
@@ -61,23 +94,13 @@ static void *worker_main(void *arg) {
     while (!it->stopping && it->claimed == it->queued)
       pthread_cond_wait(&it->work, &it->lock);
     if (it->stopping) break;
-    slot *s = &it->slots[it->claimed++ % it->window];
+    uint64_t first = it->claimed, avail = it->queued - it->claimed;
+    uint64_t take = avail < it->batch ? avail : it->batch;
+    it->claimed += take;
     pthread_mutex_unlock(&it->lock);
-    /* The slot is this worker's until it is marked ready. */
-    bc_seq *leaf;
-    uint64_t li;
-    s->rc = bc__seq_resolve_leaf(it->seq, s->index, &leaf, &li);
-    if (s->rc == 0 && (leaf->flags & BC_SEQ_F_THREAD_SAFE)) {
-      s->rc = leaf->ops->get(leaf, li, &s->data);
-    } else if (s->rc == 0) {
-      pthread_mutex_lock(&it->serial);
-      s->rc = leaf->ops->get(leaf, li, &s->data);
-      pthread_mutex_unlock(&it->serial);
-    }
-    if (s->rc != 0) s->message = strdup(bc_errmsg());
+    for (uint64_t k = 0; k < take; k++)
+      fill_slot(it, &it->slots[(first + k) % it->window]);
     pthread_mutex_lock(&it->lock);
-    s->ready = true;
-    pthread_cond_broadcast(&it->ready);
   }
   pthread_mutex_unlock(&it->lock);
   return NULL;
@@ -107,6 +130,12 @@ int bc_readahead_open(bc_readahead **out, bc_seq *seq, bc_index_stream_fn fn,
   it->fn = fn;
   it->payload = payload;
   it->window = opts->window;
+  /* Small claims keep the head of the window moving; larger ones save
+   * lock traffic.  A quarter of each thread's share balances the two. */
+  it->batch = opts->window / (4 * (size_t)opts->threads);
+  if (it->batch < 1) it->batch = 1;
+  if (it->batch > 32) it->batch = 32;
+  atomic_init(&it->waiting, 0);
   pthread_mutex_init(&it->lock, NULL);
   pthread_mutex_init(&it->serial, NULL);
   pthread_cond_init(&it->work, NULL);
@@ -123,31 +152,39 @@ int bc_readahead_open(bc_readahead **out, bc_seq *seq, bc_index_stream_fn fn,
   return 0;
 }
 
-/* Pulls indices from the stream until the window is full or it ends. */
+/* Pulls indices from the stream until the window is full or it ends, then
+ * hands them to the workers at once. */
 static void top_up(bc_readahead *it) {
-  while (!it->stream_done && it->queued - it->delivered < it->window) {
+  uint64_t added = 0;
+  while (!it->stream_done && it->queued + added - it->delivered < it->window) {
     uint64_t index;
     int rc = it->fn(it->payload, &index); /* user code: no lock held */
     if (rc <= 0) {
       it->stream_done = true;
       it->stream_rc = rc < 0 ? rc : 0;
       if (rc < 0) it->stream_message = strdup(bc_errmsg());
-      return;
+      break;
     }
-    slot *s = &it->slots[it->queued % it->window];
+    /* Slots past `queued` are not visible to workers until published. */
+    slot *s = &it->slots[(it->queued + added) % it->window];
     s->index = index;
-    s->ready = false;
     s->rc = 0;
-    pthread_mutex_lock(&it->lock);
-    it->queued++;
-    pthread_cond_signal(&it->work);
-    pthread_mutex_unlock(&it->lock);
+    atomic_store_explicit(&s->ready, 0, memory_order_relaxed);
+    added++;
   }
+  if (added == 0) return;
+  pthread_mutex_lock(&it->lock);
+  it->queued += added;
+  pthread_cond_broadcast(&it->work);
+  pthread_mutex_unlock(&it->lock);
 }
 
 int bc_readahead_next(bc_readahead *it, bc_buf *out, uint64_t *index) {
   if (it->finished) return 0;
-  top_up(it);
+  /* Refill once a quarter of the window is free: fewer, larger hand-offs. */
+  if (it->queued - it->delivered <= it->window - (it->window + 3) / 4 ||
+      it->queued == it->delivered)
+    top_up(it);
   if (it->delivered == it->queued) { /* stream over and all delivered */
     it->finished = true;
     if (it->stream_rc != 0)
@@ -156,9 +193,13 @@ int bc_readahead_next(bc_readahead *it, bc_buf *out, uint64_t *index) {
     return 0;
   }
   slot *s = &it->slots[it->delivered % it->window];
-  pthread_mutex_lock(&it->lock);
-  while (!s->ready) pthread_cond_wait(&it->ready, &it->lock);
-  pthread_mutex_unlock(&it->lock);
+  if (!atomic_load(&s->ready)) {
+    pthread_mutex_lock(&it->lock);
+    atomic_store(&it->waiting, 1);
+    while (!atomic_load(&s->ready)) pthread_cond_wait(&it->ready, &it->lock);
+    atomic_store(&it->waiting, 0);
+    pthread_mutex_unlock(&it->lock);
+  }
   it->delivered++;
   if (s->rc != 0) {
     it->finished = true;
