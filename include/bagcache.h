@@ -7,6 +7,8 @@
  *   bagcache/bag.h     the Bagz format: writer and sharded reader
  *   bagcache/index.h   record-bytes -> positions lookup
  *   bagcache/seq.h     the sequence interface, views, read-ahead iteration
+ *   bagcache/cache.h   the cache engine: a slow source as a random-access
+ *                      sequence on disk
  */
 #ifndef BAGCACHE_H
 #define BAGCACHE_H
@@ -19,6 +21,7 @@
 #include "bagcache/bag.h"
 #include "bagcache/index.h"
 #include "bagcache/seq.h"
+#include "bagcache/cache.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,4 +3,5 @@ bagcacheinclude_HEADERS += \
 	include/bagcache/error.h \
 	include/bagcache/bag.h \
 	include/bagcache/index.h \
-	include/bagcache/seq.h
+	include/bagcache/seq.h \
+	include/bagcache/cache.h

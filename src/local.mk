@@ -9,5 +9,6 @@ libbagcache_la_LDFLAGS = -version-info $(BC_LT_VERSION) \
 # Everything, linked statically into tests and the CLI so they can reach
 # internal (bc__) helpers too.
 noinst_LTLIBRARIES += libbagcache_core.la
-libbagcache_core_la_SOURCES = $(BC_COMMON_SOURCES) $(BC_BAG_SOURCES) $(BC_SEQ_SOURCES)
+libbagcache_core_la_SOURCES = $(BC_COMMON_SOURCES) $(BC_BAG_SOURCES) $(BC_SEQ_SOURCES) \
+	$(BC_CACHE_SOURCES)
 libbagcache_core_la_LIBADD = $(BC_DEP_LIBS)

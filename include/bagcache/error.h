@@ -29,11 +29,16 @@ enum bc_error {
   BC_ECLOSED = -8,      /* the object was already closed */
   BC_EUNSUPPORTED = -9, /* the operation is not available for this object */
   BC_EPERM = -10,       /* permission denied */
-  BC_EINFINITE = -11    /* the sequence has no end (so no length, no -1) */
+  BC_EINFINITE = -11,   /* the sequence has no end (so no length, no -1) */
+  BC_ESOURCE = -12,     /* a cache's source (the user's iterator) failed */
+  BC_ENONDET = -13,     /* a regenerated shard differs: the source is not
+                           deterministic */
+  BC_ENOTCACHED = -14,  /* the record is not cached and there is no source */
+  BC_EVERSION = -15     /* a file of an unsupported format version */
 };
 
 /* Number of codes in the table (BC_OK included): codes run 0 .. -(N-1). */
-#define BC_ERROR_COUNT 12
+#define BC_ERROR_COUNT 16
 
 /* A short, static, human-readable description of an error code ("corrupt
  * file").  Never NULL; unknown codes give "unknown error". */

@@ -25,6 +25,10 @@ static const struct {
     {"BC_EUNSUPPORTED", "operation not supported"},
     {"BC_EPERM", "permission denied"},
     {"BC_EINFINITE", "sequence has no end"},
+    {"BC_ESOURCE", "source failed"},
+    {"BC_ENONDET", "source is not deterministic"},
+    {"BC_ENOTCACHED", "not cached"},
+    {"BC_EVERSION", "unsupported format version"},
 };
 
 static _Thread_local char error_message[1024];

@@ -1,0 +1,194 @@
+/*
+ * bagcache/cache.h - the cache engine: drain a slow sequential source into
+ * Bagz shards on disk, under an optional disk limit, shared by many threads
+ * and processes, and read it back as a random-access sequence.
+ *
+ * A cache lives in a root directory:
+ *   ROOT/metadata.json   format version, shard length, length (a lower bound
+ *                        until length_final), compression, user info
+ *   ROOT/shards/START.END.bag[z]   each a standalone Bagz file holding
+ *                        records [START, END)
+ *   ROOT/locks/          LMDB: shard states, claims, access clock, bytes
+ *   ROOT/scratch/        shards being written
+ * doc/cache.md explains the life of a shard and the locking protocol.
+ *
+ * Ownership: bc_cache_open() returns a cache the caller closes with
+ * bc_cache_close().  bc_cache_seq() gives the cache as a bc_seq (borrowed);
+ * take a reference (bc_seq_ref) to keep it, or to build views: views hold
+ * their own references, so the cache lives until the last one is dropped.
+ *
+ * Thread safety: every function may be called from any thread at once on
+ * one cache, except bc_cache_close (no call may be running).  Many
+ * processes may open one root at once.  The source's callbacks are never
+ * called with a bagcache lock held.
+ */
+#ifndef BAGCACHE_CACHE_H
+#define BAGCACHE_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bag.h"
+#include "seq.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the source ------------------------------------------------------ */
+
+#define BC_SOURCE_VERSION 1
+
+/* A deterministic sequential source, read in passes from the start.  Every
+ * callback returns 0 (or 1 where noted) on success, or a negative BC_E* code
+ * with bc_set_errmsg() (the message reaches whoever needed the record). */
+typedef struct bc_source {
+  unsigned version; /* BC_SOURCE_VERSION */
+  /* Opens a fresh pass from the first record; *pass is passed back below. */
+  int (*open)(void *payload, void **pass);
+  /* The next record into out: 1 = a record, 0 = the end of the source. */
+  int (*next)(void *payload, void *pass, bc_buf *out);
+  /* Optional (NULL: records are read and dropped): skips up to n records
+   * cheaply, storing how many were skipped (fewer means the source ended). */
+  int (*skip)(void *payload, void *pass, uint64_t n, uint64_t *skipped);
+  /* Ends a pass (also an unfinished one).  Required. */
+  void (*close)(void *payload, void *pass);
+  /* Called once when the cache no longer needs the payload.  May be NULL. */
+  void (*free_payload)(void *payload);
+  void *payload;
+  /* true: several passes may run at once, on different threads (only then
+   * does the cache use more than one fill worker). */
+  bool thread_safe;
+} bc_source;
+
+/* ---- options --------------------------------------------------------- */
+
+/* Decides what to fill after a request: stores up to `max` shard numbers in
+ * shards[] and returns how many.  Called with no lock held. */
+typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
+                                 uint64_t shard_records, uint64_t *shards,
+                                 size_t max);
+
+typedef struct bc_cache_options {
+  /* Records per shard.  0: derive it from shard_bytes, estimated from the
+   * first records of the source, and recorded once in metadata.json. */
+  uint64_t shard_records;
+  uint64_t shard_bytes;   /* target shard size when shard_records is 0;
+                             0 = 64 MiB */
+  int max_open_shards;    /* shard readers kept open per process; 0 = 128 */
+  int fill_workers;       /* background fill threads; 0 = 1.  More than one
+                             needs a thread-safe source (else BC_EINVAL) */
+  uint64_t disk_limit;    /* bytes in shards/ at most; 0 = keep everything */
+  bc_compression compression; /* NONE (default, .bag) or ZSTD (.bagz) */
+  int zstd_level;         /* with ZSTD; 0 = zstd's default (3) */
+  /* After a request for index i, fill what this returns next (no lock
+   * held).  NULL: the next prefetch_shards shards after i's. */
+  bc_prefetch_fn prefetch;
+  void *prefetch_payload;
+  int prefetch_shards;    /* for the default policy; 0 = 1, -1 = none */
+  bool preload_all;       /* drain the whole source in the background */
+  const char *info_json;  /* user info (any JSON text) for metadata.json;
+                             NULL keeps what is there */
+  int64_t known_length;   /* the source's length if known, else -1 */
+  unsigned file_mode;     /* mode of created files; 0 = 0644 */
+} bc_cache_options;
+
+#define BC_CACHE_OPTIONS_INIT \
+  {0, 0, 0, 0, 0, BC_COMPRESSION_NONE, 0, NULL, NULL, 0, false, NULL, -1, 0}
+
+/* ---- opening and reading ---------------------------------------------- */
+
+typedef struct bc_cache bc_cache;
+
+/* Opens (creating if needed) the cache at `root`.  `source` may be NULL:
+ * the cache then serves what is cached, and a request for anything else is
+ * BC_ENOTCACHED.  The source struct is copied; its payload is the cache's
+ * from now on (free_payload is called at the end, also when this fails).
+ * An existing root keeps the shard length and compression of its
+ * metadata.json (a notice says so when the options differ).
+ * Errors: BC_EINVAL (options), BC_ECORRUPT (metadata.json unreadable),
+ * BC_EVERSION (another format version), BC_EIO, BC_EPERM, BC_ENOSPC. */
+int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
+                  const bc_cache_options *opts);
+
+/* Stops the workers, closes files, frees the cache's own reference to its
+ * sequence.  NULL is fine. */
+void bc_cache_close(bc_cache *cache);
+
+/* The cache as a sequence (borrowed; bc_seq_ref to keep).  Its length is a
+ * lower bound until the source has ended; bc_seq_len drains to the end.
+ * Reading an index past the end is BC_ERANGE. */
+bc_seq *bc_cache_seq(bc_cache *cache);
+
+/* Shorthands for bc_seq_get / bc_seq_len on the cache. */
+int bc_cache_get(bc_cache *cache, int64_t index, bc_buf *out);
+int bc_cache_len(bc_cache *cache, uint64_t *len);
+
+/* Fills everything (drains the source), waiting until it is done. */
+int bc_cache_fill_all(bc_cache *cache);
+
+/* ---- introspection ---------------------------------------------------- */
+
+typedef struct bc_cache_stats {
+  uint64_t length;       /* records known */
+  bool length_final;     /* the source has ended: length is exact */
+  uint64_t shard_records;
+  uint64_t shards_present;
+  uint64_t bytes_on_disk; /* bytes in shards/ (from the shared state) */
+  uint64_t disk_limit;    /* 0 = none */
+  /* This process's counters since open: */
+  uint64_t hits;          /* records served from an open shard */
+  uint64_t shard_opens;   /* shard files opened */
+  uint64_t fills;         /* shards filled for the first time */
+  uint64_t regenerations; /* shards filled again after eviction/damage */
+  uint64_t evictions;     /* shards this process evicted */
+  uint64_t passes_opened; /* source passes opened */
+  uint64_t records_skipped; /* records skipped or read and dropped */
+  uint64_t waits;         /* times it waited for another filler */
+} bc_cache_stats;
+
+int bc_cache_stats_get(bc_cache *cache, bc_cache_stats *stats);
+
+typedef struct bc_cache_shard {
+  uint64_t start, end;    /* records [start, end) */
+  char path[4096];        /* the shard file */
+  uint64_t bytes;
+  uint64_t last_access;   /* shared access clock value (larger = later) */
+} bc_cache_shard;
+
+/* Lists the shards present, ascending: at most `max` into shards[], their
+ * total count into *count. */
+int bc_cache_shards(bc_cache *cache, bc_cache_shard *shards, size_t max,
+                    size_t *count);
+
+/* Current positions of this process's source passes (the next record each
+ * will read): at most `max` into positions[], their count into *count. */
+int bc_cache_worker_positions(bc_cache *cache, uint64_t *positions, size_t max,
+                              size_t *count);
+
+/* The user info JSON text (malloc'd; free it), "null" when none. */
+int bc_cache_info(bc_cache *cache, char **json);
+
+/* Replaces the user info (any JSON text), atomically in metadata.json. */
+int bc_cache_set_info(bc_cache *cache, const char *json);
+
+/* Checks every present shard against its recorded size and checksum.
+ * 0 when all match; otherwise the first problem, with the shard's start in
+ * *bad_start (if not NULL). */
+int bc_cache_verify(bc_cache *cache, uint64_t *bad_start);
+
+/* Writes a fully cached root as a standard Bagz set OUT@N (N shards, as
+ * even as possible, zstd if OUT ends in .bagz): readable by bagz itself.
+ * BC_ENOTCACHED if a shard is missing and there is no source; with a source
+ * missing shards are filled first. */
+int bc_cache_export(bc_cache *cache, const char *out_spec);
+
+/* Deletes everything under a root (shards, state, metadata).  No cache may
+ * be open on it. */
+int bc_cache_clear(const char *root);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BAGCACHE_CACHE_H */

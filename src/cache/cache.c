@@ -1,0 +1,443 @@
+/*
+ * The cache: opening a root, the sequence leaf over it, introspection.
+ *
+ * get(i): shard s = i / R; the per-process reader LRU serves it if open,
+ * else bc__reader_acquire obtains the shard (fill, wait, or take over) and
+ * opens it.  Reading past the end is BC_ERANGE: the filler discovers the
+ * end and records it (length_final) for everyone.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "cache/internal.h"
+
+double bc__now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
+                    bool zstd, char *out, size_t size) {
+  uint64_t start = shard * c->R;
+  snprintf(out, size, "%s/%llu.%llu.%s", c->shards_dir,
+           (unsigned long long)start, (unsigned long long)(start + records),
+           zstd ? "bagz" : "bag");
+}
+
+int bc__cache_load_length(bc_cache *c, MDB_txn *t) {
+  uint64_t len = 0, fin = 0;
+  bool f1, f2;
+  int rc = bc__u64_get(t, bc__dbi_meta(c->env), "length", &len, &f1);
+  if (rc == 0) rc = bc__u64_get(t, bc__dbi_meta(c->env), "final", &fin, &f2);
+  if (rc != 0) return rc;
+  if (f1) atomic_store(&c->known_length, len);
+  if (f2 && fin) atomic_store(&c->final, true);
+  return 0;
+}
+
+/* ---- the sequence leaf ---------------------------------------------------- */
+
+static int cache_length(bc_seq *self, bool exact, bc_len *out) {
+  bc_cache *c = (bc_cache *)self;
+  if (exact && !atomic_load(&c->final)) {
+    if (!c->has_source)
+      return bc__error(BC_ENOTCACHED,
+                       "%s: the length is not known yet (the source never "
+                       "ended) and the cache has no source", c->root);
+    int rc = bc__drain(c);
+    if (rc != 0) return rc;
+  }
+  *out = (bc_len){atomic_load(&c->final) ? BC_LEN_EXACT : BC_LEN_AT_LEAST,
+                  atomic_load(&c->known_length)};
+  return 0;
+}
+
+static int cache_get_record(bc_seq *self, uint64_t index, bc_buf *out) {
+  bc_cache *c = (bc_cache *)self;
+  if (atomic_load(&c->final) && index >= atomic_load(&c->known_length))
+    return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
+                     c->root, (unsigned long long)index,
+                     (unsigned long long)atomic_load(&c->known_length));
+  if (c->R == 0)
+    return bc__error(c->has_source ? BC_EIO : BC_ENOTCACHED,
+                     "%s: nothing is cached yet and the cache has no source",
+                     c->root);
+  uint64_t shard = index / c->R;
+  bc__reader *r;
+  int rc = bc__reader_acquire(c, shard, &r);
+  if (rc != 0) return rc;
+  uint64_t local = index - r->start;
+  if (local >= bc_bag_len(r->bag)) {
+    /* The last shard is short: the source ended before index. */
+    uint64_t end = r->start + bc_bag_len(r->bag);
+    bc__reader_release(c, r);
+    return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
+                     c->root, (unsigned long long)index,
+                     (unsigned long long)end);
+  }
+  rc = bc_bag_get(r->bag, local, out);
+  bc__reader_release(c, r);
+  return rc;
+}
+
+static void cache_destroy(bc_seq *self) {
+  bc_cache *c = (bc_cache *)self;
+  bc__workers_stop(c);
+  bc__readers_close_all(c);
+  bc__passes_close_all(c);
+  if (c->src.free_payload) c->src.free_payload(c->src.payload);
+  bc__env_release(c->env);
+  pthread_mutex_destroy(&c->lock);
+  pthread_cond_destroy(&c->cond);
+  free(c->passes);
+  free(c->workers);
+  free(c->root);
+  free(c->shards_dir);
+  free(c->scratch_dir);
+  free(c->locks_dir);
+  free(c->meta_path);
+  free(c);
+}
+
+static const bc_seq_ops cache_ops = {
+    .version = BC_SEQ_OPS_VERSION,
+    .type_name = "cache",
+    .length = cache_length,
+    .get = cache_get_record,
+    .destroy = cache_destroy,
+};
+
+/* ---- opening ---------------------------------------------------------------- */
+
+static char *join(const char *a, const char *b) {
+  size_t n = strlen(a) + strlen(b) + 2;
+  char *p = malloc(n);
+  if (p) snprintf(p, n, "%s/%s", a, b);
+  return p;
+}
+
+static int make_dir(const char *path) {
+  if (mkdir(path, 0755) == 0 || errno == EEXIST) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    return bc__error(BC_EINVAL, "%s: exists and is not a directory", path);
+  }
+  return bc__error_errno(errno, "%s: cannot create the directory", path);
+}
+
+static int check_options(const bc_cache_options *o, const bc_source *src) {
+  if (src != NULL && (src->version != BC_SOURCE_VERSION || src->open == NULL ||
+                      src->next == NULL || src->close == NULL))
+    return bc__error(BC_EINVAL, "source: version %u (need %d) with open, next "
+                     "and close", src->version, BC_SOURCE_VERSION);
+  if (o->fill_workers < 0 || o->max_open_shards < 0 || o->prefetch_shards < -1)
+    return bc__error(BC_EINVAL, "cache options: negative count");
+  if (o->fill_workers > 1 && (src == NULL || !src->thread_safe))
+    return bc__error(BC_EINVAL,
+                     "cache options: %d fill workers need a thread-safe source",
+                     o->fill_workers);
+  if (o->compression != BC_COMPRESSION_NONE && o->compression != BC_COMPRESSION_ZSTD)
+    return bc__error(BC_EINVAL, "cache options: compression must be none or zstd");
+  if (o->compression == BC_COMPRESSION_ZSTD &&
+      (o->zstd_level < ZSTD_minCLevel() || o->zstd_level > ZSTD_maxCLevel()))
+    return bc__error(BC_EINVAL, "cache options: zstd level %d outside [%d, %d]",
+                     o->zstd_level, ZSTD_minCLevel(), ZSTD_maxCLevel());
+  uint64_t target = o->shard_bytes ? o->shard_bytes : (uint64_t)64 << 20;
+  if (o->disk_limit != 0 && o->shard_records == 0 && o->disk_limit < target)
+    return bc__error(BC_EINVAL,
+                     "cache options: disk limit %llu bytes is smaller than one "
+                     "shard (%llu bytes)", (unsigned long long)o->disk_limit,
+                     (unsigned long long)target);
+  return 0;
+}
+
+/* Reads metadata.json, or creates it from the options, deciding the shard
+ * length (which may need the source: estimated from its first records,
+ * outside any lock).  Creation runs under the LMDB write lock so two
+ * processes creating one root agree on one metadata.json. */
+static int load_or_create_meta(bc_cache *c) {
+  bc__meta m;
+  int rc = bc__meta_read(c->meta_path, &m);
+  if (rc != 0 && rc != BC_ENOTFOUND) return rc;
+  if (rc == BC_ENOTFOUND || m.shard_records == 0) {
+    if (rc == 0) bc__meta_free(&m);
+    uint64_t records = c->opts.shard_records;
+    if (records == 0 && c->has_source &&
+        (rc = bc__estimate_shard_records(c, &records)) != 0)
+      return rc;
+    MDB_txn *t;
+    if ((rc = bc__txn_begin(c->env, true, &t)) != 0) return rc;
+    rc = bc__meta_read(c->meta_path, &m); /* another process may have won */
+    bool write = false;
+    if (rc == BC_ENOTFOUND) {
+      memset(&m, 0, sizeof m);
+      m.version = BC_CACHE_FORMAT_VERSION;
+      m.shard_records = records;
+      m.zstd = c->opts.compression == BC_COMPRESSION_ZSTD;
+      m.zstd_level = c->opts.zstd_level;
+      m.info_json = strdup(c->opts.info_json ? c->opts.info_json : "null");
+      if (c->opts.known_length >= 0) {
+        m.length = (uint64_t)c->opts.known_length;
+        m.length_final = true;
+      }
+      rc = m.info_json ? 0 : bc__error(BC_ENOMEM, "out of memory");
+      write = true;
+    } else if (rc == 0 && m.shard_records == 0 && records != 0) {
+      m.shard_records = records;
+      write = true;
+    }
+    if (rc == 0 && write) {
+      rc = bc__meta_write(c->meta_path, &m, c->mode);
+      if (rc == 0 && m.length_final) {
+        rc = bc__u64_put(t, bc__dbi_meta(c->env), "length", m.length);
+        if (rc == 0) rc = bc__u64_put(t, bc__dbi_meta(c->env), "final", 1);
+      }
+    }
+    if (rc == 0) {
+      rc = bc__txn_commit(t);
+    } else {
+      mdb_txn_abort(t);
+    }
+    if (rc != 0) {
+      bc__meta_free(&m);
+      return rc;
+    }
+  }
+  c->R = m.shard_records;
+  c->zstd = m.zstd;
+  c->level = m.zstd_level;
+  if ((c->opts.shard_records && c->opts.shard_records != m.shard_records) ||
+      (c->opts.compression == BC_COMPRESSION_ZSTD) != m.zstd)
+    bc__notice("%s: keeping the existing cache's shard length (%llu records) "
+               "and compression (%s) over the options given", c->root,
+               (unsigned long long)m.shard_records, m.zstd ? "zstd" : "none");
+  if (m.length_final) atomic_store(&c->final, true);
+  if (m.length > atomic_load(&c->known_length))
+    atomic_store(&c->known_length, m.length);
+  bc__meta_free(&m);
+  return 0;
+}
+
+int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
+                  const bc_cache_options *opts) {
+  static const bc_cache_options defaults = BC_CACHE_OPTIONS_INIT;
+  if (opts == NULL) opts = &defaults;
+  int rc = 0;
+  if (out == NULL || root == NULL) {
+    rc = bc__error(BC_EINVAL, "bc_cache_open: NULL argument");
+    goto fail_early;
+  }
+  if ((rc = check_options(opts, source)) != 0) goto fail_early;
+  bc_cache *c = calloc(1, sizeof *c);
+  if (c == NULL || bc_seq_init(&c->base, &cache_ops, BC_SEQ_F_THREAD_SAFE) != 0) {
+    free(c);
+    rc = bc__error(BC_ENOMEM, "out of memory");
+    goto fail_early;
+  }
+  /* From here the cache owns the source payload: cache_destroy frees it. */
+  if (source != NULL) {
+    c->src = *source;
+    c->has_source = true;
+  }
+  c->opts = *opts;
+  c->opts.info_json = NULL; /* applied below; the caller's string is not kept */
+  c->mode = opts->file_mode ? opts->file_mode : 0644;
+  c->self = bc__owner_self();
+  atomic_init(&c->known_length, 0);
+  atomic_init(&c->final, false);
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_cond_init(&c->cond, NULL);
+  c->max_passes = c->has_source && c->src.thread_safe
+                      ? (size_t)(opts->fill_workers > 1 ? opts->fill_workers : 1) + 1
+                      : 1;
+  c->passes = calloc(c->max_passes, sizeof *c->passes);
+  c->root = strdup(root);
+  c->shards_dir = join(root, "shards");
+  c->scratch_dir = join(root, "scratch");
+  c->locks_dir = join(root, "locks");
+  c->meta_path = join(root, "metadata.json");
+  if (!c->passes || !c->root || !c->shards_dir || !c->scratch_dir ||
+      !c->locks_dir || !c->meta_path) {
+    rc = bc__error(BC_ENOMEM, "out of memory");
+    goto fail;
+  }
+  bool fresh;
+  if ((rc = make_dir(root)) != 0 || (rc = make_dir(c->shards_dir)) != 0 ||
+      (rc = make_dir(c->scratch_dir)) != 0 || (rc = make_dir(c->locks_dir)) != 0 ||
+      (rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh)) != 0)
+    goto fail;
+  if ((rc = load_or_create_meta(c)) != 0) goto fail;
+  if ((rc = bc__rebuild_state(c)) != 0) goto fail;
+  if (opts->info_json != NULL && (rc = bc_cache_set_info(c, opts->info_json)) != 0)
+    goto fail;
+  bc__clean_scratch(c);
+  if (c->has_source && (rc = bc__workers_start(c)) != 0) goto fail;
+  *out = c;
+  return 0;
+fail:
+  bc_seq_unref(&c->base);
+  return rc;
+fail_early:
+  if (source != NULL && source->free_payload) source->free_payload(source->payload);
+  return rc;
+}
+
+void bc_cache_close(bc_cache *c) {
+  if (c == NULL) return;
+  /* Workers stop now even if views keep the sequence alive: a closed
+   * cache still serves reads, filling on demand only. */
+  bc__workers_stop(c);
+  bc_seq_unref(&c->base);
+}
+
+bc_seq *bc_cache_seq(bc_cache *c) { return &c->base; }
+
+int bc_cache_get(bc_cache *c, int64_t index, bc_buf *out) {
+  return bc_seq_get(&c->base, index, out);
+}
+
+int bc_cache_len(bc_cache *c, uint64_t *len) { return bc_seq_len(&c->base, len); }
+
+int bc_cache_fill_all(bc_cache *c) {
+  if (!c->has_source) {
+    if (atomic_load(&c->final)) return 0;
+    return bc__error(BC_ENOTCACHED, "%s: cannot fill: the cache has no source",
+                     c->root);
+  }
+  return bc__drain(c);
+}
+
+/* ---- introspection ------------------------------------------------------------ */
+
+int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
+  memset(st, 0, sizeof *st);
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, false, &t);
+  if (rc != 0) return rc;
+  bool found;
+  rc = bc__cache_load_length(c, t);
+  if (rc == 0) rc = bc__u64_get(t, bc__dbi_meta(c->env), "bytes", &st->bytes_on_disk, &found);
+  if (rc == 0) {
+    MDB_stat ms;
+    int mrc = mdb_stat(t, bc__dbi_shard(c->env), &ms);
+    if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
+    /* count PRESENT only: walk (claims are few) */
+    MDB_cursor *cur;
+    if (rc == 0 && (mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur)) == 0) {
+      MDB_val k, v;
+      for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
+        bc__shard_rec r;
+        if (v.mv_size == sizeof r) {
+          memcpy(&r, v.mv_data, sizeof r);
+          st->shards_present += r.state == SHARD_PRESENT;
+        }
+      }
+      mdb_cursor_close(cur);
+    }
+  }
+  mdb_txn_abort(t);
+  if (rc != 0) return rc;
+  st->length = atomic_load(&c->known_length);
+  st->length_final = atomic_load(&c->final);
+  st->shard_records = c->R;
+  st->disk_limit = c->opts.disk_limit;
+  st->hits = atomic_load(&c->stats.hits);
+  st->shard_opens = atomic_load(&c->stats.shard_opens);
+  st->fills = atomic_load(&c->stats.fills);
+  st->regenerations = atomic_load(&c->stats.regenerations);
+  st->evictions = atomic_load(&c->stats.evictions);
+  st->passes_opened = atomic_load(&c->stats.passes_opened);
+  st->records_skipped = atomic_load(&c->stats.records_skipped);
+  st->waits = atomic_load(&c->stats.waits);
+  return 0;
+}
+
+int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
+                    size_t *count) {
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, false, &t);
+  if (rc != 0) return rc;
+  MDB_cursor *cur;
+  int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
+  if (mrc != 0) {
+    mdb_txn_abort(t);
+    return bc__mdb_error(mrc, "cache state");
+  }
+  size_t n = 0;
+  MDB_val k, v;
+  for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
+    bc__shard_rec r;
+    if (v.mv_size != sizeof r || k.mv_size != 8) continue;
+    memcpy(&r, v.mv_data, sizeof r);
+    if (r.state != SHARD_PRESENT) continue;
+    uint64_t shard = 0;
+    for (int i = 0; i < 8; i++) shard = shard << 8 | ((unsigned char *)k.mv_data)[i];
+    if (n < max) {
+      shards[n].start = shard * c->R;
+      shards[n].end = shard * c->R + r.records;
+      shards[n].bytes = r.bytes;
+      shards[n].last_access = r.last_access;
+      bc__cache_shard_file(c, shard, r.records, r.zstd, shards[n].path,
+                     sizeof shards[n].path);
+    }
+    n++;
+  }
+  mdb_cursor_close(cur);
+  mdb_txn_abort(t);
+  *count = n;
+  return 0;
+}
+
+int bc_cache_worker_positions(bc_cache *c, uint64_t *positions, size_t max,
+                              size_t *count) {
+  size_t n = 0;
+  pthread_mutex_lock(&c->lock);
+  for (size_t i = 0; i < c->max_passes; i++)
+    if (c->passes[i].open) {
+      if (n < max) positions[n] = c->passes[i].pos;
+      n++;
+    }
+  pthread_mutex_unlock(&c->lock);
+  *count = n;
+  return 0;
+}
+
+int bc_cache_info(bc_cache *c, char **json) {
+  bc__meta m;
+  int rc = bc__meta_read(c->meta_path, &m);
+  if (rc != 0) return rc;
+  *json = m.info_json;
+  m.info_json = NULL;
+  bc__meta_free(&m);
+  return 0;
+}
+
+int bc_cache_set_info(bc_cache *c, const char *json) {
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, true, &t); /* serialises metadata writers */
+  if (rc != 0) return rc;
+  bc__meta m;
+  rc = bc__meta_read(c->meta_path, &m);
+  if (rc == 0) {
+    char *copy = strdup(json);
+    if (copy == NULL) {
+      rc = bc__error(BC_ENOMEM, "out of memory");
+    } else {
+      free(m.info_json);
+      m.info_json = copy;
+      rc = bc__meta_write(c->meta_path, &m, c->mode);
+    }
+    bc__meta_free(&m);
+  }
+  mdb_txn_abort(t); /* nothing changed in LMDB: the lock was the point */
+  return rc;
+}

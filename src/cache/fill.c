@@ -1,0 +1,592 @@
+/*
+ * The life of a shard: claim, fill, publish (evicting), or wait for another
+ * filler, or take over a dead one's claim.
+ *
+ * Claim: a write transaction finds no state (or a FILLING state whose owner
+ * died) and stores FILLING with this process's identity.  Only the claimant
+ * fills; other processes poll the state, other threads of this process wait
+ * on its in-process record of the fill.
+ *
+ * Fill: a source pass positioned at or before the shard's first record is
+ * leased from the pool (or a new pass opened), moved forward with skip() or
+ * by reading and dropping records, and the shard's records are written with
+ * the crash-safe Bagz writer into scratch/.  Its checksum is computed on the
+ * way.  No lock is held while the source runs.
+ *
+ * Publish, in ONE write transaction (one at a time across processes):
+ *   1. the claim must still be ours;
+ *   2. a checksum recorded at an earlier publish must match (else the
+ *      source is not deterministic: nothing is published);
+ *   3. while bytes + new > disk limit: the least recently used PRESENT
+ *      shard is unlinked and its state dropped;
+ *   4. the scratch file is renamed into shards/ and the directory fsynced;
+ *   5. the state becomes PRESENT; bytes, clock, length are updated (and
+ *      metadata.json when the length grows or becomes final);
+ *   6. commit.
+ * Victims are unlinked before the new file appears, so the bytes in
+ * shards/ never exceed the limit, at any instant, across processes.  A crash
+ * before the commit leaves the new file in shards/ with a dead claim: the
+ * next claimant removes it and fills again; victims already unlinked are
+ * found missing on open and refilled.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/internal.h"
+
+/* ---- the pass pool ------------------------------------------------------------ */
+
+/* Leases a pass whose position is <= target, opening one if needed.  The
+ * source is called with no lock held. */
+static int pass_lease(bc_cache *c, uint64_t target, size_t *slot) {
+  pthread_mutex_lock(&c->lock);
+  for (;;) {
+    size_t best = SIZE_MAX, idle = SIZE_MAX, empty = SIZE_MAX;
+    for (size_t i = 0; i < c->max_passes; i++) {
+      bc__pass *p = &c->passes[i];
+      if (p->busy) continue;
+      if (!p->open) {
+        if (empty == SIZE_MAX) empty = i;
+      } else if (p->pos <= target) {
+        if (best == SIZE_MAX || p->pos > c->passes[best].pos) best = i;
+      } else if (idle == SIZE_MAX) {
+        idle = i;
+      }
+    }
+    size_t pick = best != SIZE_MAX ? best : empty != SIZE_MAX ? empty : idle;
+    if (pick == SIZE_MAX) { /* all leased: wait for one */
+      pthread_cond_wait(&c->cond, &c->lock);
+      continue;
+    }
+    bc__pass *p = &c->passes[pick];
+    p->busy = true;
+    pthread_mutex_unlock(&c->lock);
+    if (pick != best) {
+      /* No pass before the target: start a new one from the beginning. */
+      if (p->open) c->src.close(c->src.payload, p->handle);
+      p->open = false;
+      void *handle = NULL;
+      int rc = c->src.open(c->src.payload, &handle);
+      if (rc != 0) {
+        if (rc > 0) rc = bc__error(BC_ESOURCE, "the source's open failed");
+        pthread_mutex_lock(&c->lock);
+        p->busy = false;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        return rc;
+      }
+      atomic_fetch_add(&c->stats.passes_opened, 1);
+      pthread_mutex_lock(&c->lock);
+      p->handle = handle;
+      p->pos = 0;
+      p->open = true;
+      pthread_mutex_unlock(&c->lock);
+    }
+    *slot = pick;
+    return 0;
+  }
+}
+
+/* Returns a pass to the pool; a pass that failed or ended is closed. */
+static void pass_return(bc_cache *c, size_t slot, bool keep) {
+  bc__pass *p = &c->passes[slot];
+  if (!keep && p->open) {
+    c->src.close(c->src.payload, p->handle);
+    pthread_mutex_lock(&c->lock);
+    p->open = false;
+  } else {
+    pthread_mutex_lock(&c->lock);
+  }
+  p->busy = false;
+  pthread_cond_broadcast(&c->cond);
+  pthread_mutex_unlock(&c->lock);
+}
+
+void bc__passes_close_all(bc_cache *c) {
+  for (size_t i = 0; c->passes && i < c->max_passes; i++)
+    if (c->passes[i].open) {
+      c->src.close(c->src.payload, c->passes[i].handle);
+      c->passes[i].open = false;
+    }
+}
+
+/* Records the error of a source callback (positive or zero codes are the
+ * source misbehaving: make them BC_ESOURCE). */
+static int source_error(int rc, const char *what) {
+  if (rc < 0) return rc;
+  return bc__error(BC_ESOURCE, "the source's %s returned %d", what, rc);
+}
+
+/* Moves the leased pass forward to `target`.  *ended when the source ended
+ * first (the pass then sits at the end). */
+static int pass_advance(bc_cache *c, bc__pass *p, uint64_t target, bc_buf *buf,
+                        bool *ended) {
+  *ended = false;
+  while (p->pos < target) {
+    uint64_t want = target - p->pos, got = 0;
+    int rc;
+    if (c->src.skip != NULL) {
+      rc = c->src.skip(c->src.payload, p->handle, want, &got);
+      if (rc < 0) return rc;
+      if (got > want) return bc__error(BC_ESOURCE, "the source's skip skipped too many");
+    } else {
+      rc = c->src.next(c->src.payload, p->handle, buf);
+      if (rc < 0) return rc;
+      if (rc > 1) return source_error(rc, "next");
+      got = (uint64_t)rc;
+    }
+    p->pos += got;
+    atomic_fetch_add(&c->stats.records_skipped, got);
+    if (got < (c->src.skip ? want : 1)) {
+      *ended = true;
+      return 0;
+    }
+  }
+  return 0;
+}
+
+/* ---- claims -------------------------------------------------------------------- */
+
+static bc__filling *filling_find(bc_cache *c, uint64_t shard) {
+  for (bc__filling *f = c->filling; f; f = f->next)
+    if (f->shard == shard && !f->done) return f;
+  return NULL;
+}
+
+static void filling_put(bc_cache *c, bc__filling *f) {
+  if (--f->refs > 0) return;
+  for (bc__filling **p = &c->filling; *p; p = &(*p)->next)
+    if (*p == f) {
+      *p = f->next;
+      break;
+    }
+  free(f);
+}
+
+/* Drops our FILLING claim on a shard (after a failed fill). */
+static void release_claim(bc_cache *c, uint64_t shard) {
+  MDB_txn *t;
+  if (bc__txn_begin(c->env, true, &t) != 0) return;
+  bc__shard_rec rec;
+  bool found;
+  if (bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found) == 0 && found &&
+      rec.state == SHARD_FILLING && rec.owner.pid == c->self.pid &&
+      rec.owner.start_time == c->self.start_time &&
+      bc__rec_del(t, bc__dbi_shard(c->env), shard) == 0) {
+    bc__txn_commit(t);
+    return;
+  }
+  mdb_txn_abort(t);
+}
+
+/* Updates metadata.json's length (under the caller's write transaction). */
+static int meta_update_length(bc_cache *c, uint64_t length, bool final) {
+  bc__meta m;
+  int rc = bc__meta_read(c->meta_path, &m);
+  if (rc != 0) return rc;
+  if (m.length != length || m.length_final != final) {
+    m.length = length;
+    m.length_final = final;
+    rc = bc__meta_write(c->meta_path, &m, c->mode);
+  }
+  bc__meta_free(&m);
+  return rc;
+}
+
+/* Records that the source ends at `end` (no records from there on). */
+static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, true, &t);
+  if (rc != 0) return rc;
+  MDB_dbi meta = bc__dbi_meta(c->env);
+  uint64_t known = 0;
+  bool found;
+  rc = bc__u64_get(t, meta, "length", &known, &found);
+  if (rc == 0 && known > end)
+    rc = bc__error(BC_ENONDET,
+                   "%s: the source ended after %llu records, but %llu were "
+                   "seen before: the iterator is not deterministic", c->root,
+                   (unsigned long long)end, (unsigned long long)known);
+  if (rc == 0) rc = bc__u64_put(t, meta, "length", end);
+  if (rc == 0) rc = bc__u64_put(t, meta, "final", 1);
+  if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
+  if (rc == 0) rc = meta_update_length(c, end, true);
+  if (rc == 0) {
+    rc = bc__txn_commit(t);
+  } else {
+    mdb_txn_abort(t);
+  }
+  if (rc == 0) {
+    atomic_store(&c->known_length, end);
+    atomic_store(&c->final, true);
+  }
+  return rc;
+}
+
+/* ---- publishing ------------------------------------------------------------------- */
+
+/* Picks the least recently used PRESENT shard other than `keep`. */
+static int find_victim(bc_cache *c, MDB_txn *t, uint64_t keep, uint64_t *victim,
+                       bc__shard_rec *vrec, bool *found) {
+  MDB_cursor *cur;
+  int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
+  if (mrc != 0) return bc__mdb_error(mrc, "cache state");
+  *found = false;
+  MDB_val k, v;
+  for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
+    bc__shard_rec r;
+    if (v.mv_size != sizeof r || k.mv_size != 8) continue;
+    memcpy(&r, v.mv_data, sizeof r);
+    uint64_t s = 0;
+    for (int i = 0; i < 8; i++) s = s << 8 | ((unsigned char *)k.mv_data)[i];
+    if (r.state != SHARD_PRESENT || s == keep) continue;
+    if (!*found || r.last_access < vrec->last_access) {
+      *victim = s;
+      *vrec = r;
+      *found = true;
+    }
+  }
+  mdb_cursor_close(cur);
+  return 0;
+}
+
+static int publish(bc_cache *c, uint64_t shard, const char *scratch,
+                   uint64_t records, uint64_t checksum, bool ended,
+                   bool *regenerated) {
+  struct stat st;
+  if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
+  uint64_t size = (uint64_t)st.st_size;
+  MDB_dbi sdb = bc__dbi_shard(c->env), meta = bc__dbi_meta(c->env),
+          sums = bc__dbi_sum(c->env);
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, true, &t);
+  if (rc != 0) return rc;
+  bc__shard_rec rec;
+  bool found, have_sum;
+  uint64_t old_sum = 0, bytes = 0, clock = 0, length = 0;
+  bool f1, f2, f3;
+  uint64_t start = shard * c->R;
+  char final_path[4200];
+  bc__cache_shard_file(c, shard, records, c->zstd, final_path, sizeof final_path);
+
+  rc = bc__rec_get(t, sdb, shard, &rec, &found);
+  if (rc == 0 && (!found || rec.state != SHARD_FILLING ||
+                  rec.owner.pid != c->self.pid ||
+                  rec.owner.start_time != c->self.start_time))
+    rc = bc__error(BC_EIO, "%s: shard %llu: our claim was taken over while "
+                   "filling it", c->root, (unsigned long long)shard);
+  if (rc == 0) rc = bc__sum_get(t, sums, shard, &old_sum, &have_sum);
+  if (rc == 0 && have_sum && old_sum != checksum)
+    rc = bc__error(BC_ENONDET,
+                   "%s: shard %llu (records %llu..%llu) came out different "
+                   "when regenerated: the iterator is not deterministic",
+                   c->root, (unsigned long long)shard, (unsigned long long)start,
+                   (unsigned long long)(start + records));
+  if (rc == 0) rc = bc__u64_get(t, meta, "bytes", &bytes, &f1);
+  if (rc == 0) rc = bc__u64_get(t, meta, "clock", &clock, &f2);
+  if (rc == 0) rc = bc__u64_get(t, meta, "length", &length, &f3);
+  uint64_t limit = c->opts.disk_limit;
+  if (rc == 0 && limit != 0 && size > limit)
+    rc = bc__error(BC_EINVAL,
+                   "%s: the disk limit (%llu bytes) is smaller than one shard "
+                   "(%llu bytes)", c->root, (unsigned long long)limit,
+                   (unsigned long long)size);
+  while (rc == 0 && limit != 0 && bytes + size > limit) {
+    uint64_t victim = 0;
+    bc__shard_rec vrec = {0};
+    bool any = false;
+    rc = find_victim(c, t, shard, &victim, &vrec, &any);
+    if (rc != 0) break;
+    if (!any) {
+      rc = bc__error(BC_ENOSPC, "%s: %llu bytes in use and nothing left to "
+                     "evict under the disk limit %llu", c->root,
+                     (unsigned long long)bytes, (unsigned long long)limit);
+      break;
+    }
+    char vpath[4200];
+    bc__cache_shard_file(c, victim, vrec.records, vrec.zstd, vpath, sizeof vpath);
+    if (unlink(vpath) != 0 && errno != ENOENT) {
+      rc = bc__error_errno(errno, "%s: evict", vpath);
+      break;
+    }
+    rc = bc__rec_del(t, sdb, victim);
+    bytes = vrec.bytes > bytes ? 0 : bytes - vrec.bytes;
+    atomic_fetch_add(&c->stats.evictions, 1);
+  }
+  bool renamed = false;
+  if (rc == 0) renamed = (rc = bc__publish(scratch, final_path)) == 0;
+  if (rc == 0) {
+    rec = (bc__shard_rec){.state = SHARD_PRESENT, .zstd = c->zstd,
+                          .records = records, .bytes = size,
+                          .last_access = ++clock};
+    rc = bc__rec_put(t, sdb, shard, &rec);
+  }
+  if (rc == 0) rc = bc__u64_put(t, meta, "bytes", bytes + size);
+  if (rc == 0) rc = bc__u64_put(t, meta, "clock", clock);
+  if (rc == 0 && !have_sum) rc = bc__sum_put(t, sums, shard, checksum);
+  uint64_t end = start + records;
+  bool grow = end > length || ended;
+  if (rc == 0 && grow) {
+    uint64_t new_len = end > length ? end : length;
+    rc = bc__u64_put(t, meta, "length", ended ? end : new_len);
+    if (rc == 0 && ended) rc = bc__u64_put(t, meta, "final", 1);
+    if (rc == 0) rc = meta_update_length(c, ended ? end : new_len, ended);
+  }
+  if (rc == 0) {
+    rc = bc__txn_commit(t);
+  } else {
+    mdb_txn_abort(t);
+  }
+  /* A file the state does not know must not stay in shards/. */
+  if (rc != 0 && renamed) unlink(final_path);
+  if (rc == 0) {
+    if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
+    if (ended) atomic_store(&c->final, true);
+    *regenerated = have_sum;
+  }
+  return rc;
+}
+
+/* ---- filling ------------------------------------------------------------------------ */
+
+/* Fills shard `shard`, which this process has claimed. */
+static int fill(bc_cache *c, uint64_t shard) {
+  uint64_t start = shard * c->R;
+  size_t slot = 0;
+  int rc = pass_lease(c, start, &slot);
+  if (rc != 0) return rc;
+  bc__pass *p = &c->passes[slot];
+  bc_buf buf = BC_BUF_INIT;
+  bc_writer *w = NULL;
+  bool ended = false, keep = false;
+  char scratch[4200];
+  snprintf(scratch, sizeof scratch, "%s/%llu-%d-%llu.%s", c->scratch_dir,
+           (unsigned long long)shard, (int)c->self.pid,
+           (unsigned long long)c->self.start_time, c->zstd ? "bagz" : "bag");
+
+  if ((rc = pass_advance(c, p, start, &buf, &ended)) != 0) goto cleanup;
+  if (ended) { /* the source has no record `start` */
+    rc = record_end(c, shard, p->pos);
+    if (rc == 0)
+      rc = bc__error(BC_ERANGE, "%s: the source ends after %llu records",
+                     c->root, (unsigned long long)p->pos);
+    goto cleanup;
+  }
+  bc_writer_options wo = BC_WRITER_OPTIONS_INIT;
+  wo.compression = c->zstd ? BC_COMPRESSION_ZSTD : BC_COMPRESSION_NONE;
+  wo.zstd_level = c->zstd ? c->level : 0;
+  wo.file_mode = c->mode;
+  if ((rc = bc_writer_open(&w, scratch, &wo)) != 0) goto cleanup;
+  uint64_t sum = BC__SUM_INIT, n = 0;
+  while (n < c->R) {
+    int r = c->src.next(c->src.payload, p->handle, &buf);
+    if (r < 0) {
+      rc = r;
+      goto cleanup;
+    }
+    if (r > 1) {
+      rc = source_error(r, "next");
+      goto cleanup;
+    }
+    if (r == 0) {
+      ended = true;
+      break;
+    }
+    p->pos++;
+    sum = bc__sum_add(sum, buf.data, buf.size);
+    if ((rc = bc_writer_write(w, buf.data, buf.size)) != 0) goto cleanup;
+    n++;
+  }
+  if (n == 0) { /* ended exactly at the shard's start */
+    rc = record_end(c, shard, start);
+    if (rc == 0)
+      rc = bc__error(BC_ERANGE, "%s: the source ends after %llu records",
+                     c->root, (unsigned long long)start);
+    goto cleanup;
+  }
+  if ((rc = bc_writer_close(w)) != 0) goto cleanup;
+  bool regenerated = false;
+  rc = publish(c, shard, scratch, n, sum, ended, &regenerated);
+  if (rc == 0)
+    atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
+  keep = rc == 0 && !ended;
+cleanup:
+  if (rc != 0 && rc != BC_ERANGE) {
+    /* Nothing partial survives: the writer discards, the scratch file goes. */
+    unlink(scratch);
+  }
+  bc_writer_free(w);
+  bc_buf_release(&buf);
+  /* A pass that failed cannot be trusted to continue; one that ended is
+   * useless; otherwise it now sits at the next shard's start. */
+  pass_return(c, slot, keep);
+  return rc;
+}
+
+/* Claims shard `shard` in the shared state.  *claimed: we own it now.
+ * Otherwise *rec is its state (PRESENT, or FILLING by a live owner). */
+static int try_claim(bc_cache *c, uint64_t shard, bc__shard_rec *rec,
+                     bool *claimed) {
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, true, &t);
+  if (rc != 0) return rc;
+  bool found;
+  *claimed = false;
+  rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, rec, &found);
+  /* A claim of our own with no thread of ours filling (the caller holds
+   * this process's filling record) is stale: take it like a dead one's. */
+  bool ours = found && rec->owner.pid == c->self.pid &&
+              rec->owner.start_time == c->self.start_time;
+  bool free_to_take =
+      rc == 0 && (!found || (rec->state == SHARD_FILLING &&
+                             (ours || !bc__owner_alive(rec->owner))));
+  if (free_to_take) {
+    /* A dead claimant may have left its file in shards/ (a crash between
+     * rename and commit): it is unknown to the state, so remove it. */
+    if (found) bc__unlink_shard_files(c, shard);
+    bc__shard_rec mine = {.state = SHARD_FILLING, .owner = c->self};
+    rc = bc__rec_put(t, bc__dbi_shard(c->env), shard, &mine);
+    if (rc == 0) rc = bc__txn_commit(t);
+    else mdb_txn_abort(t);
+    if (rc == 0) *claimed = true;
+    return rc;
+  }
+  mdb_txn_abort(t);
+  return rc;
+}
+
+int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *out) {
+  double backoff = 0.001;
+  for (;;) {
+    MDB_txn *t;
+    bc__shard_rec rec;
+    bool found;
+    int rc = bc__txn_begin(c->env, false, &t);
+    if (rc != 0) return rc;
+    rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
+    if (rc == 0) rc = bc__cache_load_length(c, t);
+    mdb_txn_abort(t);
+    if (rc != 0) return rc;
+    if (found && rec.state == SHARD_PRESENT) {
+      *out = rec;
+      return 0;
+    }
+    uint64_t start = shard * c->R;
+    if (atomic_load(&c->final) && start >= atomic_load(&c->known_length))
+      return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
+                       c->root, (unsigned long long)start,
+                       (unsigned long long)atomic_load(&c->known_length));
+    if (!c->has_source)
+      return bc__error(BC_ENOTCACHED,
+                       "%s: records %llu..%llu are not cached and the cache "
+                       "has no source", c->root, (unsigned long long)start,
+                       (unsigned long long)(start + c->R));
+
+    /* A thread of this process filling it: wait for that fill. */
+    pthread_mutex_lock(&c->lock);
+    bc__filling *f = filling_find(c, shard);
+    if (f != NULL) {
+      if (prefetch) {
+        pthread_mutex_unlock(&c->lock);
+        return BC_EUNSUPPORTED;
+      }
+      f->refs++;
+      while (!f->done) pthread_cond_wait(&c->cond, &c->lock);
+      int frc = f->rc;
+      char msg[1024];
+      memcpy(msg, f->msg, sizeof msg);
+      filling_put(c, f);
+      pthread_mutex_unlock(&c->lock);
+      if (frc != 0) return bc__error(frc, "%s", msg);
+      continue;
+    }
+    /* Become this process's filler of the shard (others wait above). */
+    f = calloc(1, sizeof *f);
+    if (f == NULL) {
+      pthread_mutex_unlock(&c->lock);
+      return bc__error(BC_ENOMEM, "out of memory");
+    }
+    f->shard = shard;
+    f->refs = 1;
+    f->next = c->filling;
+    c->filling = f;
+    pthread_mutex_unlock(&c->lock);
+
+    bool claimed = false;
+    rc = try_claim(c, shard, &rec, &claimed);
+    if (rc == 0 && claimed) {
+      rc = fill(c, shard);
+      if (rc != 0 && rc != BC_ERANGE) {
+        char detail[1024];
+        snprintf(detail, sizeof detail, "%s", bc_errmsg());
+        release_claim(c, shard);
+        bc__error(rc, "%s", detail);
+      } else if (rc == BC_ERANGE) {
+        release_claim(c, shard);
+      }
+    }
+    pthread_mutex_lock(&c->lock);
+    f->done = true;
+    f->rc = rc;
+    snprintf(f->msg, sizeof f->msg, "%s", rc ? bc_errmsg() : "");
+    pthread_cond_broadcast(&c->cond);
+    filling_put(c, f);
+    pthread_mutex_unlock(&c->lock);
+    if (rc != 0) return rc;
+    if (claimed) continue; /* published: read its state */
+    if (rec.state == SHARD_PRESENT) {
+      *out = rec;
+      return 0;
+    }
+    /* FILLING by a live process: wait for it, polling the shared state. */
+    if (prefetch) return BC_EUNSUPPORTED;
+    atomic_fetch_add(&c->stats.waits, 1);
+    struct timespec ts = {0, (long)(backoff * 1e9)};
+    nanosleep(&ts, NULL);
+    if (backoff < 0.05) backoff *= 2;
+  }
+}
+
+int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *seen) {
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, true, &t);
+  if (rc != 0) return rc;
+  bc__shard_rec rec;
+  bool found;
+  rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
+  if (rc == 0 && found && rec.state == SHARD_PRESENT &&
+      rec.bytes == seen->bytes && rec.records == seen->records) {
+    char path[4200];
+    bc__cache_shard_file(c, shard, rec.records, rec.zstd, path, sizeof path);
+    unlink(path);
+    uint64_t bytes = 0;
+    bool f;
+    rc = bc__u64_get(t, bc__dbi_meta(c->env), "bytes", &bytes, &f);
+    if (rc == 0)
+      rc = bc__u64_put(t, bc__dbi_meta(c->env), "bytes",
+                       bytes > rec.bytes ? bytes - rec.bytes : 0);
+    if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
+  }
+  if (rc == 0) return bc__txn_commit(t);
+  mdb_txn_abort(t);
+  return rc;
+}
+
+int bc__drain(bc_cache *c) {
+  if (c->R == 0) return bc__error(BC_EIO, "%s: no shard length", c->root);
+  for (uint64_t shard = atomic_load(&c->known_length) / c->R;; shard++) {
+    if (atomic_load(&c->final) && shard * c->R >= atomic_load(&c->known_length))
+      return 0;
+    bc__shard_rec rec;
+    int rc = bc__obtain(c, shard, false, &rec);
+    if (rc == BC_ERANGE && atomic_load(&c->final)) return 0;
+    if (rc != 0) return rc;
+  }
+}

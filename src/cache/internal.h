@@ -1,0 +1,227 @@
+/*
+ * src/cache/internal.h - the cache engine's private pieces.
+ *
+ * Files are the truth, LMDB is the coordination state:
+ *   shards/START.END.bag[z]  published shards (complete Bagz files)
+ *   scratch/                 shards being written (owner pid in the name)
+ *   locks/                   the LMDB environment
+ *   metadata.json            format version, shard length, length,
+ *                            length_final, compression, user info
+ *
+ * LMDB databases (keys of shard numbers are 8-byte big-endian so a cursor
+ * walks them in order):
+ *   "shard"  shard -> shard_rec: FILLING (claimed by pid + start time) or
+ *            PRESENT (bytes, last access)
+ *   "sum"    shard -> checksum recorded at the first publish (kept after
+ *            eviction: a regenerated shard must match it)
+ *   "meta"   "bytes" (sum of PRESENT bytes), "clock" (access clock),
+ *            "length" (records known), "final" (the source ended),
+ *            "ready" (set once the state was built from a scan)
+ */
+#ifndef BC_CACHE_INTERNAL_H
+#define BC_CACHE_INTERNAL_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "common/internal.h"
+
+#define BC_CACHE_FORMAT_VERSION 1
+
+/* ---- owners: a process identity that survives pid reuse (owner.c) ------ */
+
+typedef struct {
+  int32_t pid;
+  uint64_t start_time; /* process start, in clock ticks since boot */
+} bc__owner;
+
+bc__owner bc__owner_self(void);
+/* True while the process named by `o` is alive (same pid, same start). */
+bool bc__owner_alive(bc__owner o);
+
+/* ---- metadata.json (meta.c) ----------------------------------------------- */
+
+typedef struct {
+  int version;
+  uint64_t shard_records; /* 0 = not decided yet */
+  uint64_t length;
+  bool length_final;
+  bool zstd;
+  int zstd_level;
+  char *info_json;        /* malloc'd JSON text ("null" when none) */
+} bc__meta;
+
+/* Reads ROOT/metadata.json.  BC_ENOTFOUND when absent; BC_ECORRUPT for
+ * anything unreadable; BC_EVERSION for another format version. */
+int bc__meta_read(const char *path, bc__meta *m);
+/* Replaces it atomically (temp file, fsync, rename, fsync dir). */
+int bc__meta_write(const char *path, const bc__meta *m, unsigned mode);
+void bc__meta_free(bc__meta *m);
+
+/* ---- the shared state (state.c) ---------------------------------------- */
+
+enum { SHARD_FILLING = 1, SHARD_PRESENT = 2 };
+
+typedef struct {
+  uint32_t state;
+  uint32_t zstd;        /* the file is .bagz */
+  uint64_t records;     /* end - start */
+  uint64_t bytes;       /* file size (PRESENT) */
+  uint64_t last_access; /* access clock value */
+  bc__owner owner;      /* FILLING: who */
+} bc__shard_rec;
+
+/* One LMDB environment per root per process (LMDB forbids opening an
+ * environment twice in a process); shared by reference count and reopened
+ * after fork. */
+typedef struct bc__env bc__env;
+
+int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
+                    bool *fresh);
+void bc__env_release(bc__env *env);
+/* Starts a transaction (the environment is reopened first in a forked
+ * child).  `write`: a write transaction (one at a time across processes). */
+int bc__txn_begin(bc__env *env, bool write, MDB_txn **txn);
+int bc__txn_commit(MDB_txn *txn);
+MDB_dbi bc__dbi_shard(bc__env *env);
+MDB_dbi bc__dbi_sum(bc__env *env);
+MDB_dbi bc__dbi_meta(bc__env *env);
+/* Converts an LMDB error into a BC_E* code with a message. */
+int bc__mdb_error(int rc, const char *what);
+
+int bc__rec_get(MDB_txn *t, MDB_dbi db, uint64_t shard, bc__shard_rec *rec,
+                bool *found);
+int bc__rec_put(MDB_txn *t, MDB_dbi db, uint64_t shard, const bc__shard_rec *r);
+int bc__rec_del(MDB_txn *t, MDB_dbi db, uint64_t shard);
+int bc__u64_get(MDB_txn *t, MDB_dbi db, const char *key, uint64_t *v,
+                bool *found);
+int bc__u64_put(MDB_txn *t, MDB_dbi db, const char *key, uint64_t v);
+int bc__sum_get(MDB_txn *t, MDB_dbi db, uint64_t shard, uint64_t *sum,
+                bool *found);
+int bc__sum_put(MDB_txn *t, MDB_dbi db, uint64_t shard, uint64_t sum);
+
+/* ---- checksums of shard contents ------------------------------------------ */
+
+/* Folds one record into a shard checksum (order-sensitive). */
+static inline uint64_t bc__sum_add(uint64_t sum, const void *data, size_t n) {
+  uint64_t h = bc__hash64(data, n, 0x73686172645f6373ULL);
+  sum ^= h + 0x9e3779b97f4a7c15ULL + (sum << 6) + (sum >> 2);
+  return sum * 0xff51afd7ed558ccdULL + (uint64_t)n;
+}
+#define BC__SUM_INIT 0x6263736d31ULL
+
+#endif /* BC_CACHE_INTERNAL_H */
+
+/* ---- the cache object (cache.c, readers.c, fill.c, maint.c, prefetch.c) -- */
+
+/* A source pass owned by this process. */
+typedef struct {
+  void *handle;
+  uint64_t pos;  /* index of the next record it will produce */
+  bool open;     /* handle is a live pass */
+  bool busy;     /* leased to a filler */
+} bc__pass;
+
+/* A shard file open for reading (the per-process LRU of max_open_shards). */
+typedef struct bc__reader {
+  uint64_t shard, start;
+  bc_bag *bag;
+  int users;                 /* readers using it now (cache->lock) */
+  double touched;            /* when the shared access clock was last bumped */
+  struct bc__reader *hnext;  /* hash chain */
+  struct bc__reader *prev, *next; /* LRU list, most recent first */
+} bc__reader;
+
+/* A shard this process is filling, so its other threads wait for it. */
+typedef struct bc__filling {
+  uint64_t shard;
+  bool done;
+  int rc;
+  char msg[1024];
+  int refs; /* the filler + waiters (cache->lock) */
+  struct bc__filling *next;
+} bc__filling;
+
+#define BC__READER_BUCKETS 1024
+
+static inline uint64_t bc__mix_for_buckets(uint64_t x) {
+  x ^= x >> 31;
+  x *= 0x7fb5d329728ea185ULL;
+  return x ^ (x >> 27);
+}
+
+struct bc_cache {
+  bc_seq base; /* first: the cache is a sequence leaf */
+  char *root, *shards_dir, *scratch_dir, *locks_dir, *meta_path;
+  bc__env *env;
+  bc_source src;
+  bool has_source;
+  bc_cache_options opts;
+  unsigned mode;
+  uint64_t R; /* records per shard (0: undecided, nothing cached) */
+  bool zstd;
+  int level;
+  bc__owner self;
+  _Atomic uint64_t known_length; /* records known to exist */
+  atomic_bool final;             /* known_length is the exact length */
+
+  /* Lock order: lock is taken alone; never held across LMDB write
+   * transactions, source callbacks or file I/O. */
+  pthread_mutex_t lock;
+  pthread_cond_t cond; /* passes released, fills done, queue changed */
+  bc__reader *buckets[BC__READER_BUCKETS];
+  bc__reader *lru_head, *lru_tail;
+  size_t nreaders;
+  bc__pass *passes;
+  size_t max_passes;
+  bc__filling *filling;
+  uint64_t queue[64];
+  size_t qlen;
+  bool drain_requested, stopping;
+  pthread_t *workers;
+  int nworkers;
+
+  struct {
+    atomic_uint_fast64_t hits, shard_opens, fills, regenerations, evictions,
+        passes_opened, records_skipped, waits;
+  } stats;
+};
+
+double bc__now(void);
+/* Paths of a shard's file and its records range. */
+void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
+                    bool zstd, char *out, size_t size);
+/* Refreshes known_length/final from the shared state (read txn `t`). */
+int bc__cache_load_length(bc_cache *c, MDB_txn *t);
+
+/* readers.c: an open reader of shard s (filling it if needed); release it
+ * when done. */
+int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out);
+void bc__reader_release(bc_cache *c, bc__reader *r);
+void bc__readers_close_all(bc_cache *c);
+
+/* fill.c: makes shard s PRESENT (filling, waiting for another filler, or
+ * taking over a dead one's claim) and returns its state.  `prefetch`: give
+ * up instead of waiting for another process (BC_EUNSUPPORTED then).
+ * BC_ERANGE when the source ends before the shard's first record. */
+int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *rec);
+/* Forgets a damaged shard (unlinks it, drops its state) so it is refilled. */
+int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *rec);
+/* Drains the source to its end (known_length becomes final). */
+int bc__drain(bc_cache *c);
+void bc__passes_close_all(bc_cache *c);
+
+/* maint.c */
+/* Removes every file of shard `shard` from shards/ (whatever its end). */
+void bc__unlink_shard_files(bc_cache *c, uint64_t shard);
+int bc__rebuild_state(bc_cache *c);
+void bc__clean_scratch(bc_cache *c);
+int bc__estimate_shard_records(bc_cache *c, uint64_t *records);
+
+/* prefetch.c */
+int bc__workers_start(bc_cache *c);
+void bc__workers_stop(bc_cache *c);
+void bc__prefetch_after(bc_cache *c, uint64_t index);

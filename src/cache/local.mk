@@ -1,0 +1,10 @@
+BC_CACHE_SOURCES = \
+	src/cache/internal.h \
+	src/cache/owner.c \
+	src/cache/meta.c \
+	src/cache/state.c \
+	src/cache/cache.c \
+	src/cache/readers.c \
+	src/cache/fill.c \
+	src/cache/maint.c \
+	src/cache/prefetch.c

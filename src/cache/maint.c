@@ -1,0 +1,272 @@
+/*
+ * Maintenance: rebuilding the shared state from shards/, cleaning scratch/
+ * after dead writers, estimating the shard length, verify, export, clear.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bag/internal.h"
+#include "cache/internal.h"
+
+/* Parses "START.END.bag" / "START.END.bagz". */
+static bool parse_shard_name(const char *name, uint64_t *start, uint64_t *end,
+                             bool *zstd) {
+  unsigned long long a, b;
+  int n = 0;
+  if (sscanf(name, "%llu.%llu.%n", &a, &b, &n) != 2 || n == 0) return false;
+  if (strcmp(name + n, "bag") == 0) *zstd = false;
+  else if (strcmp(name + n, "bagz") == 0) *zstd = true;
+  else return false;
+  if (b <= a) return false;
+  *start = a;
+  *end = b;
+  return true;
+}
+
+void bc__unlink_shard_files(bc_cache *c, uint64_t shard) {
+  DIR *d = opendir(c->shards_dir);
+  if (d == NULL) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    uint64_t start, end;
+    bool zstd;
+    if (parse_shard_name(e->d_name, &start, &end, &zstd) && start == shard * c->R) {
+      char path[4200];
+      snprintf(path, sizeof path, "%s/%s", c->shards_dir, e->d_name);
+      unlink(path);
+    }
+  }
+  closedir(d);
+}
+
+/* Builds the state from a scan of shards/ when it is new (first open, or
+ * lost, or discarded as corrupt).  "ready" marks it built. */
+int bc__rebuild_state(bc_cache *c) {
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, true, &t);
+  if (rc != 0) return rc;
+  MDB_dbi meta = bc__dbi_meta(c->env), sdb = bc__dbi_shard(c->env);
+  uint64_t ready = 0, length = 0, fin = 0;
+  bool found, f2, f3;
+  rc = bc__u64_get(t, meta, "ready", &ready, &found);
+  if (rc != 0 || found) {
+    if (rc == 0) rc = bc__cache_load_length(c, t);
+    mdb_txn_abort(t);
+    return rc;
+  }
+  rc = bc__u64_get(t, meta, "length", &length, &f2);
+  if (rc == 0) rc = bc__u64_get(t, meta, "final", &fin, &f3);
+  if (atomic_load(&c->known_length) > length) length = atomic_load(&c->known_length);
+  uint64_t bytes = 0, adopted = 0;
+  DIR *d = opendir(c->shards_dir);
+  if (rc == 0 && d == NULL) rc = bc__error_errno(errno, "%s", c->shards_dir);
+  struct dirent *e;
+  while (rc == 0 && (e = readdir(d)) != NULL) {
+    uint64_t start, end;
+    bool zstd;
+    if (!parse_shard_name(e->d_name, &start, &end, &zstd)) continue;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", c->shards_dir, e->d_name);
+    struct stat st;
+    if (c->R == 0 || start % c->R != 0 || end - start > c->R ||
+        stat(path, &st) != 0 || zstd != c->zstd) {
+      bc__notice("%s: not a shard of this cache; left alone", path);
+      continue;
+    }
+    bc__shard_rec rec = {.state = SHARD_PRESENT, .zstd = zstd,
+                         .records = end - start, .bytes = (uint64_t)st.st_size};
+    rc = bc__rec_put(t, sdb, start / c->R, &rec);
+    bytes += (uint64_t)st.st_size;
+    if (end > length) length = end;
+    adopted++;
+  }
+  if (d) closedir(d);
+  if (rc == 0) rc = bc__u64_put(t, meta, "bytes", bytes);
+  if (rc == 0) rc = bc__u64_put(t, meta, "length", length);
+  if (rc == 0 && atomic_load(&c->final)) rc = bc__u64_put(t, meta, "final", 1);
+  if (rc == 0) rc = bc__u64_put(t, meta, "ready", 1);
+  if (rc == 0) rc = bc__txn_commit(t);
+  else mdb_txn_abort(t);
+  if (rc == 0 && length > atomic_load(&c->known_length))
+    atomic_store(&c->known_length, length);
+  if (rc == 0 && adopted > 0)
+    bc__notice("%s: rebuilt the shared state from %llu shard files", c->root,
+               (unsigned long long)adopted);
+  return rc;
+}
+
+/* Scratch files are "SHARD-PID-START.bag[z]" (and the writer's hidden
+ * ".SHARD-PID-START.bag[z].tmp-XXXXXX"): remove those of dead processes. */
+void bc__clean_scratch(bc_cache *c) {
+  DIR *d = opendir(c->scratch_dir);
+  if (d == NULL) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const char *name = e->d_name[0] == '.' ? e->d_name + 1 : e->d_name;
+    unsigned long long shard, start;
+    int pid;
+    if (sscanf(name, "%llu-%d-%llu.", &shard, &pid, &start) != 3) continue;
+    bc__owner o = {pid, start};
+    if (bc__owner_alive(o)) continue;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", c->scratch_dir, e->d_name);
+    unlink(path);
+  }
+  closedir(d);
+}
+
+int bc__estimate_shard_records(bc_cache *c, uint64_t *records) {
+  /* The first records of a pass, averaged: shard_bytes / average. */
+  void *pass = NULL;
+  int rc = c->src.open(c->src.payload, &pass);
+  if (rc != 0) return rc < 0 ? rc : bc__error(BC_ESOURCE, "the source's open failed");
+  atomic_fetch_add(&c->stats.passes_opened, 1);
+  bc_buf buf = BC_BUF_INIT;
+  uint64_t n = 0, total = 0;
+  while (n < 16) {
+    int r = c->src.next(c->src.payload, pass, &buf);
+    if (r < 0) {
+      rc = r;
+      break;
+    }
+    if (r == 0) break;
+    total += buf.size;
+    n++;
+  }
+  c->src.close(c->src.payload, pass);
+  bc_buf_release(&buf);
+  if (rc != 0) return rc;
+  uint64_t target = c->opts.shard_bytes ? c->opts.shard_bytes : (uint64_t)64 << 20;
+  uint64_t avg = n ? (total + n - 1) / n : 1;
+  if (avg == 0) avg = 1;
+  *records = target / avg ? target / avg : 1;
+  return 0;
+}
+
+/* ---- verify ------------------------------------------------------------------- */
+
+int bc_cache_verify(bc_cache *c, uint64_t *bad_start) {
+  size_t count = 0;
+  int rc = bc_cache_shards(c, NULL, 0, &count);
+  if (rc != 0) return rc;
+  bc_cache_shard *list = malloc((count ? count : 1) * sizeof *list);
+  if (list == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  rc = bc_cache_shards(c, list, count, &count);
+  bc_buf buf = BC_BUF_INIT;
+  for (size_t i = 0; rc == 0 && i < count; i++) {
+    bc_cache_shard *s = &list[i];
+    uint64_t shard = s->start / c->R, sum = BC__SUM_INIT, want = 0;
+    struct stat st;
+    bc_bag *bag = NULL;
+    if (stat(s->path, &st) != 0) {
+      rc = bc__error_errno(errno, "%s: shard missing", s->path);
+    } else if ((uint64_t)st.st_size != s->bytes) {
+      rc = bc__error(BC_ECORRUPT, "%s: %llu bytes, %llu recorded", s->path,
+                     (unsigned long long)st.st_size, (unsigned long long)s->bytes);
+    } else if ((rc = bc_bag_open(&bag, s->path, NULL)) == 0) {
+      if (bc_bag_len(bag) != s->end - s->start)
+        rc = bc__error(BC_ECORRUPT, "%s: %llu records, %llu recorded", s->path,
+                       (unsigned long long)bc_bag_len(bag),
+                       (unsigned long long)(s->end - s->start));
+      for (uint64_t k = 0; rc == 0 && k < bc_bag_len(bag); k++) {
+        rc = bc_bag_get(bag, k, &buf);
+        if (rc == 0) sum = bc__sum_add(sum, buf.data, buf.size);
+      }
+      bc_bag_close(bag);
+      MDB_txn *t;
+      bool found = false;
+      if (rc == 0 && (rc = bc__txn_begin(c->env, false, &t)) == 0) {
+        rc = bc__sum_get(t, bc__dbi_sum(c->env), shard, &want, &found);
+        mdb_txn_abort(t);
+      }
+      if (rc == 0 && found && want != sum)
+        rc = bc__error(BC_ECORRUPT, "%s: contents differ from the checksum "
+                       "recorded when it was first published", s->path);
+    }
+    if (rc != 0 && bad_start) *bad_start = s->start;
+  }
+  bc_buf_release(&buf);
+  free(list);
+  return rc;
+}
+
+/* ---- export ------------------------------------------------------------------- */
+
+int bc_cache_export(bc_cache *c, const char *out_spec) {
+  uint64_t len;
+  int rc = bc_cache_len(c, &len);
+  if (rc != 0) return rc;
+  bc__shard_path *paths = NULL;
+  size_t n = 0;
+  if ((rc = bc__spec_expand(out_spec, false, &paths, &n)) != 0) return rc;
+  if (n == 0) {
+    bc__spec_free(paths, n);
+    return bc__error(BC_EINVAL, "export: no output file in \"%s\"", out_spec);
+  }
+  bc_buf buf = BC_BUF_INIT;
+  uint64_t next = 0;
+  for (size_t k = 0; rc == 0 && k < n; k++) {
+    /* Shard k holds records [k*len/n, (k+1)*len/n): as even as possible. */
+    uint64_t end = (uint64_t)(((unsigned __int128)len * (k + 1)) / n);
+    bc_writer *w = NULL;
+    rc = bc_writer_open(&w, paths[k].records, NULL);
+    for (; rc == 0 && next < end; next++) {
+      rc = bc_seq_get(&c->base, (int64_t)next, &buf);
+      if (rc == 0) rc = bc_writer_write(w, buf.data, buf.size);
+    }
+    if (rc == 0) rc = bc_writer_close(w);
+    bc_writer_free(w);
+  }
+  bc_buf_release(&buf);
+  bc__spec_free(paths, n);
+  return rc;
+}
+
+/* ---- clear ---------------------------------------------------------------------- */
+
+static int remove_dir_files(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return errno == ENOENT ? 0 : bc__error_errno(errno, "%s", dir);
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(d)) != NULL) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (unlink(path) != 0 && errno != ENOENT && rc == 0)
+      rc = bc__error_errno(errno, "%s", path);
+  }
+  closedir(d);
+  if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT)
+    rc = bc__error_errno(errno, "%s", dir);
+  return rc;
+}
+
+int bc_cache_clear(const char *root) {
+  char path[4200];
+  struct stat st;
+  if (stat(root, &st) != 0) return bc__error_errno(errno, "%s", root);
+  snprintf(path, sizeof path, "%s/metadata.json", root);
+  if (access(path, F_OK) != 0)
+    return bc__error(BC_EINVAL, "%s: not a bagcache cache (no metadata.json); "
+                     "refusing to delete anything", root);
+  static const char *const dirs[] = {"shards", "scratch", "locks"};
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", root, dirs[i]);
+    rc = remove_dir_files(path);
+  }
+  snprintf(path, sizeof path, "%s/metadata.json", root);
+  if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+    rc = bc__error_errno(errno, "%s", path);
+  if (rc == 0) rmdir(root); /* only if empty: other files are the user's */
+  return rc;
+}

@@ -1,0 +1,100 @@
+/*
+ * Fill workers: background threads that fill the shards a prefetch policy
+ * names after each request, or drain the whole source (preload_all).
+ * Prefetching is advice: a shard another process is filling is skipped,
+ * and errors are dropped (the request that needs the shard will meet them).
+ * The queue lives under cache->lock; the fills themselves run without it.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include "cache/internal.h"
+
+static void *worker_main(void *arg) {
+  bc_cache *c = arg;
+  pthread_mutex_lock(&c->lock);
+  for (;;) {
+    while (!c->stopping && c->qlen == 0 && !c->drain_requested)
+      pthread_cond_wait(&c->cond, &c->lock);
+    if (c->stopping) break;
+    if (c->drain_requested) {
+      c->drain_requested = false;
+      pthread_mutex_unlock(&c->lock);
+      bc__drain(c);
+      pthread_mutex_lock(&c->lock);
+      continue;
+    }
+    uint64_t shard = c->queue[0];
+    for (size_t i = 1; i < c->qlen; i++) c->queue[i - 1] = c->queue[i];
+    c->qlen--;
+    pthread_mutex_unlock(&c->lock);
+    bc__shard_rec rec;
+    bc__obtain(c, shard, true, &rec);
+    pthread_mutex_lock(&c->lock);
+  }
+  pthread_mutex_unlock(&c->lock);
+  return NULL;
+}
+
+int bc__workers_start(bc_cache *c) {
+  int n = c->opts.fill_workers > 0 ? c->opts.fill_workers : 1;
+  if (c->opts.prefetch_shards < 0 && c->opts.prefetch == NULL &&
+      !c->opts.preload_all)
+    return 0; /* nothing would ever be queued */
+  c->workers = calloc((size_t)n, sizeof *c->workers);
+  if (c->workers == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    if (pthread_create(&c->workers[i], NULL, worker_main, c) != 0) break;
+    c->nworkers++;
+  }
+  if (c->opts.preload_all) {
+    pthread_mutex_lock(&c->lock);
+    c->drain_requested = true;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+  }
+  return 0;
+}
+
+void bc__workers_stop(bc_cache *c) {
+  pthread_mutex_lock(&c->lock);
+  c->stopping = true;
+  c->qlen = 0;
+  pthread_cond_broadcast(&c->cond);
+  int n = c->nworkers;
+  c->nworkers = 0;
+  pthread_mutex_unlock(&c->lock);
+  for (int i = 0; i < n; i++) pthread_join(c->workers[i], NULL);
+}
+
+static size_t default_policy(const bc_cache *c, uint64_t index, uint64_t *shards,
+                             size_t max) {
+  int ahead = c->opts.prefetch_shards == 0 ? 1 : c->opts.prefetch_shards;
+  size_t n = 0;
+  uint64_t s = index / c->R;
+  for (int k = 1; k <= ahead && n < max; k++) shards[n++] = s + (uint64_t)k;
+  return n;
+}
+
+void bc__prefetch_after(bc_cache *c, uint64_t index) {
+  if (!c->has_source || c->nworkers == 0 || c->R == 0) return;
+  if (c->opts.prefetch_shards < 0 && c->opts.prefetch == NULL) return;
+  uint64_t want[16];
+  size_t n = c->opts.prefetch
+                 ? c->opts.prefetch(c->opts.prefetch_payload, index, c->R, want, 16)
+                 : default_policy(c, index, want, 16);
+  if (n > 16) n = 16;
+  uint64_t known = atomic_load(&c->known_length);
+  bool fin = atomic_load(&c->final);
+  pthread_mutex_lock(&c->lock);
+  for (size_t i = 0; i < n; i++) {
+    if (fin && want[i] * c->R >= known) continue;
+    bool queued = false;
+    for (size_t q = 0; q < c->qlen && !queued; q++) queued = c->queue[q] == want[i];
+    if (!queued && c->qlen < sizeof c->queue / sizeof *c->queue)
+      c->queue[c->qlen++] = want[i];
+  }
+  pthread_cond_broadcast(&c->cond);
+  pthread_mutex_unlock(&c->lock);
+}

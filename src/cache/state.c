@@ -1,0 +1,276 @@
+/*
+ * The shared state: one LMDB environment per root per process.
+ *
+ * LMDB must not be opened twice in one process (its locks are per process),
+ * so environments live in a process-wide registry keyed by the locks
+ * directory, shared by reference count.  MDB_NOTLS because read
+ * transactions are begun and ended on worker threads.  After fork() the
+ * child must not use the parent's environment: every transaction checks the
+ * pid and reopens the environment in a new process.  On open, slots of dead
+ * readers are freed (mdb_reader_check).  An environment LMDB reports as
+ * corrupt (or of another version) is moved aside and recreated; the caller
+ * is told it is fresh and rebuilds it from a scan of shards/.
+ *
+ * Lock order: registry_lock, then nothing (LMDB calls made under it are
+ * open/close only).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache/internal.h"
+
+struct bc__env {
+  char *dir;
+  unsigned mode;
+  int refs;           /* registry_lock */
+  pid_t pid;          /* process that opened `env` */
+  MDB_env *env;
+  MDB_dbi shard, sum, meta;
+  pthread_mutex_t reopen_lock; /* serialises the reopen after fork */
+  struct bc__env *next;
+};
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static bc__env *registry;
+
+int bc__mdb_error(int rc, const char *what) {
+  int code = rc == MDB_CORRUPTED || rc == MDB_INVALID || rc == MDB_PAGE_NOTFOUND
+                 ? BC_ECORRUPT
+             : rc == MDB_VERSION_MISMATCH ? BC_EVERSION
+             : rc == MDB_MAP_FULL ? BC_ENOSPC
+             : rc == ENOMEM ? BC_ENOMEM
+             : rc > 0 ? bc__errno_code(rc)
+                      : BC_EIO;
+  return bc__error(code, "%s: %s", what, mdb_strerror(rc));
+}
+
+/* Opens the environment and its databases; 0, or an LMDB error code. */
+static int env_open_raw(bc__env *e) {
+  MDB_txn *txn = NULL;
+  int rc = mdb_env_create(&e->env);
+  if (rc == 0) rc = mdb_env_set_maxdbs(e->env, 4);
+  if (rc == 0) rc = mdb_env_set_mapsize(e->env, (size_t)1 << 30);
+  if (rc == 0) rc = mdb_env_set_maxreaders(e->env, 1024);
+  if (rc == 0) rc = mdb_env_open(e->env, e->dir, MDB_NOTLS, (mdb_mode_t)e->mode);
+  if (rc == 0) {
+    int dead = 0;
+    mdb_reader_check(e->env, &dead);
+  }
+  if (rc == 0) rc = mdb_txn_begin(e->env, NULL, 0, &txn);
+  if (rc == 0) rc = mdb_dbi_open(txn, "shard", MDB_CREATE, &e->shard);
+  if (rc == 0) rc = mdb_dbi_open(txn, "sum", MDB_CREATE, &e->sum);
+  if (rc == 0) rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &e->meta);
+  if (rc == 0) {
+    rc = mdb_txn_commit(txn);
+    txn = NULL;
+  }
+  if (txn) mdb_txn_abort(txn);
+  if (rc != 0 && e->env) {
+    mdb_env_close(e->env);
+    e->env = NULL;
+  }
+  if (rc == 0) e->pid = getpid();
+  return rc;
+}
+
+/* Moves a damaged environment aside (locks/data.mdb -> .damaged). */
+static void env_discard_files(const char *dir) {
+  char a[4200], b[4200];
+  snprintf(a, sizeof a, "%s/data.mdb", dir);
+  snprintf(b, sizeof b, "%s/data.mdb.damaged", dir);
+  rename(a, b);
+  snprintf(a, sizeof a, "%s/lock.mdb", dir);
+  unlink(a);
+}
+
+int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
+                    bool *fresh) {
+  char *real = realpath(locks_dir, NULL);
+  if (real == NULL) return bc__error_errno(errno, "%s", locks_dir);
+  int rc = 0;
+  pthread_mutex_lock(&registry_lock);
+  bc__env *e = registry;
+  while (e != NULL && strcmp(e->dir, real) != 0) e = e->next;
+  *fresh = false;
+  if (e != NULL) {
+    /* Shared; in a forked child the next transaction reopens it. */
+    e->refs++;
+    free(real);
+  } else {
+    e = calloc(1, sizeof *e);
+    if (e == NULL) {
+      free(real);
+      rc = bc__error(BC_ENOMEM, "out of memory");
+      goto cleanup;
+    }
+    e->dir = real;
+    e->mode = mode ? mode : 0644;
+    e->refs = 1;
+    pthread_mutex_init(&e->reopen_lock, NULL);
+    char data[4200];
+    snprintf(data, sizeof data, "%s/data.mdb", real);
+    *fresh = access(data, F_OK) != 0;
+    int mrc = env_open_raw(e);
+    if (mrc == MDB_INVALID || mrc == MDB_CORRUPTED || mrc == MDB_VERSION_MISMATCH ||
+        mrc == MDB_PAGE_NOTFOUND) {
+      bc__notice("%s: the shared state is damaged (%s); rebuilding it from "
+                 "the shard files", real, mdb_strerror(mrc));
+      env_discard_files(real);
+      *fresh = true;
+      mrc = env_open_raw(e);
+    }
+    if (mrc != 0) {
+      rc = bc__mdb_error(mrc, real);
+      free(e->dir);
+      free(e);
+      goto cleanup;
+    }
+    e->next = registry;
+    registry = e;
+  }
+  *out = e;
+cleanup:
+  pthread_mutex_unlock(&registry_lock);
+  return rc;
+}
+
+void bc__env_release(bc__env *e) {
+  if (e == NULL) return;
+  pthread_mutex_lock(&registry_lock);
+  if (--e->refs == 0) {
+    for (bc__env **p = &registry; *p; p = &(*p)->next)
+      if (*p == e) {
+        *p = e->next;
+        break;
+      }
+    if (e->env && e->pid == getpid()) mdb_env_close(e->env);
+    pthread_mutex_destroy(&e->reopen_lock);
+    free(e->dir);
+    free(e);
+  }
+  pthread_mutex_unlock(&registry_lock);
+}
+
+int bc__txn_begin(bc__env *e, bool write, MDB_txn **txn) {
+  if (e->pid != getpid()) {
+    /* A forked child: the parent's environment (its locks, its reader
+     * slots) must not be used here.  Open our own; the old handle is
+     * dropped without mdb_env_close, which would release the parent's
+     * locks. */
+    pthread_mutex_lock(&e->reopen_lock);
+    int rc = 0;
+    if (e->pid != getpid()) {
+      e->env = NULL;
+      rc = env_open_raw(e);
+    }
+    pthread_mutex_unlock(&e->reopen_lock);
+    if (rc != 0) return bc__mdb_error(rc, e->dir);
+  }
+  int rc = mdb_txn_begin(e->env, NULL, write ? 0 : MDB_RDONLY, txn);
+  if (rc == MDB_READERS_FULL) {
+    int dead = 0;
+    mdb_reader_check(e->env, &dead);
+    rc = mdb_txn_begin(e->env, NULL, write ? 0 : MDB_RDONLY, txn);
+  }
+  return rc ? bc__mdb_error(rc, "begin a transaction on the cache state") : 0;
+}
+
+int bc__txn_commit(MDB_txn *txn) {
+  int rc = mdb_txn_commit(txn);
+  return rc ? bc__mdb_error(rc, "commit the cache state") : 0;
+}
+
+MDB_dbi bc__dbi_shard(bc__env *e) { return e->shard; }
+MDB_dbi bc__dbi_sum(bc__env *e) { return e->sum; }
+MDB_dbi bc__dbi_meta(bc__env *e) { return e->meta; }
+
+/* ---- records ----------------------------------------------------------------- */
+
+static void shard_key(uint64_t shard, unsigned char k[8]) {
+  for (int i = 0; i < 8; i++) k[i] = (unsigned char)(shard >> (56 - 8 * i));
+}
+
+int bc__rec_get(MDB_txn *t, MDB_dbi db, uint64_t shard, bc__shard_rec *rec,
+                bool *found) {
+  unsigned char k[8];
+  shard_key(shard, k);
+  MDB_val key = {8, k}, val;
+  int rc = mdb_get(t, db, &key, &val);
+  if (rc == MDB_NOTFOUND) {
+    *found = false;
+    return 0;
+  }
+  if (rc != 0) return bc__mdb_error(rc, "read a shard state");
+  if (val.mv_size != sizeof *rec)
+    return bc__error(BC_ECORRUPT, "cache state: shard %llu record has %zu bytes",
+                     (unsigned long long)shard, val.mv_size);
+  memcpy(rec, val.mv_data, sizeof *rec);
+  *found = true;
+  return 0;
+}
+
+int bc__rec_put(MDB_txn *t, MDB_dbi db, uint64_t shard, const bc__shard_rec *r) {
+  unsigned char k[8];
+  shard_key(shard, k);
+  MDB_val key = {8, k}, val = {sizeof *r, (void *)r};
+  int rc = mdb_put(t, db, &key, &val, 0);
+  return rc ? bc__mdb_error(rc, "write a shard state") : 0;
+}
+
+int bc__rec_del(MDB_txn *t, MDB_dbi db, uint64_t shard) {
+  unsigned char k[8];
+  shard_key(shard, k);
+  MDB_val key = {8, k};
+  int rc = mdb_del(t, db, &key, NULL);
+  return rc && rc != MDB_NOTFOUND ? bc__mdb_error(rc, "delete a shard state") : 0;
+}
+
+int bc__u64_get(MDB_txn *t, MDB_dbi db, const char *name, uint64_t *v,
+                bool *found) {
+  MDB_val key = {strlen(name), (void *)name}, val;
+  int rc = mdb_get(t, db, &key, &val);
+  *found = false;
+  if (rc == MDB_NOTFOUND) return 0;
+  if (rc != 0) return bc__mdb_error(rc, "read the cache state");
+  if (val.mv_size != 8)
+    return bc__error(BC_ECORRUPT, "cache state: \"%s\" has %zu bytes", name,
+                     val.mv_size);
+  memcpy(v, val.mv_data, 8);
+  *found = true;
+  return 0;
+}
+
+int bc__u64_put(MDB_txn *t, MDB_dbi db, const char *name, uint64_t v) {
+  MDB_val key = {strlen(name), (void *)name}, val = {8, &v};
+  int rc = mdb_put(t, db, &key, &val, 0);
+  return rc ? bc__mdb_error(rc, "write the cache state") : 0;
+}
+
+int bc__sum_get(MDB_txn *t, MDB_dbi db, uint64_t shard, uint64_t *sum,
+                bool *found) {
+  unsigned char k[8];
+  shard_key(shard, k);
+  MDB_val key = {8, k}, val;
+  int rc = mdb_get(t, db, &key, &val);
+  *found = false;
+  if (rc == MDB_NOTFOUND) return 0;
+  if (rc != 0) return bc__mdb_error(rc, "read a shard checksum");
+  if (val.mv_size != 8) return bc__error(BC_ECORRUPT, "cache state: bad checksum");
+  memcpy(sum, val.mv_data, 8);
+  *found = true;
+  return 0;
+}
+
+int bc__sum_put(MDB_txn *t, MDB_dbi db, uint64_t shard, uint64_t sum) {
+  unsigned char k[8];
+  shard_key(shard, k);
+  MDB_val key = {8, k}, val = {8, &sum};
+  int rc = mdb_put(t, db, &key, &val, 0);
+  return rc ? bc__mdb_error(rc, "write a shard checksum") : 0;
+}
