@@ -81,6 +81,7 @@ int bc__file_open(bc__file *f, const char *path, bc_cache_policy policy,
         goto cleanup;
       }
       f->map = m;
+      bc__guard_install(); /* reads of the mapping become SIGBUS-safe */
       if (pattern != BC_ACCESS_SYSTEM)
         madvise(m, (size_t)f->size, madvise_for(pattern));
     }

@@ -61,6 +61,23 @@ typedef struct {
   uint64_t count, chunk;
 } hash_job;
 
+typedef struct {
+  const bc_index *ix;
+  uint64_t pos;
+  bc_buf *buf;
+  uint64_t hash;
+} hash_args;
+
+/* Hashes one record (guarded: it may read a mapping in place). */
+static int hash_one(void *arg) {
+  hash_args *a = arg;
+  const void *data;
+  size_t size;
+  int rc = read_at(a->ix, a->pos, a->buf, &data, &size);
+  if (rc == 0) a->hash = bc__hash64(data, size, HASH_SEED);
+  return rc;
+}
+
 static int hash_task(void *arg, size_t task) {
   hash_job *j = arg;
   uint64_t lo = (uint64_t)task * j->chunk;
@@ -68,10 +85,9 @@ static int hash_task(void *arg, size_t task) {
   bc_buf buf = BC_BUF_INIT;
   int rc = 0;
   for (uint64_t p = lo; p < hi && rc == 0; p++) {
-    const void *data;
-    size_t size;
-    rc = read_at(j->ix, p, &buf, &data, &size);
-    if (rc == 0) j->pairs[p] = (pair){bc__hash64(data, size, HASH_SEED), p};
+    hash_args a = {j->ix, p, &buf, 0};
+    rc = j->ix->zero_copy ? bc__guarded(hash_one, &a, "index") : hash_one(&a);
+    if (rc == 0) j->pairs[p] = (pair){a.hash, p};
   }
   bc_buf_release(&buf);
   return rc;
@@ -83,13 +99,35 @@ static int pair_cmp(const void *a, const void *b) {
   return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
+typedef struct {
+  const bc_index *ix;
+  uint64_t a, b;
+  const void *key; /* compare record a with key when b is unused */
+  size_t key_size;
+  bc_buf *ba, *bb;
+  bool equal;
+} compare_args;
+
+/* Compares record a with record b, or with a key (guarded: in place). */
+static int compare_one(void *arg) {
+  compare_args *c = arg;
+  const void *da, *db = c->key;
+  size_t na, nb = c->key_size;
+  int rc = read_at(c->ix, c->a, c->ba, &da, &na);
+  if (rc == 0 && c->key == NULL) rc = read_at(c->ix, c->b, c->bb, &db, &nb);
+  if (rc == 0) c->equal = na == nb && (na == 0 || memcmp(da, db, na) == 0);
+  return rc;
+}
+
+static int compare(compare_args *c) {
+  return c->ix->zero_copy ? bc__guarded(compare_one, c, "index") : compare_one(c);
+}
+
 static int records_equal(const bc_index *ix, uint64_t a, uint64_t b,
                          bc_buf *ba, bc_buf *bb, bool *equal) {
-  const void *da, *db;
-  size_t na, nb;
-  int rc = read_at(ix, a, ba, &da, &na);
-  if (rc == 0) rc = read_at(ix, b, bb, &db, &nb);
-  if (rc == 0) *equal = na == nb && (na == 0 || memcmp(da, db, na) == 0);
+  compare_args c = {ix, a, b, NULL, 0, ba, bb, false};
+  int rc = compare(&c);
+  *equal = c.equal;
   return rc;
 }
 
@@ -228,14 +266,15 @@ static int find(const bc_index *ix, const void *key, size_t size,
   int rc = BC_ENOTFOUND;
   for (; lo < ix->nentries && ix->entries[lo].hash == h; lo++) {
     const entry *e = &ix->entries[lo];
-    const void *data;
-    size_t n;
-    int r = read_at(ix, ix->positions[e->first], &buf, &data, &n);
+    /* A non-NULL key pointer even for size 0 marks "compare with key". */
+    compare_args c = {ix, ix->positions[e->first], 0, key ? key : (const void *)"",
+                      size, &buf, NULL, false};
+    int r = compare(&c);
     if (r != 0) {
       rc = r;
       break;
     }
-    if (n == size && (n == 0 || memcmp(data, key, n) == 0)) {
+    if (c.equal) {
       *found = e;
       rc = 0;
       break;

@@ -230,17 +230,23 @@ int bc_bag_locate(const bc_bag *bag, uint64_t index, size_t *shard,
 
 /* ---- reading ------------------------------------------------------------ */
 
-/* Reads record `index` (< len) into out; `scratch` holds compressed bytes
- * when the shard is not mapped. */
-static int read_record(const bc_bag *bag, uint64_t index, bc_buf *out,
-                       bc_buf *scratch) {
-  size_t si;
-  uint64_t li, start, end;
-  locate(bag, index, &si, &li);
-  bc__shard *s = &bag->shards[si];
-  int rc = bc__shard_range(s, li, &start, &end);
+typedef struct {
+  const bc_bag *bag;
+  bc__shard *shard;
+  uint64_t local;
+  bc_buf *out, *scratch;
+} read_args;
+
+/* Reads record `local` of a shard into out; `scratch` holds compressed
+ * bytes when the shard is not mapped.  Runs guarded (see guard.c). */
+static int read_in_shard(void *arg) {
+  read_args *a = arg;
+  bc__shard *s = a->shard;
+  uint64_t start, end;
+  int rc = bc__shard_range(s, a->local, &start, &end);
   if (rc != 0) return rc;
   size_t n = (size_t)(end - start);
+  bc_buf *out = a->out;
   if (!s->zstd) {
     if ((rc = bc__buf_reserve(out, n)) != 0) return rc;
     if ((rc = bc__file_read(&s->records, start, out->data, n)) != 0) return rc;
@@ -255,12 +261,25 @@ static int read_record(const bc_bag *bag, uint64_t index, bc_buf *out,
   if (s->records.map != NULL) {
     src = s->records.map + start;
   } else {
-    if ((rc = bc__buf_reserve(scratch, n)) != 0) return rc;
-    if ((rc = bc__file_read(&s->records, start, scratch->data, n)) != 0)
+    if ((rc = bc__buf_reserve(a->scratch, n)) != 0) return rc;
+    if ((rc = bc__file_read(&s->records, start, a->scratch->data, n)) != 0)
       return rc;
-    src = scratch->data;
+    src = a->scratch->data;
   }
-  return bc__decoder_decode(bag->decoder, src, n, out, s->records.path, li);
+  return bc__decoder_decode(a->bag->decoder, src, n, out, s->records.path,
+                            a->local);
+}
+
+/* Reads record `index` (< len) into out. */
+static int read_record(const bc_bag *bag, uint64_t index, bc_buf *out,
+                       bc_buf *scratch) {
+  size_t si;
+  read_args a = {bag, NULL, 0, out, scratch};
+  locate(bag, index, &si, &a.local);
+  a.shard = &bag->shards[si];
+  if (a.shard->records.map == NULL && !a.shard->separate)
+    return read_in_shard(&a); /* nothing mapped: nothing to guard */
+  return bc__guarded(read_in_shard, &a, a.shard->records.path);
 }
 
 int bc_bag_get(const bc_bag *bag, uint64_t index, bc_buf *out) {
@@ -278,14 +297,24 @@ bool bc__bag_can_view(const bc_bag *bag) {
   return true;
 }
 
+typedef struct {
+  bc__shard *shard;
+  uint64_t local, start, end;
+} range_args;
+
+static int range_in_shard(void *arg) {
+  range_args *a = arg;
+  return bc__shard_range(a->shard, a->local, &a->start, &a->end);
+}
+
 int bc_bag_get_view(const bc_bag *bag, uint64_t index, const void **data,
                     size_t *size) {
   static const unsigned char empty[1];
   if (index >= bag->len) return range_error(bag, index);
   size_t si;
-  uint64_t li, start, end;
-  locate(bag, index, &si, &li);
-  bc__shard *s = &bag->shards[si];
+  range_args a;
+  locate(bag, index, &si, &a.local);
+  bc__shard *s = a.shard = &bag->shards[si];
   if (s->zstd)
     return bc__error(BC_EUNSUPPORTED,
                      "%s: zero-copy reads need uncompressed records",
@@ -294,10 +323,11 @@ int bc_bag_get_view(const bc_bag *bag, uint64_t index, const void **data,
     return bc__error(BC_EUNSUPPORTED,
                      "%s: zero-copy reads need the system cache policy (mmap)",
                      s->records.path);
-  int rc = bc__shard_range(s, li, &start, &end);
+  int rc = bc__guarded(range_in_shard, &a, s->records.path);
   if (rc != 0) return rc;
-  *data = start == end ? (const void *)empty : (const void *)(s->records.map + start);
-  *size = (size_t)(end - start);
+  *data = a.start == a.end ? (const void *)empty
+                           : (const void *)(s->records.map + a.start);
+  *size = (size_t)(a.end - a.start);
   return 0;
 }
 

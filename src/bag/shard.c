@@ -85,39 +85,40 @@ void bc__shard_close(bc__shard *s) {
   pthread_mutex_destroy(&s->load_lock);
 }
 
-/* Loads all limits into memory once and finds the valid prefix. */
+/* Loads all limits into memory once and finds the valid prefix.  The copy
+ * is made without the lock (a mapped read may fault: see guard.c); the
+ * lock only decides whose copy is published. */
 static int load_limits(bc__shard *s, const uint64_t **table) {
-  int rc = 0;
-  pthread_mutex_lock(&s->load_lock);
-  uint64_t *t = atomic_load(&s->loaded_limits);
-  if (t == NULL) {
-    size_t n = (size_t)s->count;
-    t = malloc(n ? n * sizeof *t : 1);
-    if (t == NULL) {
-      rc = bc__error(BC_ENOMEM, "%s: cannot hold %zu limits in memory",
+  size_t n = (size_t)s->count;
+  uint64_t *t = malloc(n ? n * sizeof *t : 1);
+  if (t == NULL)
+    return bc__error(BC_ENOMEM, "%s: cannot hold %zu limits in memory",
                      s->records.path, n);
-    } else {
-      const bc__file *lf = bc__shard_limits_file(s);
-      rc = bc__file_read_meta(lf, s->limits_offset, t, n * 8);
-      uint64_t prev = 0, i = 0;
-      for (; rc == 0 && i < n; i++) {
-        uint64_t v = bc__load_u64le(&t[i]);
-        if (v < prev || v > s->records_size) break;
-        t[i] = v; /* now in host order */
-        prev = v;
-      }
-      if (rc != 0) {
-        free(t);
-        t = NULL;
-      } else {
-        s->valid_prefix = i;
-        atomic_store_explicit(&s->loaded_limits, t, memory_order_release);
-      }
-    }
+  const bc__file *lf = bc__shard_limits_file(s);
+  int rc = bc__file_read_meta(lf, s->limits_offset, t, n * 8);
+  if (rc != 0) {
+    free(t);
+    return rc;
+  }
+  uint64_t prev = 0, i = 0;
+  for (; i < n; i++) {
+    uint64_t v = bc__load_u64le(&t[i]);
+    if (v < prev || v > s->records_size) break;
+    t[i] = v; /* now in host order */
+    prev = v;
+  }
+  pthread_mutex_lock(&s->load_lock);
+  uint64_t *published = atomic_load(&s->loaded_limits);
+  if (published == NULL) {
+    s->valid_prefix = i;
+    atomic_store_explicit(&s->loaded_limits, t, memory_order_release);
+    published = t;
+    t = NULL;
   }
   pthread_mutex_unlock(&s->load_lock);
-  *table = t;
-  return rc;
+  free(t); /* another thread published first: same contents */
+  *table = published;
+  return 0;
 }
 
 int bc__shard_range(bc__shard *s, uint64_t i, uint64_t *start, uint64_t *end) {

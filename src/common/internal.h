@@ -77,6 +77,18 @@ int bc__publish(const char *tmp_path, const char *final_path);
 /* fsync of the directory that contains `path`. */
 int bc__fsync_parent_dir(const char *path);
 
+/* ---- guarded reads of mapped files (guard.c) ----------------------------- */
+
+/* Puts the SIGBUS handler in place unless it already is (it chains to the
+ * handler it displaces).  Called whenever a file is mapped. */
+void bc__guard_install(void);
+
+/* Runs fn(arg) so that a SIGBUS from reading a mapped file that shrank
+ * returns BC_ECORRUPT ("WHAT: the file shrank while open") instead of
+ * killing the process.  fn must hold no lock and allocate nothing while it
+ * touches mapped bytes. */
+int bc__guarded(int (*fn)(void *arg), void *arg, const char *what);
+
 /* ---- worker pool (pool.c) ----------------------------------------------- */
 
 /* A task body: called once for each task number 0..ntasks-1, from the caller

@@ -7,4 +7,5 @@ BC_COMMON_SOURCES = \
 	src/common/publish.c \
 	src/common/pool.c \
 	src/common/hash.c \
-	src/common/version.c
+	src/common/version.c \
+	src/common/guard.c

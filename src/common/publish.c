@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/internal.h"
@@ -49,29 +51,30 @@ int bc__tmp_create(const char *final_path, unsigned mode, char **tmp_path,
     rc = bc__error(BC_ENOMEM, "out of memory");
     goto cleanup;
   }
-  snprintf(tmp, n, "%s/.%s.tmp-XXXXXX", dir, base);
-  fd = mkostemp(tmp, O_CLOEXEC);
+  /* O_EXCL with a random suffix instead of mkstemp: the kernel then applies
+   * the umask to `mode` itself, so the umask is never touched (changing it
+   * is process-wide and would race with other threads creating files). */
+  static _Atomic uint64_t counter;
+  uint64_t seed = (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&n;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t r = bc__hash64(&ts, sizeof ts, seed + atomic_fetch_add(&counter, 1));
+    snprintf(tmp, n, "%s/.%s.tmp-%06llx", dir, base,
+             (unsigned long long)(r & 0xffffff));
+    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+              (mode_t)(mode ? mode : 0666) & 07777);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
   if (fd < 0) {
     rc = bc__error_errno(errno, "%s: cannot create a temporary file in %s",
                          final_path, dir);
     goto cleanup;
   }
-  /* mkostemp creates 0600; give the file the mode a plain creat() would. */
-  mode_t mask = umask(0);
-  umask(mask);
-  if (fchmod(fd, (mode ? mode : 0666) & ~mask & 07777) != 0) {
-    rc = bc__error_errno(errno, "%s: chmod", tmp);
-    goto cleanup;
-  }
   *tmp_path = tmp;
   *fd_out = fd;
   tmp = NULL;
-  fd = -1;
 cleanup:
-  if (fd >= 0) {
-    close(fd);
-    unlink(tmp);
-  }
   free(tmp);
   free(dir);
   return rc;

@@ -1,0 +1,84 @@
+/*
+ * Guarded reads of mapped files.
+ *
+ * A file mapped with mmap that shrinks while open (another program
+ * truncates it) turns reads of the lost pages into SIGBUS, which would kill
+ * the process.  bc__guarded runs a read with a per-thread jump buffer
+ * registered; a process-wide SIGBUS handler, installed once, jumps back to
+ * it when the fault happens inside a guarded read and otherwise passes the
+ * signal on to the handler that was there before (or to the default action).
+ *
+ * Rules for guarded code: no lock may be held and nothing may be allocated
+ * while mapped bytes are touched, because a fault abandons the code at that
+ * point.  (Readers copy mapped limits outside their locks for this reason.)
+ * SA_NODEFER keeps SIGBUS unblocked after the jump (the jump does not
+ * restore the signal mask).
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <string.h>
+
+#include "common/internal.h"
+
+/* initial-exec: the handler must not trigger lazy TLS allocation. */
+static __thread sigjmp_buf *current __attribute__((tls_model("initial-exec")));
+static struct sigaction previous;
+static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+  sigjmp_buf *jb = current;
+  if (jb != NULL) {
+    current = NULL;
+    siglongjmp(*jb, 1);
+  }
+  /* Not ours: behave as if we were never installed. */
+  if (previous.sa_flags & SA_SIGINFO) {
+    if (previous.sa_sigaction != NULL) previous.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (previous.sa_handler == SIG_IGN) return;
+  if (previous.sa_handler == SIG_DFL) {
+    /* Returning re-executes the faulting access, now with the default
+     * action: the process ends as it would have without bagcache. */
+    signal(SIGBUS, SIG_DFL);
+    return;
+  }
+  previous.sa_handler(sig);
+}
+
+/* Called whenever a file is mapped: if someone replaced the handler since
+ * (an application, or a child process resetting it), ours goes back in
+ * front and the replacement becomes the one signals are passed on to. */
+void bc__guard_install(void) {
+  pthread_mutex_lock(&install_lock);
+  struct sigaction now;
+  if (sigaction(SIGBUS, NULL, &now) == 0 &&
+      !((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_sigbus)) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    previous = now;
+    sigaction(SIGBUS, &sa, NULL);
+  }
+  pthread_mutex_unlock(&install_lock);
+}
+
+int bc__guarded(int (*fn)(void *arg), void *arg, const char *what) {
+  sigjmp_buf jb;
+  sigjmp_buf *outer = current;
+  if (sigsetjmp(jb, 0) != 0) {
+    current = outer;
+    return bc__error(BC_ECORRUPT,
+                     "%s: the file shrank while open (a mapped read failed)",
+                     what);
+  }
+  current = &jb;
+  int rc = fn(arg);
+  current = outer;
+  return rc;
+}
