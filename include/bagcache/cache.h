@@ -79,7 +79,10 @@ typedef struct bc_cache_options {
   int max_open_shards;    /* shard readers kept open per process; 0 = 128 */
   int fill_workers;       /* background fill threads; 0 = 1.  More than one
                              needs a thread-safe source (else BC_EINVAL) */
-  uint64_t disk_limit;    /* bytes in shards/ at most; 0 = keep everything */
+  uint64_t disk_limit;    /* bytes in shards/ at most; 0 = the limit stored
+                             in the root by an earlier open, or none.  A
+                             non-zero limit is stored in the root's shared
+                             state and enforced by every process */
   bc_compression compression; /* NONE (default, .bag) or ZSTD (.bagz) */
   int zstd_level;         /* with ZSTD; 0 = zstd's default (3) */
   /* After a request for index i, fill what this returns next (no lock
@@ -136,7 +139,7 @@ typedef struct bc_cache_stats {
   uint64_t shard_records;
   uint64_t shards_present;
   uint64_t bytes_on_disk; /* bytes in shards/ (from the shared state) */
-  uint64_t disk_limit;    /* 0 = none */
+  uint64_t disk_limit;    /* the root's limit (shared); 0 = none */
   /* This process's counters since open: */
   uint64_t hits;          /* records served from an open shard */
   uint64_t shard_opens;   /* shard files opened */

@@ -270,6 +270,12 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
     rc = bc__error(BC_ENOMEM, "out of memory");
     goto fail;
   }
+  /* A root whose metadata.json is unreadable is refused before anything is
+   * created in it. */
+  bc__meta probe;
+  rc = bc__meta_read(c->meta_path, &probe);
+  if (rc == 0) bc__meta_free(&probe);
+  else if (rc != BC_ENOTFOUND) goto fail;
   bool fresh;
   if ((rc = make_dir(root)) != 0 || (rc = make_dir(c->shards_dir)) != 0 ||
       (rc = make_dir(c->scratch_dir)) != 0 || (rc = make_dir(c->locks_dir)) != 0 ||
@@ -277,6 +283,15 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
     goto fail;
   if ((rc = load_or_create_meta(c)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;
+  if (opts->disk_limit != 0) {
+    /* Every process enforces the limit stored here at each publish. */
+    MDB_txn *t;
+    if ((rc = bc__txn_begin(c->env, true, &t)) != 0) goto fail;
+    rc = bc__u64_put(t, bc__dbi_meta(c->env), "limit", opts->disk_limit);
+    if (rc == 0) rc = bc__txn_commit(t);
+    else mdb_txn_abort(t);
+    if (rc != 0) goto fail;
+  }
   if (opts->info_json != NULL && (rc = bc_cache_set_info(c, opts->info_json)) != 0)
     goto fail;
   bc__clean_scratch(c);
@@ -326,6 +341,9 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   bool found;
   rc = bc__cache_load_length(c, t);
   if (rc == 0) rc = bc__u64_get(t, bc__dbi_meta(c->env), "bytes", &st->bytes_on_disk, &found);
+  uint64_t limit = 0;
+  bool have_limit = false;
+  if (rc == 0) rc = bc__u64_get(t, bc__dbi_meta(c->env), "limit", &limit, &have_limit);
   if (rc == 0) {
     MDB_stat ms;
     int mrc = mdb_stat(t, bc__dbi_shard(c->env), &ms);
@@ -349,7 +367,7 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   st->length = atomic_load(&c->known_length);
   st->length_final = atomic_load(&c->final);
   st->shard_records = c->R;
-  st->disk_limit = c->opts.disk_limit;
+  st->disk_limit = have_limit ? limit : c->opts.disk_limit;
   st->hits = atomic_load(&c->stats.hits);
   st->shard_opens = atomic_load(&c->stats.shard_opens);
   st->fills = atomic_load(&c->stats.fills);

@@ -292,7 +292,12 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
   if (rc == 0) rc = bc__u64_get(t, meta, "bytes", &bytes, &f1);
   if (rc == 0) rc = bc__u64_get(t, meta, "clock", &clock, &f2);
   if (rc == 0) rc = bc__u64_get(t, meta, "length", &length, &f3);
+  /* The limit is shared: the one last set by any process opening the root
+   * with a limit (see bc_cache_open). */
   uint64_t limit = c->opts.disk_limit;
+  bool f4;
+  if (rc == 0) rc = bc__u64_get(t, meta, "limit", &limit, &f4);
+  if (rc == 0 && !f4) limit = c->opts.disk_limit;
   if (rc == 0 && limit != 0 && size > limit)
     rc = bc__error(BC_EINVAL,
                    "%s: the disk limit (%llu bytes) is smaller than one shard "

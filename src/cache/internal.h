@@ -16,7 +16,8 @@
  *            eviction: a regenerated shard must match it)
  *   "meta"   "bytes" (sum of PRESENT bytes), "clock" (access clock),
  *            "length" (records known), "final" (the source ended),
- *            "ready" (set once the state was built from a scan)
+ *            "ready" (set once the state was built from a scan),
+ *            "limit" (the disk limit every process enforces)
  */
 #ifndef BC_CACHE_INTERNAL_H
 #define BC_CACHE_INTERNAL_H

@@ -124,30 +124,41 @@ void bc__clean_scratch(bc_cache *c) {
 }
 
 int bc__estimate_shard_records(bc_cache *c, uint64_t *records) {
-  /* The first records of a pass, averaged: shard_bytes / average. */
+  /* What the first records of a pass cost on disk, averaged: stored bytes
+   * (compressed as the shards will be) plus the 8-byte limit each record
+   * adds.  shard_records = shard_bytes / that. */
   void *pass = NULL;
   int rc = c->src.open(c->src.payload, &pass);
   if (rc != 0) return rc < 0 ? rc : bc__error(BC_ESOURCE, "the source's open failed");
   atomic_fetch_add(&c->stats.passes_opened, 1);
-  bc_buf buf = BC_BUF_INIT;
+  bool zstd = c->opts.compression == BC_COMPRESSION_ZSTD;
+  bc__encoder *enc = NULL;
+  if (zstd) rc = bc__encoder_new(&enc, c->opts.zstd_level, NULL, 0);
+  bc_buf buf = BC_BUF_INIT, packed = BC_BUF_INIT;
   uint64_t n = 0, total = 0;
-  while (n < 16) {
+  while (rc == 0 && n < 16) {
     int r = c->src.next(c->src.payload, pass, &buf);
     if (r < 0) {
       rc = r;
       break;
     }
     if (r == 0) break;
-    total += buf.size;
+    uint64_t stored = buf.size;
+    if (zstd && buf.size > 0 &&
+        (rc = bc__encoder_encode(enc, buf.data, buf.size, &packed)) == 0)
+      stored = packed.size;
+    total += stored + 8;
     n++;
   }
   c->src.close(c->src.payload, pass);
+  bc__encoder_free(enc);
   bc_buf_release(&buf);
+  bc_buf_release(&packed);
   if (rc != 0) return rc;
   uint64_t target = c->opts.shard_bytes ? c->opts.shard_bytes : (uint64_t)64 << 20;
-  uint64_t avg = n ? (total + n - 1) / n : 1;
-  if (avg == 0) avg = 1;
-  *records = target / avg ? target / avg : 1;
+  uint64_t cost = n ? total / n : 8;
+  if (cost == 0) cost = 8;
+  *records = target / cost ? target / cost : 1;
   return 0;
 }
 
