@@ -160,20 +160,16 @@ static int check_options(const bc_cache_options *o, const bc_source *src) {
   return 0;
 }
 
-/* Reads metadata.json, or creates it from the options, deciding the shard
- * length (which may need the source: estimated from its first records,
- * outside any lock).  Creation runs under the LMDB write lock so two
+/* Reads metadata.json, or creates it from the options and the shard length
+ * `estimated` from the source (0: none).  Creation runs under the LMDB write lock so two
  * processes creating one root agree on one metadata.json. */
-static int load_or_create_meta(bc_cache *c) {
+static int load_or_create_meta(bc_cache *c, uint64_t estimated) {
   bc__meta m;
   int rc = bc__meta_read(c->meta_path, &m);
   if (rc != 0 && rc != BC_ENOTFOUND) return rc;
   if (rc == BC_ENOTFOUND || m.shard_records == 0) {
     if (rc == 0) bc__meta_free(&m);
-    uint64_t records = c->opts.shard_records;
-    if (records == 0 && c->has_source &&
-        (rc = bc__estimate_shard_records(c, &records)) != 0)
-      return rc;
+    uint64_t records = c->opts.shard_records ? c->opts.shard_records : estimated;
     MDB_txn *t;
     if ((rc = bc__txn_begin(c->env, true, &t)) != 0) return rc;
     rc = bc__meta_read(c->meta_path, &m); /* another process may have won */
@@ -271,17 +267,23 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
     goto fail;
   }
   /* A root whose metadata.json is unreadable is refused before anything is
-   * created in it. */
+   * created in it; so is one whose shard length must be estimated from a
+   * source that fails (the estimate runs the user's source: no lock held). */
   bc__meta probe;
+  uint64_t estimated = 0;
   rc = bc__meta_read(c->meta_path, &probe);
+  bool undecided = rc == BC_ENOTFOUND || (rc == 0 && probe.shard_records == 0);
   if (rc == 0) bc__meta_free(&probe);
   else if (rc != BC_ENOTFOUND) goto fail;
+  if (undecided && opts->shard_records == 0 && c->has_source &&
+      (rc = bc__estimate_shard_records(c, &estimated)) != 0)
+    goto fail;
   bool fresh;
   if ((rc = make_dir(root)) != 0 || (rc = make_dir(c->shards_dir)) != 0 ||
       (rc = make_dir(c->scratch_dir)) != 0 || (rc = make_dir(c->locks_dir)) != 0 ||
       (rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh)) != 0)
     goto fail;
-  if ((rc = load_or_create_meta(c)) != 0) goto fail;
+  if ((rc = load_or_create_meta(c, estimated)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;
   if (opts->disk_limit != 0) {
     /* Every process enforces the limit stored here at each publish. */

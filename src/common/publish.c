@@ -60,7 +60,9 @@ int bc__tmp_create(const char *final_path, unsigned mode, char **tmp_path,
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t r = bc__hash64(&ts, sizeof ts, seed + atomic_fetch_add(&counter, 1));
-    snprintf(tmp, n, "%s/.%s.tmp-%06llx", dir, base,
+    /* ".BASE.tmp-XXXXXX" must fit NAME_MAX (255): a long base is cut. */
+    int keep = (int)strnlen(base, 255 - 12);
+    snprintf(tmp, n, "%s/.%.*s.tmp-%06llx", dir, keep, base,
              (unsigned long long)(r & 0xffffff));
     fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
               (mode_t)(mode ? mode : 0666) & 07777);
