@@ -11,11 +11,13 @@
 #define BC_CLI_INTERNAL_H
 
 #include <getopt.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "bagcache.h"
+#include "bagcache/cache.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
@@ -40,6 +42,7 @@ int cli_dispatch(const cli_command *table, const char *usage, int argc,
 
 /* The command groups. */
 int cli_bag_main(int argc, char **argv);
+int cli_cache_main(int argc, char **argv);
 
 /* Commands of the `bag` group, one per file. */
 int cli_bag_info(int argc, char **argv);
@@ -48,6 +51,16 @@ int cli_bag_get(int argc, char **argv);
 int cli_bag_dump(int argc, char **argv);
 int cli_bag_write(int argc, char **argv);
 int cli_bag_verify(int argc, char **argv);
+
+/* Commands of the `cache` group (cache_info.c: info, count; cache_get.c:
+ * get; cache_fill.c: fill; cache_admin.c: verify, export, clear). */
+int cli_cache_info(int argc, char **argv);
+int cli_cache_count(int argc, char **argv);
+int cli_cache_get(int argc, char **argv);
+int cli_cache_fill(int argc, char **argv);
+int cli_cache_verify(int argc, char **argv);
+int cli_cache_export(int argc, char **argv);
+int cli_cache_clear(int argc, char **argv);
 
 /* ---- the command path and diagnostics (report.c) ------------------------- */
 
@@ -87,7 +100,14 @@ enum {
   CLI_OPT_TEXT,
   CLI_OPT_RAW,
   CLI_OPT_LEVEL,
-  CLI_OPT_FROM
+  CLI_OPT_FROM,
+  CLI_OPT_JSON,
+  CLI_OPT_SHARD_RECORDS,
+  CLI_OPT_SHARD_SIZE,
+  CLI_OPT_LIMIT,
+  CLI_OPT_INFO,
+  CLI_OPT_PROGRESS,
+  CLI_OPT_NO_PROGRESS
 };
 
 /* The reader options every reading command accepts, for splicing into a
@@ -222,5 +242,49 @@ bool cli_hex_decode(const char *in, size_t n, unsigned char *out,
                     size_t *outn, char *err, size_t errsize);
 bool cli_base64_decode(const char *in, size_t n, unsigned char *out,
                        size_t *outn, char *err, size_t errsize);
+
+/* ---- caches (cache.c) ------------------------------------------------- */
+
+/* A byte count: decimal digits with an optional suffix K, M, G or T (either
+ * case; powers of 1024), e.g. "512", "64M", "10G".  Returns false for
+ * anything else and on overflow. */
+bool cli_parse_size(const char *s, uint64_t *out);
+
+/* Parses "COMMAND [--help] ROOT" (no other options): *root points into
+ * argv.  Returns CLI_OK with *root set (NULL after --help) or an exit
+ * status. */
+int cli_cache_root_only(int argc, char **argv, const char *usage,
+                        const char **root);
+
+/* Opens the existing cache at `root` with no source, so it serves only
+ * what is cached.  A directory without ROOT/metadata.json is refused (not
+ * turned into a new, empty cache).  Returns CLI_OK, or CLI_FAIL after
+ * printing the error. */
+int cli_cache_open_existing(const char *root, bc_cache **cache);
+
+/* ---- a command as a cache source (cache_source.c) ----------------------- */
+
+/* How the command's standard output is cut into records. */
+typedef enum cli_framing {
+  CLI_FRAMING_LINES,  /* up to each '\n' (not included); a last line
+                         without '\n' counts */
+  CLI_FRAMING_FRAMES  /* a 4-byte little-endian length, then that many
+                         bytes */
+} cli_framing;
+
+/* Totals over every pass, updated by the source (on a cache worker thread)
+ * and read by the progress display (another thread). */
+typedef struct cli_source_counters {
+  _Atomic uint64_t records; /* records read (delivered or skipped) */
+  _Atomic uint64_t bytes;   /* their bytes (without newlines, headers) */
+} cli_source_counters;
+
+/* Fills *source with a source whose every pass runs argv[0] (looked up in
+ * PATH) with arguments argv[1..] (NULL-terminated; borrowed, and must
+ * outlive the cache) and reads its standard output as records.  The
+ * command's standard input is /dev/null.  `counters` (borrowed; may be
+ * NULL) must also outlive the cache.  Returns CLI_OK or CLI_FAIL. */
+int cli_command_source(bc_source *source, char *const *argv,
+                       cli_framing framing, cli_source_counters *counters);
 
 #endif /* BC_CLI_INTERNAL_H */

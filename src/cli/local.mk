@@ -1,6 +1,6 @@
-# The `bagcache` command: a dispatch table of command groups ("bag"), one
-# file per group and per command, linked against the installed library's
-# public API only.
+# The `bagcache` command: a dispatch table of command groups ("bag",
+# "cache"), one file per group and per command family, linked against the
+# installed library's public API only.
 bin_PROGRAMS += bagcache
 bagcache_SOURCES = \
 	src/cli/internal.h \
@@ -13,8 +13,16 @@ bagcache_SOURCES = \
 	src/cli/bag.c \
 	src/cli/bag_info.c \
 	src/cli/bag_get.c \
-	src/cli/bag_write.c
-bagcache_LDADD = libbagcache.la
+	src/cli/bag_write.c \
+	src/cli/cache.c \
+	src/cli/cache_info.c \
+	src/cli/cache_get.c \
+	src/cli/cache_fill.c \
+	src/cli/cache_source.c \
+	src/cli/cache_admin.c
+# jansson for `cache info --json`; threads for the progress display of
+# `cache fill`.
+bagcache_LDADD = libbagcache.la $(JANSSON_LIBS) $(PTHREAD_LIBS)
 
 dist_man_MANS += doc/bagcache.1
 dist_doc_DATA += doc/cli.md
@@ -26,7 +34,10 @@ BC_CLI_TESTS = \
 	tests/cli/read.sh \
 	tests/cli/zstd.sh \
 	tests/cli/sharded.sh \
-	tests/cli/verify.sh
+	tests/cli/verify.sh \
+	tests/cli/cache.sh \
+	tests/cli/cache_fill.sh \
+	tests/cli/cache_usage.sh
 TESTS += $(BC_CLI_TESTS)
 EXTRA_DIST += $(BC_CLI_TESTS) \
 	tests/cli/lib.sh \

@@ -1,7 +1,7 @@
 /*
  * main.c - the `bagcache` program: top-level dispatch to command groups.
  *
- * Each group ("bag"; later "cache") is a dispatch table of commands in its
+ * Each group ("bag", "cache") is a dispatch table of commands in its
  * own file; cli_dispatch() is the one routine that walks a table, so help
  * and error handling look the same at every level.
  */
@@ -16,10 +16,12 @@ static const char top_usage[] =
     "Usage: bagcache [--help] [--version] GROUP COMMAND [ARGS...]\n"
     "\n"
     "Inspect, read, write and check Bagz record files (the format of\n"
-    "google-deepmind/bagz).\n";
+    "google-deepmind/bagz), and caches of records stored as Bagz shards.\n";
 
 static const cli_command top_commands[] = {
     {"bag", "read, write and check Bagz files", cli_bag_main},
+    {"cache", "fill, read and manage a cache of a command's output",
+     cli_cache_main},
     {NULL, NULL, NULL},
 };
 

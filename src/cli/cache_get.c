@@ -1,0 +1,145 @@
+/*
+ * cache_get.c - `cache get`: print cached records by index.
+ *
+ * The root is opened with no source, so a record that is not cached is an
+ * error (BC_ENOTCACHED), never a reason to run anything.  Every record is
+ * read before the first is printed: on any error nothing is printed.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/internal.h"
+
+typedef enum record_format {
+  FORMAT_RAW,    /* bytes as stored, no separator */
+  FORMAT_HEX,    /* lowercase hex, one record per line */
+  FORMAT_BASE64, /* padded standard base64, one record per line */
+  FORMAT_TEXT    /* bytes as stored, one record per line (no '\n' inside) */
+} record_format;
+
+static const char get_usage[] =
+    "Usage: bagcache cache get [OPTIONS] ROOT INDEX...\n"
+    "\n"
+    "Print the cached records at the given indices, in the order given.  A\n"
+    "negative INDEX counts from the end (-1 is the last record; this needs\n"
+    "a cache whose length is final).  A record that is not cached is an\n"
+    "error: nothing is filled.  Every record is read before any is printed.\n"
+    "\n"
+    "Output formats (the last one given wins):\n"
+    "      --raw                 the record bytes, records concatenated (the\n"
+    "                            default)\n"
+    "      --hex                 lowercase hex, one record per line\n"
+    "      --base64              padded standard base64, one per line\n"
+    "      --text                the record bytes, one per line; fails on\n"
+    "                            a record that contains a newline\n"
+    "  -h, --help                show this help\n";
+
+static const struct option get_options[] = {
+    {"help", no_argument, NULL, CLI_OPT_HELP},
+    {"raw", no_argument, NULL, CLI_OPT_RAW},
+    {"hex", no_argument, NULL, CLI_OPT_HEX},
+    {"base64", no_argument, NULL, CLI_OPT_BASE64},
+    {"text", no_argument, NULL, CLI_OPT_TEXT},
+    {NULL, 0, NULL, 0},
+};
+
+static int get_option(void *ctx, int option, const char *arg) {
+  record_format *format = ctx;
+  (void)arg;
+  switch (option) {
+    case CLI_OPT_RAW:
+      *format = FORMAT_RAW;
+      return CLI_OK;
+    case CLI_OPT_HEX:
+      *format = FORMAT_HEX;
+      return CLI_OK;
+    case CLI_OPT_BASE64:
+      *format = FORMAT_BASE64;
+      return CLI_OK;
+    case CLI_OPT_TEXT:
+      *format = FORMAT_TEXT;
+      return CLI_OK;
+    default:
+      return CLI_USAGE; /* getopt_long only returns values from the table */
+  }
+}
+
+static int print_record(const bc_buf *rec, record_format format) {
+  switch (format) {
+    case FORMAT_RAW:
+      return cli_out(rec->data, rec->size);
+    case FORMAT_HEX:
+      if (cli_out_hex(rec->data, rec->size) != CLI_OK) return CLI_FAIL;
+      break;
+    case FORMAT_BASE64:
+      if (cli_out_base64(rec->data, rec->size) != CLI_OK) return CLI_FAIL;
+      break;
+    case FORMAT_TEXT:
+      if (cli_out(rec->data, rec->size) != CLI_OK) return CLI_FAIL;
+      break;
+  }
+  return cli_out("\n", 1);
+}
+
+int cli_cache_get(int argc, char **argv) {
+  record_format format = FORMAT_RAW;
+  cli_args args = {NULL, 0, NULL};
+  bc_cache *cache = NULL;
+  int64_t *indices = NULL;
+  bc_buf *bufs = NULL;
+  size_t count = 0;
+  bool done;
+  int status = cli_parse(argc, argv, "h", get_options, true, get_option,
+                         &format, get_usage, &done, &args);
+  if (status != CLI_OK || done) goto cleanup;
+  if (args.noperands < 2) {
+    status = cli_usage_error(args.noperands == 0 ? "missing ROOT"
+                                                 : "missing INDEX");
+    goto cleanup;
+  }
+  count = (size_t)args.noperands - 1;
+  indices = calloc(count, sizeof *indices);
+  bufs = calloc(count, sizeof *bufs);
+  if (!indices || !bufs) {
+    status = cli_error("out of memory", "%zu indices", count);
+    goto cleanup;
+  }
+  for (size_t i = 0; i < count; i++) {
+    const char *word = args.operands[i + 1];
+    if (!cli_parse_i64(word, INT64_MIN + 1, INT64_MAX, &indices[i])) {
+      status = cli_usage_error("invalid index '%s'", word);
+      goto cleanup;
+    }
+  }
+  status = cli_cache_open_existing(args.operands[0], &cache);
+  if (status != CLI_OK) goto cleanup;
+  int rc = bc_seq_get_many(bc_cache_seq(cache), indices, count, bufs);
+  if (rc != BC_OK) {
+    status = cli_fail(rc);
+    goto cleanup;
+  }
+  /* --text is checked for every record first, so it too prints nothing
+   * unless it can print everything. */
+  for (size_t i = 0; format == FORMAT_TEXT && i < count; i++) {
+    if (bufs[i].size && memchr(bufs[i].data, '\n', bufs[i].size)) {
+      status = cli_error("cannot print as text",
+                         "record %" PRId64
+                         " contains a newline (use --hex or --base64)",
+                         indices[i]);
+      goto cleanup;
+    }
+  }
+  for (size_t i = 0; i < count && status == CLI_OK; i++)
+    status = print_record(&bufs[i], format);
+  if (status == CLI_OK) status = cli_out_finish();
+cleanup:
+  for (size_t i = 0; bufs && i < count; i++) bc_buf_release(&bufs[i]);
+  free(bufs);
+  free(indices);
+  bc_cache_close(cache);
+  cli_args_free(&args);
+  return status;
+}
