@@ -11,12 +11,13 @@
  * size.  The decompressed size is capped twice: by the reader's
  * max_record_size and by what the input could possibly expand to, so a
  * hostile header can never demand an absurd allocation.  DCtx objects are
- * recycled through a small mutex-protected stack, so one decoder serves any
- * number of threads.
+ * recycled through a small array of atomic slots (take = exchange with
+ * NULL, give = compare-and-swap into an empty slot), so one decoder serves
+ * any number of threads without a lock on the per-record path.
  */
 #include "config.h"
 
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,9 +39,7 @@ static uint64_t expansion_bound(size_t size) {
 struct bc__decoder {
   ZSTD_DDict *ddict; /* NULL without a dictionary */
   uint64_t max_record_size;
-  pthread_mutex_t lock; /* guards spare[] and nspare only */
-  ZSTD_DCtx *spare[SPARE_DCTX];
-  size_t nspare;
+  _Atomic(ZSTD_DCtx *) spare[SPARE_DCTX]; /* NULL = empty slot */
 };
 
 int bc__decoder_new(bc__decoder **out, const void *dict, size_t dict_size,
@@ -56,43 +55,49 @@ int bc__decoder_new(bc__decoder **out, const void *dict, size_t dict_size,
     }
   }
   d->max_record_size = max_record_size;
-  pthread_mutex_init(&d->lock, NULL);
+  for (size_t i = 0; i < SPARE_DCTX; i++) atomic_init(&d->spare[i], NULL);
   *out = d;
   return 0;
 }
 
 void bc__decoder_free(bc__decoder *d) {
   if (d == NULL) return;
-  for (size_t i = 0; i < d->nspare; i++) ZSTD_freeDCtx(d->spare[i]);
+  for (size_t i = 0; i < SPARE_DCTX; i++) ZSTD_freeDCtx(atomic_load(&d->spare[i]));
   ZSTD_freeDDict(d->ddict);
-  pthread_mutex_destroy(&d->lock);
   free(d);
 }
 
+/* Threads start looking at different slots so they rarely meet. */
+static size_t home_slot(void) {
+  static _Thread_local size_t home = SIZE_MAX;
+  static atomic_size_t next_home;
+  if (home == SIZE_MAX) home = atomic_fetch_add(&next_home, 1) % SPARE_DCTX;
+  return home;
+}
+
 static ZSTD_DCtx *dctx_take(bc__decoder *d) {
-  ZSTD_DCtx *c = NULL;
-  pthread_mutex_lock(&d->lock);
-  if (d->nspare > 0) c = d->spare[--d->nspare];
-  pthread_mutex_unlock(&d->lock);
-  if (c == NULL) {
-    c = ZSTD_createDCtx();
-    if (c != NULL && d->ddict != NULL &&
-        ZSTD_isError(ZSTD_DCtx_refDDict(c, d->ddict))) {
-      ZSTD_freeDCtx(c);
-      c = NULL;
-    }
+  size_t h = home_slot();
+  for (size_t k = 0; k < SPARE_DCTX; k++) {
+    ZSTD_DCtx *c = atomic_exchange(&d->spare[(h + k) % SPARE_DCTX], NULL);
+    if (c != NULL) return c;
+  }
+  ZSTD_DCtx *c = ZSTD_createDCtx();
+  if (c != NULL && d->ddict != NULL &&
+      ZSTD_isError(ZSTD_DCtx_refDDict(c, d->ddict))) {
+    ZSTD_freeDCtx(c);
+    c = NULL;
   }
   return c;
 }
 
 static void dctx_give(bc__decoder *d, ZSTD_DCtx *c) {
-  pthread_mutex_lock(&d->lock);
-  if (d->nspare < SPARE_DCTX) {
-    d->spare[d->nspare++] = c;
-    c = NULL;
+  size_t h = home_slot();
+  for (size_t k = 0; k < SPARE_DCTX; k++) {
+    ZSTD_DCtx *empty = NULL;
+    if (atomic_compare_exchange_strong(&d->spare[(h + k) % SPARE_DCTX], &empty, c))
+      return;
   }
-  pthread_mutex_unlock(&d->lock);
-  ZSTD_freeDCtx(c); /* NULL-safe: only when the stack was full */
+  ZSTD_freeDCtx(c); /* every slot taken: more threads than slots */
 }
 
 /* Streams a frame without a content size into out, enforcing `cap`. */
