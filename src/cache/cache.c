@@ -44,10 +44,82 @@ int bc__cache_load_length(bc_cache *c, MDB_txn *t) {
   return 0;
 }
 
+/* ---- fork ------------------------------------------------------------------ */
+
+/* Every open cache, so fork() can be made safe for them: before fork each
+ * cache's lock is taken (no thread is inside its bookkeeping), after it the
+ * parent releases them and the child resets what belonged to the parent's
+ * threads: its identity (claims must be the child's), the source passes
+ * (the parent's objects: forgotten, not closed, since closing could end
+ * the parent's resources, e.g. a subprocess), the prefetch queue and
+ * workers (threads do not survive fork).  The LMDB environment is reopened
+ * by the child's first transaction (state.c).
+ * Lock order: open_caches_lock, then each cache->lock, then the
+ * environments' locks (state.c). */
+static pthread_mutex_t open_caches_lock = PTHREAD_MUTEX_INITIALIZER;
+static bc_cache *open_caches;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void) {
+  pthread_mutex_lock(&open_caches_lock);
+  for (bc_cache *c = open_caches; c; c = c->next_open) pthread_mutex_lock(&c->lock);
+  bc__envs_before_fork();
+}
+
+static void after_fork_parent(void) {
+  bc__envs_after_fork(false);
+  for (bc_cache *c = open_caches; c; c = c->next_open) pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&open_caches_lock);
+}
+
+static void after_fork_child(void) {
+  bc__envs_after_fork(true);
+  for (bc_cache *c = open_caches; c; c = c->next_open) {
+    c->self = bc__owner_self();
+    for (size_t i = 0; i < c->max_passes; i++)
+      c->passes[i] = (bc__pass){NULL, 0, false, false};
+    c->qlen = 0;
+    c->drain_requested = false;
+    c->nworkers = 0; /* the parent's threads: nothing to join here */
+    pthread_cond_init(&c->cond, NULL);
+    pthread_mutex_unlock(&c->lock);
+  }
+  pthread_mutex_unlock(&open_caches_lock);
+}
+
+static void register_atfork(void) {
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+static void track_open(bc_cache *c, bool open) {
+  pthread_once(&atfork_once, register_atfork);
+  pthread_mutex_lock(&open_caches_lock);
+  if (open) {
+    c->next_open = open_caches;
+    open_caches = c;
+  } else {
+    for (bc_cache **p = &open_caches; *p; p = &(*p)->next_open)
+      if (*p == c) {
+        *p = c->next_open;
+        break;
+      }
+  }
+  pthread_mutex_unlock(&open_caches_lock);
+}
+
 /* ---- the sequence leaf ---------------------------------------------------- */
 
 static int cache_length(bc_seq *self, bool exact, bc_len *out) {
   bc_cache *c = (bc_cache *)self;
+  if (exact && !atomic_load(&c->final)) {
+    /* Another process (or cache object) may have found the end. */
+    MDB_txn *t;
+    int rc = bc__txn_begin(c->env, false, &t);
+    if (rc != 0) return rc;
+    rc = bc__cache_load_length(c, t);
+    mdb_txn_abort(t);
+    if (rc != 0) return rc;
+  }
   if (exact && !atomic_load(&c->final)) {
     if (!c->has_source)
       return bc__error(BC_ENOTCACHED,
@@ -91,6 +163,7 @@ static int cache_get_record(bc_seq *self, uint64_t index, bc_buf *out) {
 
 static void cache_destroy(bc_seq *self) {
   bc_cache *c = (bc_cache *)self;
+  track_open(c, false);
   bc__workers_stop(c);
   bc__readers_close_all(c);
   bc__passes_close_all(c);
@@ -252,6 +325,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   atomic_init(&c->final, false);
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->cond, NULL);
+  track_open(c, true);
   c->max_passes = c->has_source && c->src.thread_safe
                       ? (size_t)(opts->fill_workers > 1 ? opts->fill_workers : 1) + 1
                       : 1;
@@ -325,12 +399,27 @@ int bc_cache_get(bc_cache *c, int64_t index, bc_buf *out) {
 int bc_cache_len(bc_cache *c, uint64_t *len) { return bc_seq_len(&c->base, len); }
 
 int bc_cache_fill_all(bc_cache *c) {
-  if (!c->has_source) {
-    if (atomic_load(&c->final)) return 0;
-    return bc__error(BC_ENOTCACHED, "%s: cannot fill: the cache has no source",
-                     c->root);
+  if (c->has_source) return bc__drain(c);
+  /* Without a source, "filled" means: the end is known and every shard up
+   * to it is present. */
+  uint64_t len;
+  int rc = bc_cache_len(c, &len);
+  if (rc != 0) return rc;
+  MDB_txn *t;
+  if ((rc = bc__txn_begin(c->env, false, &t)) != 0) return rc;
+  for (uint64_t shard = 0; rc == 0 && c->R && shard * c->R < len; shard++) {
+    bc__shard_rec rec;
+    bool found;
+    rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
+    if (rc == 0 && !(found && rec.state == SHARD_PRESENT))
+      rc = bc__error(BC_ENOTCACHED,
+                     "%s: records %llu..%llu are not cached and the cache has "
+                     "no source to fill them", c->root,
+                     (unsigned long long)(shard * c->R),
+                     (unsigned long long)(shard * c->R + c->R));
   }
-  return bc__drain(c);
+  mdb_txn_abort(t);
+  return rc;
 }
 
 /* ---- introspection ------------------------------------------------------------ */

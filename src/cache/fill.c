@@ -154,15 +154,15 @@ static int pass_advance(bc_cache *c, bc__pass *p, uint64_t target, bc_buf *buf,
 
 /* ---- claims -------------------------------------------------------------------- */
 
-static bc__filling *filling_find(bc_cache *c, uint64_t shard) {
-  for (bc__filling *f = c->filling; f; f = f->next)
+static bc__filling *filling_find(bc__fill_registry *r, uint64_t shard) {
+  for (bc__filling *f = r->list; f; f = f->next)
     if (f->shard == shard && !f->done) return f;
   return NULL;
 }
 
-static void filling_put(bc_cache *c, bc__filling *f) {
+static void filling_put(bc__fill_registry *r, bc__filling *f) {
   if (--f->refs > 0) return;
-  for (bc__filling **p = &c->filling; *p; p = &(*p)->next)
+  for (bc__filling **p = &r->list; *p; p = &(*p)->next)
     if (*p == f) {
       *p = f->next;
       break;
@@ -257,6 +257,75 @@ static int find_victim(bc_cache *c, MDB_txn *t, uint64_t keep, uint64_t *victim,
   return 0;
 }
 
+/* Removes the claims (and any files) of dead fillers: a claimant killed
+ * between its rename and its commit leaves a complete file in shards/ that
+ * the state does not count.  Called in publish's transaction, before the
+ * eviction decisions, so the limit also covers such files. */
+static int reap_dead_claims(bc_cache *c, MDB_txn *t, uint64_t keep) {
+  MDB_cursor *cur;
+  int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
+  if (mrc != 0) return bc__mdb_error(mrc, "cache state");
+  uint64_t dead[64];
+  size_t n = 0;
+  MDB_val k, v;
+  for (int op = MDB_FIRST; n < 64 && mdb_cursor_get(cur, &k, &v, op) == 0;
+       op = MDB_NEXT) {
+    bc__shard_rec r;
+    if (v.mv_size != sizeof r || k.mv_size != 8) continue;
+    memcpy(&r, v.mv_data, sizeof r);
+    uint64_t s = 0;
+    for (int i = 0; i < 8; i++) s = s << 8 | ((unsigned char *)k.mv_data)[i];
+    if (r.state == SHARD_FILLING && s != keep && !bc__owner_alive(r.owner))
+      dead[n++] = s;
+  }
+  mdb_cursor_close(cur);
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    bc__unlink_shard_files(c, dead[i]);
+    rc = bc__rec_del(t, bc__dbi_shard(c->env), dead[i]);
+  }
+  return rc;
+}
+
+/* The part of a publish that may fail after victims were unlinked, in a
+ * nested transaction: if it fails only it is rolled back, and the
+ * evictions (whose files are gone) are still committed by the caller. */
+static int publish_nested(bc_cache *c, MDB_txn *parent, uint64_t shard,
+                          const char *scratch, const char *final_path,
+                          const bc__shard_rec *rec, uint64_t bytes,
+                          uint64_t clock, bool write_sum, uint64_t checksum,
+                          bool grow, uint64_t new_length, bool ended) {
+  MDB_txn *t;
+  int mrc = mdb_txn_begin(mdb_txn_env(parent), parent, 0, &t);
+  if (mrc != 0) return bc__mdb_error(mrc, "cache state");
+  MDB_dbi meta = bc__dbi_meta(c->env);
+  int rc = 0;
+  bool renamed = false;
+  if (rename(scratch, final_path) != 0)
+    rc = bc__error_errno(errno, "%s: rename from %s", final_path, scratch);
+  else
+    renamed = true;
+  if (rc == 0) rc = bc__fsync_parent_dir(final_path);
+  if (rc == 0) rc = bc__rec_put(t, bc__dbi_shard(c->env), shard, rec);
+  if (rc == 0) rc = bc__u64_put(t, meta, "bytes", bytes + rec->bytes);
+  if (rc == 0) rc = bc__u64_put(t, meta, "clock", clock);
+  if (rc == 0 && write_sum) rc = bc__sum_put(t, bc__dbi_sum(c->env), shard, checksum);
+  if (rc == 0 && grow) {
+    rc = bc__u64_put(t, meta, "length", new_length);
+    if (rc == 0 && ended) rc = bc__u64_put(t, meta, "final", 1);
+    if (rc == 0) rc = meta_update_length(c, new_length, ended);
+  }
+  if (rc == 0) {
+    mrc = mdb_txn_commit(t); /* into the parent */
+    if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
+  } else {
+    mdb_txn_abort(t);
+  }
+  /* A file the state does not know must not stay in shards/. */
+  if (rc != 0 && renamed) unlink(final_path);
+  return rc;
+}
+
 static int publish(bc_cache *c, uint64_t shard, const char *scratch,
                    uint64_t records, uint64_t checksum, bool ended,
                    bool *regenerated) {
@@ -270,9 +339,9 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
   if (rc != 0) return rc;
   bc__shard_rec rec;
   bool found, have_sum;
-  uint64_t old_sum = 0, bytes = 0, clock = 0, length = 0;
-  bool f1, f2, f3;
-  uint64_t start = shard * c->R;
+  uint64_t old_sum = 0, bytes = 0, clock = 0, length = 0, final_flag = 0;
+  bool f1, f2, f3, f4, f5;
+  uint64_t start = shard * c->R, end = start + records;
   char final_path[4200];
   bc__cache_shard_file(c, shard, records, c->zstd, final_path, sizeof final_path);
 
@@ -288,14 +357,25 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
                    "%s: shard %llu (records %llu..%llu) came out different "
                    "when regenerated: the iterator is not deterministic",
                    c->root, (unsigned long long)shard, (unsigned long long)start,
-                   (unsigned long long)(start + records));
+                   (unsigned long long)end);
   if (rc == 0) rc = bc__u64_get(t, meta, "bytes", &bytes, &f1);
   if (rc == 0) rc = bc__u64_get(t, meta, "clock", &clock, &f2);
   if (rc == 0) rc = bc__u64_get(t, meta, "length", &length, &f3);
+  if (rc == 0) rc = bc__u64_get(t, meta, "final", &final_flag, &f5);
+  bool is_final = f5 && final_flag;
+  /* A pass that ends where earlier passes went on, or goes past a known
+   * end, means the source is not deterministic. */
+  if (rc == 0 && ((ended && length > end) || (is_final && end > length) ||
+                  (is_final && ended && end != length)))
+    rc = bc__error(BC_ENONDET,
+                   "%s: shard %llu: the source now %s after %llu records "
+                   "(%s %llu before): the iterator is not deterministic",
+                   c->root, (unsigned long long)shard,
+                   ended ? "ends" : "goes on", (unsigned long long)end,
+                   is_final ? "length" : "at least", (unsigned long long)length);
   /* The limit is shared: the one last set by any process opening the root
    * with a limit (see bc_cache_open). */
   uint64_t limit = c->opts.disk_limit;
-  bool f4;
   if (rc == 0) rc = bc__u64_get(t, meta, "limit", &limit, &f4);
   if (rc == 0 && !f4) limit = c->opts.disk_limit;
   if (rc == 0 && limit != 0 && size > limit)
@@ -303,6 +383,9 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
                    "%s: the disk limit (%llu bytes) is smaller than one shard "
                    "(%llu bytes)", c->root, (unsigned long long)limit,
                    (unsigned long long)size);
+  if (rc == 0 && limit != 0) rc = reap_dead_claims(c, t, shard);
+  uint64_t victims[32];
+  size_t nvictims = 0;
   while (rc == 0 && limit != 0 && bytes + size > limit) {
     uint64_t victim = 0;
     bc__shard_rec vrec = {0};
@@ -324,33 +407,38 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
     rc = bc__rec_del(t, sdb, victim);
     bytes = vrec.bytes > bytes ? 0 : bytes - vrec.bytes;
     atomic_fetch_add(&c->stats.evictions, 1);
+    if (nvictims < 32) victims[nvictims++] = victim;
   }
-  bool renamed = false;
-  if (rc == 0) renamed = (rc = bc__publish(scratch, final_path)) == 0;
-  if (rc == 0) {
-    rec = (bc__shard_rec){.state = SHARD_PRESENT, .zstd = c->zstd,
-                          .records = records, .bytes = size,
-                          .last_access = ++clock};
-    rc = bc__rec_put(t, sdb, shard, &rec);
+  if (rc != 0) {
+    /* Nothing unlinked yet, or the unlinks are recorded: commit those. */
+    if (nvictims > 0 && bc__u64_put(t, meta, "bytes", bytes) == 0 &&
+        bc__txn_commit(t) == 0)
+      t = NULL;
+    if (t) mdb_txn_abort(t);
+    return rc;
   }
-  if (rc == 0) rc = bc__u64_put(t, meta, "bytes", bytes + size);
-  if (rc == 0) rc = bc__u64_put(t, meta, "clock", clock);
-  if (rc == 0 && !have_sum) rc = bc__sum_put(t, sums, shard, checksum);
-  uint64_t end = start + records;
+  rec = (bc__shard_rec){.state = SHARD_PRESENT, .zstd = c->zstd,
+                        .records = records, .bytes = size,
+                        .last_access = ++clock};
   bool grow = end > length || ended;
-  if (rc == 0 && grow) {
-    uint64_t new_len = end > length ? end : length;
-    rc = bc__u64_put(t, meta, "length", ended ? end : new_len);
-    if (rc == 0 && ended) rc = bc__u64_put(t, meta, "final", 1);
-    if (rc == 0) rc = meta_update_length(c, ended ? end : new_len, ended);
+  uint64_t new_length = ended ? end : (end > length ? end : length);
+  int prc = publish_nested(c, t, shard, scratch, final_path, &rec, bytes, clock,
+                           !have_sum, checksum, grow, new_length, ended);
+  if (prc != 0) {
+    char detail[1024];
+    snprintf(detail, sizeof detail, "%s", bc_errmsg());
+    /* Keep the evictions (their files are gone) even though the publish
+     * failed: the state then matches shards/. */
+    bc__u64_put(t, meta, "bytes", bytes);
+    if (bc__txn_commit(t) != 0) { /* the state now lists lost files:
+                                     readers find them missing and refill */
+    }
+    bc__readers_forget(c, victims, nvictims);
+    return bc__error(prc, "%s", detail);
   }
-  if (rc == 0) {
-    rc = bc__txn_commit(t);
-  } else {
-    mdb_txn_abort(t);
-  }
-  /* A file the state does not know must not stay in shards/. */
-  if (rc != 0 && renamed) unlink(final_path);
+  rc = bc__txn_commit(t);
+  if (rc != 0) unlink(final_path); /* unknown to the state: take it back */
+  bc__readers_forget(c, victims, nvictims);
   if (rc == 0) {
     if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
     if (ended) atomic_store(&c->final, true);
@@ -445,8 +533,9 @@ static int try_claim(bc_cache *c, uint64_t shard, bc__shard_rec *rec,
   bool found;
   *claimed = false;
   rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, rec, &found);
-  /* A claim of our own with no thread of ours filling (the caller holds
-   * this process's filling record) is stale: take it like a dead one's. */
+  /* A claim of our own process with no thread of ours filling it (the
+   * caller holds the process's filling record for this root and shard) is
+   * stale: take it like a dead one's. */
   bool ours = found && rec->owner.pid == c->self.pid &&
               rec->owner.start_time == c->self.start_time;
   bool free_to_take =
@@ -494,35 +583,37 @@ int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *out) {
                        "has no source", c->root, (unsigned long long)start,
                        (unsigned long long)(start + c->R));
 
-    /* A thread of this process filling it: wait for that fill. */
-    pthread_mutex_lock(&c->lock);
-    bc__filling *f = filling_find(c, shard);
+    /* A thread of this process filling it (through any cache object on
+     * this root): wait for that fill. */
+    bc__fill_registry *reg = bc__env_fills(c->env);
+    pthread_mutex_lock(&reg->lock);
+    bc__filling *f = filling_find(reg, shard);
     if (f != NULL) {
       if (prefetch) {
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&reg->lock);
         return BC_EUNSUPPORTED;
       }
       f->refs++;
-      while (!f->done) pthread_cond_wait(&c->cond, &c->lock);
+      while (!f->done) pthread_cond_wait(&reg->cond, &reg->lock);
       int frc = f->rc;
       char msg[1024];
       memcpy(msg, f->msg, sizeof msg);
-      filling_put(c, f);
-      pthread_mutex_unlock(&c->lock);
+      filling_put(reg, f);
+      pthread_mutex_unlock(&reg->lock);
       if (frc != 0) return bc__error(frc, "%s", msg);
       continue;
     }
     /* Become this process's filler of the shard (others wait above). */
     f = calloc(1, sizeof *f);
     if (f == NULL) {
-      pthread_mutex_unlock(&c->lock);
+      pthread_mutex_unlock(&reg->lock);
       return bc__error(BC_ENOMEM, "out of memory");
     }
     f->shard = shard;
     f->refs = 1;
-    f->next = c->filling;
-    c->filling = f;
-    pthread_mutex_unlock(&c->lock);
+    f->next = reg->list;
+    reg->list = f;
+    pthread_mutex_unlock(&reg->lock);
 
     bool claimed = false;
     rc = try_claim(c, shard, &rec, &claimed);
@@ -537,13 +628,13 @@ int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *out) {
         release_claim(c, shard);
       }
     }
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&reg->lock);
     f->done = true;
     f->rc = rc;
     snprintf(f->msg, sizeof f->msg, "%s", rc ? bc_errmsg() : "");
-    pthread_cond_broadcast(&c->cond);
-    filling_put(c, f);
-    pthread_mutex_unlock(&c->lock);
+    pthread_cond_broadcast(&reg->cond);
+    filling_put(reg, f);
+    pthread_mutex_unlock(&reg->lock);
     if (rc != 0) return rc;
     if (claimed) continue; /* published: read its state */
     if (rec.state == SHARD_PRESENT) {

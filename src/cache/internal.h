@@ -82,6 +82,20 @@ typedef struct bc__env bc__env;
 
 int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
                     bool *fresh);
+
+/* The shards this process is filling in a root, shared by every cache
+ * object open on it in the process (so two caches on one root never take
+ * each other's claims for stale ones).  `lock` is taken alone. */
+struct bc__filling;
+typedef struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond; /* a fill finished */
+  struct bc__filling *list;
+} bc__fill_registry;
+bc__fill_registry *bc__env_fills(bc__env *env);
+/* pthread_atfork helpers (called by the cache's handlers). */
+void bc__envs_before_fork(void);
+void bc__envs_after_fork(bool child);
 void bc__env_release(bc__env *env);
 /* Starts a transaction (the environment is reopened first in a forked
  * child).  `write`: a write transaction (one at a time across processes). */
@@ -131,18 +145,21 @@ typedef struct bc__reader {
   uint64_t shard, start;
   bc_bag *bag;
   int users;                 /* readers using it now (cache->lock) */
+  bool orphan;               /* dropped from the LRU while in use: the last
+                                user closes it */
   double touched;            /* when the shared access clock was last bumped */
   struct bc__reader *hnext;  /* hash chain */
   struct bc__reader *prev, *next; /* LRU list, most recent first */
 } bc__reader;
 
-/* A shard this process is filling, so its other threads wait for it. */
+/* A shard this process is filling, so its other threads wait for it (in
+ * the root's bc__fill_registry). */
 typedef struct bc__filling {
   uint64_t shard;
   bool done;
   int rc;
   char msg[1024];
-  int refs; /* the filler + waiters (cache->lock) */
+  int refs; /* the filler + waiters (registry lock) */
   struct bc__filling *next;
 } bc__filling;
 
@@ -178,7 +195,7 @@ struct bc_cache {
   size_t nreaders;
   bc__pass *passes;
   size_t max_passes;
-  bc__filling *filling;
+  struct bc_cache *next_open; /* the process's list of open caches (fork) */
   uint64_t queue[64];
   size_t qlen;
   bool drain_requested, stopping;
@@ -203,6 +220,10 @@ int bc__cache_load_length(bc_cache *c, MDB_txn *t);
 int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out);
 void bc__reader_release(bc_cache *c, bc__reader *r);
 void bc__readers_close_all(bc_cache *c);
+/* Drops this process's readers of shards that were just evicted, so their
+ * unlinked files are closed (and their disk space freed) as soon as they
+ * are unused. */
+void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n);
 
 /* fill.c: makes shard s PRESENT (filling, waiting for another filler, or
  * taking over a dead one's claim) and returns its state.  `prefetch`: give

@@ -7,6 +7,11 @@
  * LMDB is bumped when a shard is opened, and on hits at most once a second
  * per shard (LRU eviction works at shard granularity).
  *
+ * Readers of evicted shards are dropped: at once for shards this process
+ * evicted, and within a second of use (on the access-clock bump, which
+ * finds the shard gone) for shards other processes evicted; a dropped
+ * reader still in use is closed by its last user.
+ *
  * A miss obtains the shard (fill / wait / take over, fill.c) with no lock
  * held, opens it, and checks it against its recorded size and record count;
  * a missing file (evicted by another process meanwhile) is obtained again,
@@ -82,10 +87,23 @@ static void close_list(bc__reader *r) {
   }
 }
 
-/* Bumps the shard's access clock in the shared state. */
-static void touch(bc_cache *c, uint64_t shard) {
+/* Unlinks a reader from the table and LRU (lock held); an unused one is
+ * returned for closing, one in use is left to its last user. */
+static bc__reader *drop_reader(bc_cache *c, bc__reader *r) {
+  table_remove(c, r);
+  if (r->users > 0) {
+    r->orphan = true;
+    return NULL;
+  }
+  r->hnext = NULL;
+  return r;
+}
+
+/* Bumps the shard's access clock in the shared state.  Returns false when
+ * the shard is no longer PRESENT (evicted by someone). */
+static bool touch(bc_cache *c, uint64_t shard) {
   MDB_txn *t;
-  if (bc__txn_begin(c->env, true, &t) != 0) return;
+  if (bc__txn_begin(c->env, true, &t) != 0) return true;
   bc__shard_rec rec;
   bool found;
   uint64_t clock = 0;
@@ -97,10 +115,12 @@ static void touch(bc_cache *c, uint64_t shard) {
     if (bc__rec_put(t, bc__dbi_shard(c->env), shard, &rec) == 0 &&
         bc__u64_put(t, bc__dbi_meta(c->env), "clock", clock) == 0) {
       bc__txn_commit(t);
-      return;
+      return true;
     }
   }
+  bool present = found && rec.state == SHARD_PRESENT;
   mdb_txn_abort(t);
+  return present;
 }
 
 /* Opens shard `shard` as described by `rec` and checks it. */
@@ -143,7 +163,13 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out) {
     if (bump) r->touched = now;
     pthread_mutex_unlock(&c->lock);
     atomic_fetch_add_explicit(&c->stats.hits, 1, memory_order_relaxed);
-    if (bump) touch(c, shard);
+    if (bump && !touch(c, shard)) {
+      /* Evicted elsewhere: finish this read from the old mapping (same
+       * bytes), but let the next one find the shard anew. */
+      pthread_mutex_lock(&c->lock);
+      if (!r->orphan) drop_reader(c, r); /* in use by us: not closed here */
+      pthread_mutex_unlock(&c->lock);
+    }
     *out = r;
     return 0;
   }
@@ -210,7 +236,31 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out) {
 void bc__reader_release(bc_cache *c, bc__reader *r) {
   pthread_mutex_lock(&c->lock);
   r->users--;
-  bc__reader *closing = r->users == 0 ? trim(c) : NULL;
+  bc__reader *closing = NULL;
+  if (r->users == 0) {
+    if (r->orphan) {
+      r->hnext = NULL;
+      closing = r;
+    } else {
+      closing = trim(c);
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  close_list(closing);
+}
+
+void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n) {
+  bc__reader *closing = NULL;
+  pthread_mutex_lock(&c->lock);
+  for (size_t i = 0; i < n; i++) {
+    bc__reader *r = lookup(c, shards[i]);
+    if (r == NULL) continue;
+    bc__reader *dropped = drop_reader(c, r);
+    if (dropped) {
+      dropped->hnext = closing;
+      closing = dropped;
+    }
+  }
   pthread_mutex_unlock(&c->lock);
   close_list(closing);
 }

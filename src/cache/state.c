@@ -11,8 +11,8 @@
  * corrupt (or of another version) is moved aside and recreated; the caller
  * is told it is fresh and rebuilds it from a scan of shards/.
  *
- * Lock order: registry_lock, then nothing (LMDB calls made under it are
- * open/close only).
+ * Lock order: registry_lock, then an environment's fills.lock (only across
+ * fork); LMDB calls made under registry_lock are open/close only.
  */
 #include "config.h"
 
@@ -33,11 +33,33 @@ struct bc__env {
   MDB_env *env;
   MDB_dbi shard, sum, meta;
   pthread_mutex_t reopen_lock; /* serialises the reopen after fork */
+  bc__fill_registry fills;
   struct bc__env *next;
 };
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static bc__env *registry;
+
+bc__fill_registry *bc__env_fills(bc__env *e) { return &e->fills; }
+
+/* fork: hold the registry and every fill registry across fork(); in the
+ * child the parent's fills are forgotten (their threads are gone). */
+void bc__envs_before_fork(void) {
+  pthread_mutex_lock(&registry_lock);
+  for (bc__env *e = registry; e; e = e->next) pthread_mutex_lock(&e->fills.lock);
+}
+
+void bc__envs_after_fork(bool child) {
+  for (bc__env *e = registry; e; e = e->next) {
+    if (child) {
+      e->fills.list = NULL;
+      pthread_cond_init(&e->fills.cond, NULL);
+    }
+    pthread_mutex_unlock(&e->fills.lock);
+  }
+  pthread_mutex_unlock(&registry_lock);
+}
+
 
 int bc__mdb_error(int rc, const char *what) {
   int code = rc == MDB_CORRUPTED || rc == MDB_INVALID || rc == MDB_PAGE_NOTFOUND
@@ -113,6 +135,8 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
     e->mode = mode ? mode : 0644;
     e->refs = 1;
     pthread_mutex_init(&e->reopen_lock, NULL);
+    pthread_mutex_init(&e->fills.lock, NULL);
+    pthread_cond_init(&e->fills.cond, NULL);
     char data[4200];
     snprintf(data, sizeof data, "%s/data.mdb", real);
     *fresh = access(data, F_OK) != 0;
@@ -151,6 +175,8 @@ void bc__env_release(bc__env *e) {
       }
     if (e->env && e->pid == getpid()) mdb_env_close(e->env);
     pthread_mutex_destroy(&e->reopen_lock);
+    pthread_mutex_destroy(&e->fills.lock);
+    pthread_cond_destroy(&e->fills.cond);
     free(e->dir);
     free(e);
   }
@@ -167,6 +193,8 @@ int bc__txn_begin(bc__env *e, bool write, MDB_txn **txn) {
     int rc = 0;
     if (e->pid != getpid()) {
       e->env = NULL;
+      /* The parent's fills are not ours to wait for. */
+      e->fills.list = NULL;
       rc = env_open_raw(e);
     }
     pthread_mutex_unlock(&e->reopen_lock);
