@@ -35,7 +35,7 @@ void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
 
 int bc__cache_load_length(bc_cache *c, MDB_txn *t) {
   uint64_t len = 0, fin = 0;
-  bool f1, f2;
+  bool f1 = false, f2 = false;
   int rc = bc__u64_get(t, bc__dbi_meta(c->env), "length", &len, &f1);
   if (rc == 0) rc = bc__u64_get(t, bc__dbi_meta(c->env), "final", &fin, &f2);
   if (rc != 0) return rc;

@@ -340,7 +340,7 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
   bc__shard_rec rec;
   bool found, have_sum;
   uint64_t old_sum = 0, bytes = 0, clock = 0, length = 0, final_flag = 0;
-  bool f1, f2, f3, f4, f5;
+  bool f1 = false, f2 = false, f3 = false, f4 = false, f5 = false;
   uint64_t start = shard * c->R, end = start + records;
   char final_path[4200];
   bc__cache_shard_file(c, shard, records, c->zstd, final_path, sizeof final_path);

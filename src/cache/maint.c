@@ -55,7 +55,7 @@ int bc__rebuild_state(bc_cache *c) {
   if (rc != 0) return rc;
   MDB_dbi meta = bc__dbi_meta(c->env), sdb = bc__dbi_shard(c->env);
   uint64_t ready = 0, length = 0, fin = 0;
-  bool found, f2, f3;
+  bool found = false, f2 = false, f3 = false;
   rc = bc__u64_get(t, meta, "ready", &ready, &found);
   if (rc != 0 || found) {
     if (rc == 0) rc = bc__cache_load_length(c, t);

@@ -1,0 +1,134 @@
+# python/: the Python package `bagcache` (bagz-compatible Reader, Writer,
+# Index, MultiIndex).
+#
+# The C extension bagcache._bagcache is a libtool module linked with the
+# static core (libbagcache_core.la): it carries the library inside, so the
+# build tree's package works without an installed libbagcache or an rpath,
+# and the installed package does not depend on where libbagcache.so went.
+# Only PyInit__bagcache is exported, so its copy of the library cannot
+# clash with a libbagcache.so loaded into the same process.
+#
+# The build tree holds an importable package in python/pkg/bagcache/: the
+# extension under the interpreter's suffix (_bagcache.cpython-311-...so) and
+# copies of the pure-Python files.  `make check` runs pytest on it with
+# PYTHONPATH=python/pkg (python/run-pytest.sh).  `make install` puts the
+# same files into $(pyexecdir)/bagcache.
+#
+# python/setup.py + pyproject.toml build the same extension with pip,
+# against an installed libbagcache found with pkg-config.
+
+BC_PY_C_SOURCES = \
+	python/src/bcpy.h \
+	python/src/module.c \
+	python/src/seq.c \
+	python/src/bulk.c \
+	python/src/iterator.c \
+	python/src/writer.c \
+	python/src/index.c
+
+BC_PY_TEST_FILES = \
+	python/tests/conftest.py \
+	python/tests/bagz_data.py \
+	python/tests/test_bagz_readme.py \
+	python/tests/test_bagz_golden.py \
+	python/tests/test_bagz_reader.py \
+	python/tests/test_bagz_writer.py \
+	python/tests/test_bagz_iter.py \
+	python/tests/test_bagz_index.py \
+	python/tests/test_bagz_errors.py \
+	python/tests/test_bagz_concurrency.py \
+	python/tests/test_bagz_build.py
+
+EXTRA_DIST += \
+	$(BC_PY_C_SOURCES) \
+	python/bagcache/__init__.py \
+	python/bagcache/__init__.pyi \
+	python/bagcache/py.typed \
+	python/pyproject.toml \
+	python/setup.py \
+	python/README.md \
+	python/tests/run-pytest.sh.in \
+	$(BC_PY_TEST_FILES)
+
+if BC_PYTHON
+
+bagcachepyexecdir = $(pyexecdir)/bagcache
+bagcachepyexec_LTLIBRARIES = python/_bagcache.la
+python__bagcache_la_SOURCES = $(BC_PY_C_SOURCES)
+python__bagcache_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CFLAGS)
+python__bagcache_la_LIBADD = libbagcache_core.la $(BC_DEP_LIBS)
+python__bagcache_la_LDFLAGS = -module -avoid-version -shared \
+	-export-symbols-regex '^PyInit__bagcache$$'
+bagcachepyexec_PYTHON = python/bagcache/__init__.py
+bagcachepyexec_DATA = python/bagcache/__init__.pyi python/bagcache/py.typed
+
+# ---- the build tree's importable package ------------------------------------
+
+BC_PY_PKG = python/pkg/bagcache
+BC_PY_PKG_FILES = \
+	$(BC_PY_PKG)/_bagcache$(PYTHON_EXT_SUFFIX) \
+	$(BC_PY_PKG)/__init__.py \
+	$(BC_PY_PKG)/__init__.pyi \
+	$(BC_PY_PKG)/py.typed
+noinst_DATA = $(BC_PY_PKG_FILES)
+CLEANFILES += $(BC_PY_PKG_FILES)
+
+$(BC_PY_PKG)/_bagcache$(PYTHON_EXT_SUFFIX): python/_bagcache.la
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && \
+	cp -f python/.libs/_bagcache.so $@.tmp && mv -f $@.tmp $@
+$(BC_PY_PKG)/__init__.py: $(srcdir)/python/bagcache/__init__.py
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/__init__.py $@
+$(BC_PY_PKG)/__init__.pyi: $(srcdir)/python/bagcache/__init__.pyi
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/__init__.pyi $@
+$(BC_PY_PKG)/py.typed: $(srcdir)/python/bagcache/py.typed
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/py.typed $@
+
+# ---- tests -------------------------------------------------------------------
+
+check_SCRIPTS += python/run-pytest.sh
+TESTS += python/run-pytest.sh
+CLEANFILES += python/run-pytest.sh
+
+python/run-pytest.sh: $(srcdir)/python/tests/run-pytest.sh.in Makefile
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && \
+	sed -e 's|@PYTHON[@]|$(PYTHON)|g' -e 's|@CC[@]|$(CC)|g' \
+	    -e 's|@EXT_SUFFIX[@]|$(PYTHON_EXT_SUFFIX)|g' \
+	    $(srcdir)/python/tests/run-pytest.sh.in > $@.tmp && mv -f $@.tmp $@
+
+# ---- install: the extension under the interpreter's suffix ------------------
+# libtool installs _bagcache.so (+ .la); Python would import that name too,
+# but the suffixed name keeps another interpreter version from loading it.
+
+bc-python-install-exec:
+	cd "$(DESTDIR)$(bagcachepyexecdir)" && \
+	mv -f _bagcache.so "_bagcache$(PYTHON_EXT_SUFFIX)" && rm -f _bagcache.la
+bc-python-uninstall:
+	rm -f "$(DESTDIR)$(bagcachepyexecdir)/_bagcache$(PYTHON_EXT_SUFFIX)"
+# The installed package imports and round-trips a record (no bytecode is
+# written, so uninstall leaves nothing behind).
+bc-python-installcheck:
+	cd "$${TMPDIR:-/tmp}" && \
+	PYTHONPATH="$(DESTDIR)$(pyexecdir)" PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -c \
+	  'import bagcache, os, sys, tempfile; \
+	   assert bagcache.__file__.startswith(sys.argv[1]), bagcache.__file__; \
+	   d = tempfile.mkdtemp(); p = os.path.join(d, "x.bagz"); \
+	   w = bagcache.Writer(p); w.write(b"ok"); w.close(); \
+	   assert list(bagcache.Reader(p)) == [b"ok"]; \
+	   os.remove(p); os.rmdir(d); print("bagcache", bagcache.__version__, "installed OK")' \
+	  "$(DESTDIR)$(pyexecdir)"
+
+else !BC_PYTHON
+
+bc-python-install-exec:
+	@:
+bc-python-uninstall:
+	@:
+bc-python-installcheck:
+	@:
+
+endif !BC_PYTHON
+
+install-exec-hook: bc-python-install-exec
+uninstall-hook: bc-python-uninstall
+installcheck-local: bc-python-installcheck
+.PHONY: bc-python-install-exec bc-python-uninstall bc-python-installcheck

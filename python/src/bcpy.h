@@ -1,0 +1,112 @@
+/*
+ * bcpy.h - private declarations of the CPython extension bagcache._bagcache.
+ *
+ * The extension wraps the public C API only (bagcache.h), so it builds
+ * against an installed libbagcache as well as inside the source tree.
+ *
+ * Object model:
+ *   _SeqBase     a read-only view of a bc_seq: length, items, slices (which
+ *                are views again), bulk reads, read-ahead iteration.  It is
+ *                generic over the sequence behind it; nothing in it knows
+ *                about Bagz files.
+ *   _ReaderBase  a _SeqBase whose root is a bag set opened from a file spec
+ *                (bc_seq_open_bag); adds what only a bag can answer.
+ *   ReaderIterator, _WriterBase, Index, MultiIndex.
+ * The pure-Python package (bagcache/__init__.py) subclasses _ReaderBase and
+ * _WriterBase to add options classes, pickling and the Sequence ABC.
+ *
+ * GIL rule: the GIL is released around every call that reads, writes or
+ * waits (Py_BEGIN_ALLOW_THREADS); bagcache never calls back into Python
+ * except through the index stream of ReaderIterator, which takes the GIL
+ * itself (PyGILState_Ensure) and is only ever run in the thread that
+ * released it.  No bagcache lock is held while the GIL is taken.
+ */
+#ifndef BCPY_H
+#define BCPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <bagcache.h>
+
+/* ---- errors (module.c) ------------------------------------------------ */
+
+/* Raises the Python exception for a bagcache error code, with `message`
+ * (NULL: the calling thread's bc_errmsg()).  BC_ERANGE -> IndexError,
+ * BC_ENOTFOUND -> FileNotFoundError, BC_ENOMEM -> MemoryError, anything
+ * else -> ValueError.  Returns NULL. */
+PyObject *bcpy_raise(int code, const char *message);
+
+/* The exception class bcpy_raise uses for a code (borrowed). */
+PyObject *bcpy_error_type(int code);
+
+/* Raised for an invalid slice: both TypeError (as bagz) and IndexError (as
+ * sackli). */
+extern PyObject *bcpy_InvalidSliceError;
+
+/* The number of records a bulk call reads between GIL hand-offs. */
+#define BCPY_CHUNK 8192
+
+/* ---- sequences (seq.c) ----------------------------------------------- */
+
+typedef struct {
+  PyObject_HEAD
+  bc_seq *seq;   /* the view this object reads; NULL until opened */
+  bc_seq *root;  /* the unsliced sequence the view selects from */
+  uint64_t len;  /* exact length of seq */
+  int64_t start; /* element k of seq is root[start + k * step] */
+  int64_t step;
+  int max_parallelism; /* as requested; negative makes bulk reads fail */
+  int readahead_threads;
+  PyObject *meta; /* opaque Python state shared with every slice */
+  PyObject *weakrefs;
+} bcpy_seq;
+
+extern PyTypeObject bcpy_SeqBase_Type;
+extern PyTypeObject bcpy_ReaderBase_Type;
+
+/* Makes `self` (fresh from tp_alloc) a view of `root` selecting
+ * root[start + k * step] for k < len.  Takes new references. */
+int bcpy_seq_set_view(bcpy_seq *self, bc_seq *root, int64_t start,
+                      int64_t step, uint64_t len);
+
+/* Checks the object is open; sets ValueError and returns -1 otherwise. */
+int bcpy_seq_check(bcpy_seq *self);
+
+/* Fails (ValueError) when the options forbid bulk reads. */
+int bcpy_seq_check_bulk(bcpy_seq *self);
+
+/* ---- bulk reads (bulk.c) --------------------------------------------- */
+
+PyObject *bcpy_seq_read(bcpy_seq *self, PyObject *unused);
+PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args);
+PyObject *bcpy_seq_read_indices(bcpy_seq *self, PyObject *indices);
+
+/* Linear scans: __contains__, count, index. */
+int bcpy_seq_contains(bcpy_seq *self, PyObject *value);
+PyObject *bcpy_seq_count(bcpy_seq *self, PyObject *value);
+PyObject *bcpy_seq_index(bcpy_seq *self, PyObject *args, PyObject *kwds);
+
+/* ---- iterators (iterator.c) ------------------------------------------ */
+
+extern PyTypeObject bcpy_Iterator_Type;
+
+/* An iterator over view[start : start + count] (count records). */
+PyObject *bcpy_iter_range(bcpy_seq *seq, uint64_t start, uint64_t count,
+                          PyObject *read_ahead);
+
+/* An iterator over view[i] for i from the Python iterable `indices`
+ * (iter() is called now; its exceptions propagate now). */
+PyObject *bcpy_iter_indices(bcpy_seq *seq, PyObject *indices,
+                            PyObject *read_ahead);
+
+/* ---- writer and indexes ----------------------------------------------- */
+
+extern PyTypeObject bcpy_WriterBase_Type;
+extern PyTypeObject bcpy_Index_Type;
+extern PyTypeObject bcpy_MultiIndex_Type;
+
+#endif /* BCPY_H */

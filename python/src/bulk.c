@@ -1,0 +1,491 @@
+/*
+ * bulk.c - reads of many records: read, read_range, read_indices, and the
+ * linear scans behind `in`, count and index.
+ *
+ * Every bulk read goes in chunks of at most BCPY_CHUNK records: the GIL is
+ * released while bc_seq_get_many reads a chunk on the worker pool, then
+ * taken back to turn the chunk into bytes objects.  The chunk's buffers are
+ * reused from one chunk to the next, so memory stays bounded by one chunk
+ * of records (plus the result list) and allocations are few.
+ *
+ * Indices are checked and made non-negative before anything is read, so an
+ * IndexError names the first bad position and returns no records.
+ */
+#include "bcpy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- chunk buffers ---------------------------------------------------------- */
+
+typedef struct {
+  int64_t *idx; /* view indices of the chunk being read */
+  bc_buf *bufs; /* their records */
+  size_t cap;
+} chunk;
+
+static int chunk_init(chunk *c, size_t total) {
+  c->cap = total < BCPY_CHUNK ? (total == 0 ? 1 : total) : BCPY_CHUNK;
+  c->idx = PyMem_RawMalloc(c->cap * sizeof *c->idx);
+  c->bufs = PyMem_RawCalloc(c->cap, sizeof *c->bufs);
+  if (c->idx == NULL || c->bufs == NULL) {
+    PyMem_RawFree(c->idx);
+    PyMem_RawFree(c->bufs);
+    c->idx = NULL;
+    c->bufs = NULL;
+    PyErr_NoMemory();
+    return -1;
+  }
+  return 0;
+}
+
+static void chunk_free(chunk *c) {
+  if (c->bufs != NULL)
+    for (size_t k = 0; k < c->cap; k++) bc_buf_release(&c->bufs[k]);
+  PyMem_RawFree(c->idx);
+  PyMem_RawFree(c->bufs);
+}
+
+/* Reads c->idx[0..n) into c->bufs with the GIL released.  Sets the Python
+ * exception and returns -1 on failure.  The library's message for a failed
+ * batch names a position in this chunk, which means nothing to the caller;
+ * so the failing records are looked up one by one (on this error path
+ * only) and the first one's own error is raised, naming its index. */
+static int chunk_read(bcpy_seq *self, chunk *c, size_t n) {
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_seq_get_many(self->seq, c->idx, n, c->bufs);
+  Py_END_ALLOW_THREADS
+  if (rc == 0) return 0;
+  char *batch_msg = strdup(bc_errmsg());
+  int one = 0;
+  size_t k = 0;
+  Py_BEGIN_ALLOW_THREADS
+  for (k = 0; k < n && one == 0; k++) one = bc_seq_get(self->seq, c->idx[k], &c->bufs[k]);
+  Py_END_ALLOW_THREADS
+  if (one != 0) {
+    /* bc_errmsg is this thread's: still the single read's message. */
+    PyErr_Format(bcpy_error_type(one), "index %lld: %s", (long long)c->idx[k - 1], bc_errmsg());
+  } else {
+    bcpy_raise(rc, batch_msg);
+  }
+  free(batch_msg);
+  return -1;
+}
+
+static PyObject *buf_bytes(const bc_buf *b) {
+  return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
+}
+
+/* ---- contiguous and explicit reads ------------------------------------------- */
+
+/* list(view[start : start + n]). */
+static PyObject *read_span(bcpy_seq *self, uint64_t start, size_t n) {
+  chunk c;
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  if (list == NULL) return NULL;
+  if (chunk_init(&c, n) < 0) {
+    Py_DECREF(list);
+    return NULL;
+  }
+  for (size_t off = 0; off < n;) {
+    size_t m = n - off < c.cap ? n - off : c.cap;
+    for (size_t k = 0; k < m; k++) c.idx[k] = (int64_t)(start + off + k);
+    if (chunk_read(self, &c, m) < 0) goto fail;
+    for (size_t k = 0; k < m; k++) {
+      PyObject *b = buf_bytes(&c.bufs[k]);
+      if (b == NULL) goto fail;
+      PyList_SET_ITEM(list, (Py_ssize_t)(off + k), b);
+    }
+    off += m;
+  }
+  chunk_free(&c);
+  return list;
+fail: /* unset list items are NULL, which list_dealloc skips */
+  chunk_free(&c);
+  Py_DECREF(list);
+  return NULL;
+}
+
+typedef struct {
+  int64_t index;
+  size_t pos;
+} pair;
+
+static int pair_cmp(const void *a, const void *b) {
+  const pair *x = a, *y = b;
+  if (x->index != y->index) return x->index < y->index ? -1 : 1;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* [view[i] for i in idx] for checked, non-negative idx.  Each distinct index
+ * is read once, in ascending order, and its bytes object is shared by every
+ * position that asked for it. */
+static PyObject *read_list(bcpy_seq *self, const int64_t *idx, size_t n) {
+  bool increasing = true;
+  for (size_t k = 1; k < n && increasing; k++) increasing = idx[k - 1] < idx[k];
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  if (list == NULL) return NULL;
+  chunk c = {0};
+  pair *pairs = NULL;
+  size_t *group = NULL; /* group[j]: first pair of distinct index j */
+  size_t distinct = n;
+  if (!increasing) {
+    pairs = PyMem_RawMalloc(n * sizeof *pairs);
+    group = PyMem_RawMalloc((n + 1) * sizeof *group);
+    if (pairs == NULL || group == NULL) {
+      PyErr_NoMemory();
+      goto fail;
+    }
+    for (size_t k = 0; k < n; k++) pairs[k] = (pair){idx[k], k};
+    Py_BEGIN_ALLOW_THREADS
+    qsort(pairs, n, sizeof *pairs, pair_cmp);
+    Py_END_ALLOW_THREADS
+    distinct = 0;
+    for (size_t k = 0; k < n; k++)
+      if (k == 0 || pairs[k].index != pairs[k - 1].index) group[distinct++] = k;
+    group[distinct] = n;
+  }
+  if (chunk_init(&c, distinct) < 0) goto fail;
+  for (size_t off = 0; off < distinct;) {
+    size_t m = distinct - off < c.cap ? distinct - off : c.cap;
+    for (size_t k = 0; k < m; k++)
+      c.idx[k] = increasing ? idx[off + k] : pairs[group[off + k]].index;
+    if (chunk_read(self, &c, m) < 0) goto fail;
+    for (size_t k = 0; k < m; k++) {
+      PyObject *b = buf_bytes(&c.bufs[k]);
+      if (b == NULL) goto fail;
+      if (increasing) {
+        PyList_SET_ITEM(list, (Py_ssize_t)(off + k), b);
+        continue;
+      }
+      size_t first = group[off + k], end = group[off + k + 1];
+      for (size_t p = first + 1; p < end; p++) {
+        Py_INCREF(b);
+        PyList_SET_ITEM(list, (Py_ssize_t)pairs[p].pos, b);
+      }
+      PyList_SET_ITEM(list, (Py_ssize_t)pairs[first].pos, b);
+    }
+    off += m;
+  }
+  chunk_free(&c);
+  PyMem_RawFree(pairs);
+  PyMem_RawFree(group);
+  return list;
+fail:
+  chunk_free(&c);
+  PyMem_RawFree(pairs);
+  PyMem_RawFree(group);
+  Py_DECREF(list);
+  return NULL;
+}
+
+/* ---- index conversion -------------------------------------------------------- */
+
+/* Growable array of checked indices. */
+typedef struct {
+  int64_t *v;
+  size_t n, cap;
+} index_array;
+
+static int index_push(bcpy_seq *self, index_array *a, long long value,
+                      bool is_unsigned, unsigned long long uvalue) {
+  long long i = value;
+  if (is_unsigned) i = uvalue > (unsigned long long)INT64_MAX ? -1 : (long long)uvalue;
+  else if (i < 0) i += (long long)self->len;
+  if (i < 0 || (unsigned long long)i >= self->len) {
+    if (is_unsigned)
+      PyErr_Format(PyExc_IndexError, "indices[%zu] = %llu out of range [0, %llu)",
+                   a->n, uvalue, (unsigned long long)self->len);
+    else
+      PyErr_Format(PyExc_IndexError, "indices[%zu] = %lld out of range [0, %llu)",
+                   a->n, value, (unsigned long long)self->len);
+    return -1;
+  }
+  if (a->n == a->cap) {
+    size_t cap = a->cap ? 2 * a->cap : 64;
+    int64_t *v = PyMem_RawRealloc(a->v, cap * sizeof *v);
+    if (v == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    a->v = v;
+    a->cap = cap;
+  }
+  a->v[a->n++] = i;
+  return 0;
+}
+
+/* A 1-D buffer of native integers (numpy arrays, array.array, memoryview).
+ * Returns 1 when converted, 0 when the buffer is not of that kind (the
+ * caller falls back to iteration), -1 on error. */
+static int convert_buffer(bcpy_seq *self, PyObject *obj, index_array *a) {
+  Py_buffer view;
+  if (PyUnicode_Check(obj) || !PyObject_CheckBuffer(obj)) return 0;
+  if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
+    PyErr_Clear(); /* e.g. a buffer that is not strided-readable */
+    return 0;
+  }
+  int result = 0;
+  const char *f = view.format != NULL ? view.format : "B";
+  if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
+  if (f[0] == '\0' || f[1] != '\0' || strchr("bBhHiIlLqQnN", f[0]) == NULL)
+    goto cleanup; /* not a native integer: iterate instead */
+  if (view.ndim != 1) {
+    PyErr_Format(PyExc_ValueError, "indices must be a 1-D array, not %d-D",
+                 view.ndim);
+    result = -1;
+    goto cleanup;
+  }
+  bool is_unsigned = f[0] == 'B' || f[0] == 'H' || f[0] == 'I' || f[0] == 'L' ||
+                     f[0] == 'Q' || f[0] == 'N';
+  Py_ssize_t n = view.shape[0], stride = view.strides[0];
+  const char *p = view.buf;
+  for (Py_ssize_t k = 0; k < n; k++, p += stride) {
+    long long s = 0;
+    unsigned long long u = 0;
+    switch (view.itemsize) {
+      case 1: if (is_unsigned) u = *(const uint8_t *)p; else s = *(const int8_t *)p; break;
+      case 2: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        if (is_unsigned) u = x; else s = (int16_t)x;
+        break;
+      }
+      case 4: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        if (is_unsigned) u = x; else s = (int32_t)x;
+        break;
+      }
+      case 8: {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        if (is_unsigned) u = x; else s = (int64_t)x;
+        break;
+      }
+      default:
+        result = 0;
+        goto cleanup;
+    }
+    if (index_push(self, a, s, is_unsigned, u) < 0) {
+      result = -1;
+      goto cleanup;
+    }
+  }
+  result = 1;
+cleanup:
+  PyBuffer_Release(&view);
+  return result;
+}
+
+/* Any iterable of objects with __index__. */
+static int convert_iterable(bcpy_seq *self, PyObject *obj, index_array *a) {
+  PyObject *it = PyObject_GetIter(obj);
+  if (it == NULL) return -1;
+  PyObject *item;
+  while ((item = PyIter_Next(it)) != NULL) {
+    PyObject *num = PyNumber_Index(item);
+    Py_DECREF(item);
+    if (num == NULL) goto fail;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(num, &overflow);
+    if (overflow > 0) { /* past int64: maybe still a uint64 index */
+      unsigned long long u = PyLong_AsUnsignedLongLong(num);
+      Py_DECREF(num);
+      if (u == (unsigned long long)-1 && PyErr_Occurred()) goto fail;
+      if (index_push(self, a, 0, true, u) < 0) goto fail;
+      continue;
+    }
+    Py_DECREF(num);
+    if (overflow < 0) {
+      PyErr_Format(PyExc_OverflowError, "indices[%zu] is below -2**63", a->n);
+      goto fail;
+    }
+    if (v == -1 && PyErr_Occurred()) goto fail;
+    if (index_push(self, a, v, false, 0) < 0) goto fail;
+  }
+  if (PyErr_Occurred()) goto fail;
+  Py_DECREF(it);
+  return 0;
+fail:
+  Py_DECREF(it);
+  return -1;
+}
+
+/* ---- entry points ------------------------------------------------------------ */
+
+PyObject *bcpy_seq_read(bcpy_seq *self, PyObject *unused) {
+  (void)unused;
+  if (bcpy_seq_check_bulk(self) < 0) return NULL;
+  return read_span(self, 0, (size_t)self->len);
+}
+
+PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args) {
+  Py_ssize_t start, num;
+  if (!PyArg_ParseTuple(args, "nn:read_range", &start, &num)) return NULL;
+  if (bcpy_seq_check_bulk(self) < 0) return NULL;
+  Py_ssize_t s = start < 0 ? start + (Py_ssize_t)self->len : start;
+  if (num < 0) {
+    PyErr_Format(PyExc_ValueError, "num_records must be >= 0, not %zd", num);
+    return NULL;
+  }
+  if (s < 0 || (uint64_t)s > self->len || (uint64_t)num > self->len - (uint64_t)s) {
+    PyErr_Format(PyExc_IndexError, "Range [%zd, %lld) out of range [0, %llu]", start,
+                 (long long)start + (long long)num, (unsigned long long)self->len);
+    return NULL;
+  }
+  return read_span(self, (uint64_t)s, (size_t)num);
+}
+
+PyObject *bcpy_seq_read_indices(bcpy_seq *self, PyObject *indices) {
+  if (bcpy_seq_check_bulk(self) < 0) return NULL;
+  if (PySlice_Check(indices)) {
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(indices, &start, &stop, &step) < 0) {
+      if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_Format(bcpy_InvalidSliceError, "Invalid slice: %S", value);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+      }
+      return NULL;
+    }
+    Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)self->len, &start, &stop, step);
+    if (step == 1) return read_span(self, (uint64_t)start, (size_t)n);
+    int64_t *idx = PyMem_RawMalloc((n > 0 ? (size_t)n : 1) * sizeof *idx);
+    if (idx == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t k = 0; k < n; k++) idx[k] = (int64_t)(start + k * step);
+    PyObject *list = read_list(self, idx, (size_t)n);
+    PyMem_RawFree(idx);
+    return list;
+  }
+  index_array a = {NULL, 0, 0};
+  PyObject *list = NULL;
+  int rc = convert_buffer(self, indices, &a);
+  if (rc == 0) rc = convert_iterable(self, indices, &a);
+  if (rc >= 0) list = read_list(self, a.v, a.n);
+  PyMem_RawFree(a.v);
+  return list;
+}
+
+/* ---- linear scans ------------------------------------------------------------ */
+
+enum scan_mode { SCAN_FIRST, SCAN_COUNT };
+
+/* Compares view[start:stop] with the value, a chunk at a time (GIL
+ * released for each chunk's read and comparison, taken back in between to
+ * let signal handlers run).  SCAN_FIRST: *result = position of the first
+ * match or -1.  SCAN_COUNT: *result = number of matches. */
+static int scan(bcpy_seq *self, PyObject *value, uint64_t start, uint64_t stop,
+                enum scan_mode mode, Py_ssize_t *result) {
+  if (PyUnicode_Check(value)) {
+    PyErr_SetString(PyExc_TypeError, "a bytes-like object is required, not 'str'");
+    return -1;
+  }
+  Py_buffer v;
+  if (PyObject_GetBuffer(value, &v, PyBUF_SIMPLE) < 0) return -1;
+  chunk c;
+  uint64_t n = stop > start ? stop - start : 0;
+  if (chunk_init(&c, n) < 0) {
+    PyBuffer_Release(&v);
+    return -1;
+  }
+  int status = 0;
+  Py_ssize_t found = mode == SCAN_FIRST ? -1 : 0;
+  for (uint64_t off = 0; off < n && !(mode == SCAN_FIRST && found >= 0);) {
+    size_t m = n - off < c.cap ? (size_t)(n - off) : c.cap;
+    for (size_t k = 0; k < m; k++) c.idx[k] = (int64_t)(start + off + k);
+    int rc;
+    int64_t bad = -1; /* the record that failed, when one did */
+    Py_BEGIN_ALLOW_THREADS
+    rc = bc_seq_get_many(self->seq, c.idx, m, c.bufs);
+    /* After a failed batch, go record by record: a match before the bad
+     * record still counts (as in a plain loop), and the error raised is
+     * that record's own. */
+    bool one_by_one = rc != 0;
+    for (size_t k = 0; k < m; k++) {
+      if (one_by_one && (rc = bc_seq_get(self->seq, c.idx[k], &c.bufs[k])) != 0) {
+        bad = c.idx[k];
+        break;
+      }
+      const bc_buf *b = &c.bufs[k];
+      if (b->size != (size_t)v.len || (v.len > 0 && memcmp(b->data, v.buf, b->size) != 0))
+        continue;
+      if (mode == SCAN_COUNT) {
+        found++;
+      } else {
+        found = (Py_ssize_t)(start + off + k);
+        break;
+      }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+      PyErr_Format(bcpy_error_type(rc), "index %lld: %s", (long long)bad, bc_errmsg());
+      status = -1;
+      break;
+    }
+    if (PyErr_CheckSignals() < 0) {
+      status = -1;
+      break;
+    }
+    off += m;
+  }
+  chunk_free(&c);
+  PyBuffer_Release(&v);
+  if (status == 0) *result = found;
+  return status;
+}
+
+int bcpy_seq_contains(bcpy_seq *self, PyObject *value) {
+  if (bcpy_seq_check_bulk(self) < 0) return -1;
+  Py_ssize_t pos;
+  if (scan(self, value, 0, self->len, SCAN_FIRST, &pos) < 0) return -1;
+  return pos >= 0;
+}
+
+PyObject *bcpy_seq_count(bcpy_seq *self, PyObject *value) {
+  if (bcpy_seq_check_bulk(self) < 0) return NULL;
+  Py_ssize_t count;
+  if (scan(self, value, 0, self->len, SCAN_COUNT, &count) < 0) return NULL;
+  return PyLong_FromSsize_t(count);
+}
+
+/* A bound of index(): None keeps *out, an integer is clamped to Py_ssize_t. */
+static int slice_bound(PyObject *obj, Py_ssize_t *out) {
+  if (obj == Py_None) return 0;
+  if (!PyIndex_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "slice indices must be integers or None, not %.200s",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  Py_ssize_t v = PyNumber_AsSsize_t(obj, NULL);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  *out = v;
+  return 0;
+}
+
+PyObject *bcpy_seq_index(bcpy_seq *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"value", "start", "stop", NULL};
+  PyObject *value, *start_obj = Py_None, *stop_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:index", kwlist, &value,
+                                   &start_obj, &stop_obj))
+    return NULL;
+  if (bcpy_seq_check_bulk(self) < 0) return NULL;
+  /* list.index semantics: bounds are clamped like slice bounds. */
+  Py_ssize_t start = 0, stop = PY_SSIZE_T_MAX;
+  if (slice_bound(start_obj, &start) < 0 || slice_bound(stop_obj, &stop) < 0)
+    return NULL;
+  PySlice_AdjustIndices((Py_ssize_t)self->len, &start, &stop, 1);
+  Py_ssize_t pos;
+  if (scan(self, value, (uint64_t)start, (uint64_t)(stop > start ? stop : start),
+           SCAN_FIRST, &pos) < 0)
+    return NULL;
+  if (pos < 0) {
+    PyErr_SetString(PyExc_ValueError, "value is not in the Reader");
+    return NULL;
+  }
+  return PyLong_FromSsize_t(pos);
+}

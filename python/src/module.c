@@ -1,0 +1,87 @@
+/*
+ * module.c - the module object of bagcache._bagcache: type registration and
+ * the mapping of bagcache error codes to Python exceptions.
+ */
+#include "bcpy.h"
+
+PyObject *bcpy_InvalidSliceError;
+
+PyObject *bcpy_error_type(int code) {
+  switch (code) {
+    case BC_ERANGE: return PyExc_IndexError;
+    case BC_ENOTFOUND: return PyExc_FileNotFoundError;
+    case BC_ENOMEM: return PyExc_MemoryError;
+    default: return PyExc_ValueError;
+  }
+}
+
+PyObject *bcpy_raise(int code, const char *message) {
+  if (message == NULL || message[0] == '\0') message = bc_errmsg();
+  if (message[0] == '\0') message = bc_strerror(code);
+  PyErr_SetString(bcpy_error_type(code), message);
+  return NULL;
+}
+
+static PyObject *version(PyObject *mod, PyObject *unused) {
+  (void)mod;
+  (void)unused;
+  return PyUnicode_FromString(bc_version());
+}
+
+static PyMethodDef module_methods[] = {
+    {"version", version, METH_NOARGS,
+     "version() -> str\n\nThe version of the bagcache library in use."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "bagcache._bagcache",
+    "C core of the bagcache package: Bagz readers, writers and indexes.\n\n"
+    "Use the `bagcache` package; this module is its implementation.",
+    -1,
+    module_methods,
+    NULL, NULL, NULL, NULL};
+
+static int add_type(PyObject *mod, PyTypeObject *type, const char *name) {
+  if (PyType_Ready(type) < 0) return -1;
+  Py_INCREF(type);
+  if (PyModule_AddObject(mod, name, (PyObject *)type) < 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
+PyMODINIT_FUNC PyInit__bagcache(void);
+
+PyMODINIT_FUNC PyInit__bagcache(void) {
+  PyObject *mod = PyModule_Create(&module_def);
+  if (mod == NULL) return NULL;
+  if (add_type(mod, &bcpy_SeqBase_Type, "_SeqBase") < 0 ||
+      add_type(mod, &bcpy_ReaderBase_Type, "_ReaderBase") < 0 ||
+      add_type(mod, &bcpy_Iterator_Type, "ReaderIterator") < 0 ||
+      add_type(mod, &bcpy_WriterBase_Type, "_WriterBase") < 0 ||
+      add_type(mod, &bcpy_Index_Type, "Index") < 0 ||
+      add_type(mod, &bcpy_MultiIndex_Type, "MultiIndex") < 0)
+    goto fail;
+  /* (TypeError, IndexError): bagz raises TypeError for a bad slice,
+   * sackli IndexError("Invalid slice"); this one satisfies both. */
+  PyObject *bases = PyTuple_Pack(2, PyExc_TypeError, PyExc_IndexError);
+  if (bases == NULL) goto fail;
+  bcpy_InvalidSliceError =
+      PyErr_NewExceptionWithDoc("bagcache.InvalidSliceError",
+                                "A slice whose bounds are not integers.",
+                                bases, NULL);
+  Py_DECREF(bases);
+  if (bcpy_InvalidSliceError == NULL) goto fail;
+  Py_INCREF(bcpy_InvalidSliceError);
+  if (PyModule_AddObject(mod, "InvalidSliceError", bcpy_InvalidSliceError) < 0) {
+    Py_DECREF(bcpy_InvalidSliceError);
+    goto fail;
+  }
+  if (PyModule_AddIntConstant(mod, "CHUNK", BCPY_CHUNK) < 0) goto fail;
+  return mod;
+fail:
+  Py_DECREF(mod);
+  return NULL;
+}

@@ -1,0 +1,494 @@
+/*
+ * seq.c - _SeqBase (a read-only view of any bc_seq) and _ReaderBase (a
+ * _SeqBase over a bag set opened from a file spec).
+ *
+ * Invariant of an open object: seq is root itself (start 0, step 1, len =
+ * the root's length) or a bc_seq_slice of root, and element k of seq is
+ * root[start + k * step] for k < len.  Slicing composes these coordinates
+ * in Python's arithmetic and builds the new view directly over root, so a
+ * slice of a slice is exact for every step (the coordinates are also what
+ * pickling stores).  Views share root and `meta`; they are immutable.
+ */
+#include "bcpy.h"
+
+#include <unistd.h>
+
+#include "structmember.h"
+
+/* ---- construction --------------------------------------------------------- */
+
+int bcpy_seq_set_view(bcpy_seq *self, bc_seq *root, int64_t start,
+                      int64_t step, uint64_t len) {
+  uint64_t root_len;
+  bc_seq *view = NULL;
+  int rc = bc_seq_len(root, &root_len);
+  if (rc != 0) {
+    bcpy_raise(rc, NULL);
+    return -1;
+  }
+  if (len <= 1) step = 1; /* one element (or none) has no stride */
+  if (len == 0) start = 0;
+  if (start == 0 && step == 1 && len == root_len) {
+    view = bc_seq_ref(root);
+  } else {
+    /* stop one step past the last element; a negative stop would count
+     * from the end, and "omitted" means the same as -1 for a negative
+     * step. */
+    int64_t stop = len == 0 ? 0 : start + (int64_t)len * step;
+    if (stop < 0) stop = BC_NONE;
+    rc = bc_seq_slice(&view, root, start, stop, step);
+    uint64_t got = 0;
+    if (rc == 0) rc = bc_seq_len(view, &got);
+    if (rc == 0 && got != len) {
+      bc_seq_unref(view);
+      PyErr_Format(PyExc_SystemError,
+                   "bagcache: view [%lld::%lld] has %llu elements, not %llu",
+                   (long long)start, (long long)step, (unsigned long long)got,
+                   (unsigned long long)len);
+      return -1;
+    }
+    if (rc != 0) {
+      bc_seq_unref(view);
+      bcpy_raise(rc, NULL);
+      return -1;
+    }
+  }
+  bc_seq_unref(self->seq);
+  bc_seq_unref(self->root);
+  self->seq = view;
+  self->root = bc_seq_ref(root);
+  self->start = start;
+  self->step = step;
+  self->len = len;
+  return 0;
+}
+
+int bcpy_seq_check(bcpy_seq *self) {
+  if (self->seq != NULL) return 0;
+  PyErr_Format(PyExc_ValueError, "%s object is not open (its __init__ was not run)",
+               Py_TYPE(self)->tp_name);
+  return -1;
+}
+
+int bcpy_seq_check_bulk(bcpy_seq *self) {
+  if (bcpy_seq_check(self) < 0) return -1;
+  if (self->max_parallelism >= 0) return 0;
+  PyErr_Format(PyExc_ValueError, "max_parallelism must be >= 0, not %d",
+               self->max_parallelism);
+  return -1;
+}
+
+/* A new object of self's type viewing root[start + k * step], k < len. */
+static PyObject *new_view(bcpy_seq *self, int64_t start, int64_t step,
+                          uint64_t len) {
+  PyTypeObject *type = Py_TYPE(self);
+  bcpy_seq *v = (bcpy_seq *)type->tp_alloc(type, 0);
+  if (v == NULL) return NULL;
+  v->max_parallelism = self->max_parallelism;
+  v->readahead_threads = self->readahead_threads;
+  Py_XINCREF(self->meta);
+  v->meta = self->meta;
+  if (bcpy_seq_set_view(v, self->root, start, step, len) < 0) {
+    Py_DECREF(v);
+    return NULL;
+  }
+  return (PyObject *)v;
+}
+
+static void seq_dealloc(bcpy_seq *self) {
+  if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+  bc_seq_unref(self->seq);
+  bc_seq_unref(self->root);
+  Py_CLEAR(self->meta);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* ---- items ------------------------------------------------------------------ */
+
+static Py_ssize_t seq_length(bcpy_seq *self) {
+  if (bcpy_seq_check(self) < 0) return -1;
+  if (self->len > (uint64_t)PY_SSIZE_T_MAX) {
+    PyErr_SetString(PyExc_OverflowError, "sequence too long for len()");
+    return -1;
+  }
+  return (Py_ssize_t)self->len;
+}
+
+/* Record `index` (negative counts from the end) as bytes. */
+static PyObject *get_item(bcpy_seq *self, Py_ssize_t index) {
+  if (bcpy_seq_check(self) < 0) return NULL;
+  Py_ssize_t i = index;
+  if (i < 0) i += (Py_ssize_t)self->len;
+  if (i < 0 || (uint64_t)i >= self->len) {
+    PyErr_Format(PyExc_IndexError, "index %zd out of range [0, %llu)", index,
+                 (unsigned long long)self->len);
+    return NULL;
+  }
+  bc_buf buf = BC_BUF_INIT;
+  int rc;
+  /* The read may touch the disk and decompress: no GIL. */
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_seq_get(self->seq, (int64_t)i, &buf);
+  Py_END_ALLOW_THREADS
+  PyObject *result = rc != 0 ? bcpy_raise(rc, NULL)
+                             : PyBytes_FromStringAndSize((const char *)buf.data,
+                                                         (Py_ssize_t)buf.size);
+  bc_buf_release(&buf);
+  return result;
+}
+
+/* Python's slice arithmetic on the view, composed into root coordinates. */
+static PyObject *get_slice(bcpy_seq *self, PyObject *slice) {
+  Py_ssize_t start, stop, step;
+  if (PySlice_Unpack(slice, &start, &stop, &step) < 0) {
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      PyErr_Format(bcpy_InvalidSliceError, "Invalid slice: %S", value);
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
+    }
+    return NULL;
+  }
+  Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)self->len, &start, &stop, step);
+  if (n <= 0) return new_view(self, 0, 1, 0);
+  int64_t root_start = self->start + (int64_t)start * self->step;
+  int64_t root_step = n == 1 ? 1 : (int64_t)step * self->step;
+  return new_view(self, root_start, root_step, (uint64_t)n);
+}
+
+static PyObject *seq_subscript(bcpy_seq *self, PyObject *key) {
+  if (PySlice_Check(key)) {
+    if (bcpy_seq_check(self) < 0) return NULL;
+    return get_slice(self, key);
+  }
+  if (PyIndex_Check(key)) {
+    Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    return get_item(self, i);
+  }
+  PyErr_Format(PyExc_TypeError,
+               "%s indices must be integers or slices, not %.200s",
+               Py_TYPE(self)->tp_name, Py_TYPE(key)->tp_name);
+  return NULL;
+}
+
+static PyObject *seq_sq_item(bcpy_seq *self, Py_ssize_t i) {
+  return get_item(self, i);
+}
+
+static int seq_sq_contains(bcpy_seq *self, PyObject *value) {
+  return bcpy_seq_contains(self, value);
+}
+
+static PyObject *seq_iter(bcpy_seq *self) {
+  if (bcpy_seq_check(self) < 0) return NULL;
+  return bcpy_iter_range(self, 0, self->len, NULL);
+}
+
+static PyObject *seq_reversed(bcpy_seq *self, PyObject *unused) {
+  (void)unused;
+  if (bcpy_seq_check(self) < 0) return NULL;
+  if (self->len == 0) {
+    Py_INCREF(self);
+    return (PyObject *)self;
+  }
+  int64_t last = self->start + (int64_t)(self->len - 1) * self->step;
+  return new_view(self, last, -self->step, self->len);
+}
+
+/* Validates [start, start + num_records) against the view (a negative start
+ * counts from the end).  Sets IndexError/ValueError and returns -1. */
+static int check_range(bcpy_seq *self, Py_ssize_t *start, Py_ssize_t num) {
+  Py_ssize_t s = *start;
+  if (num < 0) {
+    PyErr_Format(PyExc_ValueError, "num_records must be >= 0, not %zd", num);
+    return -1;
+  }
+  if (s < 0) s += (Py_ssize_t)self->len;
+  if (s < 0 || (uint64_t)s > self->len || (uint64_t)num > self->len - (uint64_t)s) {
+    PyErr_Format(PyExc_IndexError, "Range [%zd, %lld) out of range [0, %llu]",
+                 *start, (long long)*start + (long long)num,
+                 (unsigned long long)self->len);
+    return -1;
+  }
+  *start = s;
+  return 0;
+}
+
+PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args);
+
+static PyObject *seq_read_range_iter(bcpy_seq *self, PyObject *args,
+                                     PyObject *kwds) {
+  static char *kwlist[] = {"start", "num_records", "read_ahead", NULL};
+  Py_ssize_t start, num;
+  PyObject *read_ahead = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "nn|$O:read_range_iter", kwlist,
+                                   &start, &num, &read_ahead))
+    return NULL;
+  if (bcpy_seq_check(self) < 0 || check_range(self, &start, num) < 0) return NULL;
+  return bcpy_iter_range(self, (uint64_t)start, (uint64_t)num, read_ahead);
+}
+
+static PyObject *seq_read_indices_iter(bcpy_seq *self, PyObject *args,
+                                       PyObject *kwds) {
+  static char *kwlist[] = {"indices", "read_ahead", NULL};
+  PyObject *indices, *read_ahead = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:read_indices_iter", kwlist,
+                                   &indices, &read_ahead))
+    return NULL;
+  if (bcpy_seq_check(self) < 0) return NULL;
+  return bcpy_iter_indices(self, indices, read_ahead);
+}
+
+/* ---- pickling support --------------------------------------------------- */
+
+static PyObject *seq_state(bcpy_seq *self, PyObject *unused) {
+  (void)unused;
+  if (bcpy_seq_check(self) < 0) return NULL;
+  return Py_BuildValue("(LLK)", (long long)self->start, (long long)self->step,
+                       (unsigned long long)self->len);
+}
+
+/* _view(start, step, length): the view root[start + k * step], k < length,
+ * of this object's root (what _state() returned, after a reopen). */
+static PyObject *seq_view(bcpy_seq *self, PyObject *args) {
+  long long start, step;
+  unsigned long long len;
+  if (!PyArg_ParseTuple(args, "LLK:_view", &start, &step, &len)) return NULL;
+  if (bcpy_seq_check(self) < 0) return NULL;
+  uint64_t root_len;
+  int rc = bc_seq_len(self->root, &root_len);
+  if (rc != 0) return bcpy_raise(rc, NULL);
+  if (len > 0) {
+    /* Both ends must lie in the root (the file may have changed since the
+     * state was taken). */
+    long long last;
+    if (step == 0 || start < 0 || (unsigned long long)start >= root_len ||
+        __builtin_mul_overflow((long long)(len - 1), step, &last) ||
+        __builtin_add_overflow(start, last, &last) || last < 0 ||
+        (unsigned long long)last >= root_len) {
+      PyErr_Format(PyExc_ValueError,
+                   "view start=%lld step=%lld length=%llu does not fit %llu records",
+                   start, step, len, (unsigned long long)root_len);
+      return NULL;
+    }
+  }
+  return new_view(self, start, step, len);
+}
+
+/* ---- method tables ---------------------------------------------------------- */
+
+static PyMethodDef seq_methods[] = {
+    {"__reversed__", (PyCFunction)seq_reversed, METH_NOARGS,
+     "__reversed__() -> same type\n\nThe view in reverse order (self[::-1])."},
+    {"read", (PyCFunction)bcpy_seq_read, METH_NOARGS,
+     "read() -> list[bytes]\n\nEvery record of the view, read in parallel."},
+    {"read_range", (PyCFunction)bcpy_seq_read_range, METH_VARARGS,
+     "read_range(start, num_records) -> list[bytes]\n\n"
+     "The records [start, start + num_records) of the view, read in parallel."},
+    {"read_indices", (PyCFunction)bcpy_seq_read_indices, METH_O,
+     "read_indices(indices) -> list[bytes]\n\n"
+     "The records at `indices`: a list or other iterable of ints, a 1-D\n"
+     "integer numpy array (any buffer of integers), a range or a slice.\n"
+     "Negative indices count from the end.  A repeated index gives the same\n"
+     "bytes object at every position.  IndexError names the first index\n"
+     "out of range; no record is returned then."},
+    {"read_range_iter", (PyCFunction)(void (*)(void))seq_read_range_iter,
+     METH_VARARGS | METH_KEYWORDS,
+     "read_range_iter(start, num_records, *, read_ahead=None) -> ReaderIterator\n\n"
+     "Iterates the records [start, start + num_records), reading ahead on\n"
+     "worker threads.  The range is checked now."},
+    {"read_indices_iter", (PyCFunction)(void (*)(void))seq_read_indices_iter,
+     METH_VARARGS | METH_KEYWORDS,
+     "read_indices_iter(indices, read_ahead=None) -> ReaderIterator\n\n"
+     "Iterates the records at the indices an iterable yields (it may be\n"
+     "endless), reading ahead on worker threads.  An exception raised by the\n"
+     "iterable is raised after the records of the indices before it."},
+    {"count", (PyCFunction)bcpy_seq_count, METH_O,
+     "count(value: bytes) -> int\n\nNumber of records equal to value."},
+    {"index", (PyCFunction)(void (*)(void))bcpy_seq_index,
+     METH_VARARGS | METH_KEYWORDS,
+     "index(value: bytes, start=0, stop=None) -> int\n\n"
+     "Position of the first record equal to value in [start, stop);\n"
+     "ValueError if there is none."},
+    {"_state", (PyCFunction)seq_state, METH_NOARGS,
+     "_state() -> (start, step, length) of the view within its root."},
+    {"_view", (PyCFunction)seq_view, METH_VARARGS,
+     "_view(start, step, length) -> a view of this object's root."},
+    {NULL, NULL, 0, NULL}};
+
+static PyMemberDef seq_members[] = {
+    {"_meta", T_OBJECT, offsetof(bcpy_seq, meta), READONLY,
+     "State of the Python layer, shared by every view."},
+    {NULL, 0, 0, 0, NULL}};
+
+static PySequenceMethods seq_as_sequence = {
+    .sq_length = (lenfunc)seq_length,
+    .sq_item = (ssizeargfunc)seq_sq_item,
+    .sq_contains = (objobjproc)seq_sq_contains,
+};
+
+static PyMappingMethods seq_as_mapping = {
+    .mp_length = (lenfunc)seq_length,
+    .mp_subscript = (binaryfunc)seq_subscript,
+};
+
+PyTypeObject bcpy_SeqBase_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bagcache._bagcache._SeqBase",
+    .tp_basicsize = sizeof(bcpy_seq),
+    .tp_dealloc = (destructor)seq_dealloc,
+    .tp_as_sequence = &seq_as_sequence,
+    .tp_as_mapping = &seq_as_mapping,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_SEQUENCE,
+    .tp_doc = "A read-only, random-access view of a bagcache sequence.",
+    .tp_weaklistoffset = offsetof(bcpy_seq, weakrefs),
+    .tp_iter = (getiterfunc)seq_iter,
+    .tp_methods = seq_methods,
+    .tp_members = seq_members,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- _ReaderBase: a bag set ------------------------------------------------- */
+
+/* Threads a batch may use: bagz's max_parallelism is a cap (default 100,
+ * meant for remote file systems); more threads than a few per core only
+ * add switching for local files, so the cap is also bounded by the CPUs. */
+static int effective_parallelism(int requested) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus < 1) cpus = 1;
+  long cap = 4 * cpus;
+  if (requested <= 1) return 1;
+  return requested < cap ? requested : (int)cap;
+}
+
+static PyObject *reader_open(bcpy_seq *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"spec", "sharding_layout", "limits_placement",
+                           "limits_storage", "compression", "dictionary",
+                           "access_pattern", "cache_policy", "max_parallelism",
+                           "meta", NULL};
+  const char *spec;
+  int layout, placement, storage, compression, access, cache, parallelism;
+  Py_buffer dict = {0};
+  PyObject *meta;
+  bc_seq *root = NULL;
+  PyObject *result = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "siiiiy*iiiO:_open", kwlist, &spec,
+                                   &layout, &placement, &storage, &compression,
+                                   &dict, &access, &cache, &parallelism, &meta))
+    return NULL;
+  if (self->seq != NULL) {
+    PyErr_SetString(PyExc_ValueError, "reader is already open");
+    goto cleanup;
+  }
+  bc_reader_options o = BC_READER_OPTIONS_INIT;
+  o.sharding_layout = (bc_sharding_layout)layout;
+  o.limits_placement = (bc_limits_placement)placement;
+  o.limits_storage = (bc_limits_storage)storage;
+  o.compression = (bc_compression)compression;
+  o.dictionary = dict.len > 0 ? dict.buf : NULL;
+  o.dictionary_size = (size_t)dict.len;
+  o.access_pattern = (bc_access_pattern)access;
+  o.cache_policy = (bc_cache_policy)cache;
+  o.max_parallelism = effective_parallelism(parallelism);
+  int rc;
+  /* Opening maps every shard (and may glob a directory): no GIL. */
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_seq_open_bag(&root, spec, &o);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) {
+    bcpy_raise(rc, NULL);
+    goto cleanup;
+  }
+  uint64_t len;
+  if ((rc = bc_seq_len(root, &len)) != 0) {
+    bcpy_raise(rc, NULL);
+    goto cleanup;
+  }
+  self->max_parallelism = parallelism;
+  self->readahead_threads = o.max_parallelism < 4 ? o.max_parallelism : 4;
+  if (self->readahead_threads < 2) self->readahead_threads = 2;
+  if (bcpy_seq_set_view(self, root, 0, 1, len) < 0) goto cleanup;
+  Py_INCREF(meta);
+  Py_XSETREF(self->meta, meta);
+  Py_INCREF(Py_None);
+  result = Py_None;
+cleanup:
+  bc_seq_unref(root);
+  PyBuffer_Release(&dict);
+  return result;
+}
+
+static PyObject *reader_bytes_per_record(bcpy_seq *self, PyObject *unused) {
+  (void)unused;
+  if (bcpy_seq_check(self) < 0) return NULL;
+  bc_bag *bag = bc_seq_bag(self->root);
+  if (bag == NULL) {
+    PyErr_SetString(PyExc_TypeError, "not a bag set");
+    return NULL;
+  }
+  return PyFloat_FromDouble(bc_bag_bytes_per_record(bag));
+}
+
+static PyObject *reader_shards(bcpy_seq *self, PyObject *unused) {
+  (void)unused;
+  if (bcpy_seq_check(self) < 0) return NULL;
+  bc_bag *bag = bc_seq_bag(self->root);
+  if (bag == NULL) {
+    PyErr_SetString(PyExc_TypeError, "not a bag set");
+    return NULL;
+  }
+  size_t n = bc_bag_shard_count(bag);
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  if (list == NULL) return NULL;
+  for (size_t k = 0; k < n; k++) {
+    bc_shard_info info;
+    int rc = bc_bag_shard_info(bag, k, &info);
+    PyObject *item = rc != 0 ? bcpy_raise(rc, NULL)
+                             : Py_BuildValue("{s:s,s:z,s:K,s:K,s:s}", "path",
+                                             info.path, "limits_path",
+                                             info.limits_path, "records",
+                                             (unsigned long long)info.records,
+                                             "records_bytes",
+                                             (unsigned long long)info.records_bytes,
+                                             "compression",
+                                             info.compression == BC_COMPRESSION_ZSTD
+                                                 ? "zstd"
+                                                 : "none");
+    if (item == NULL) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)k, item);
+  }
+  return list;
+}
+
+static PyMethodDef reader_methods[] = {
+    {"_open", (PyCFunction)(void (*)(void))reader_open, METH_VARARGS | METH_KEYWORDS,
+     "_open(spec, sharding_layout, limits_placement, limits_storage, compression,\n"
+     "      dictionary, access_pattern, cache_policy, max_parallelism, meta)\n\n"
+     "Opens the bag set (once).  Enum arguments are the C enum values."},
+    {"approximate_bytes_per_record", (PyCFunction)reader_bytes_per_record,
+     METH_NOARGS,
+     "approximate_bytes_per_record() -> float\n\n"
+     "Stored (possibly compressed) bytes per record over all shards of the\n"
+     "file spec; not updated for slices."},
+    {"shards", (PyCFunction)reader_shards, METH_NOARGS,
+     "shards() -> list[dict]\n\n"
+     "One dict per shard file: path, limits_path (None for tail limits),\n"
+     "records, records_bytes, compression ('none' or 'zstd')."},
+    {NULL, NULL, 0, NULL}};
+
+PyTypeObject bcpy_ReaderBase_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bagcache._bagcache._ReaderBase",
+    .tp_basicsize = sizeof(bcpy_seq),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_SEQUENCE,
+    .tp_doc = "A view of a set of Bagz shards opened from a file spec.",
+    .tp_methods = reader_methods,
+    .tp_base = &bcpy_SeqBase_Type,
+    .tp_new = PyType_GenericNew,
+};
