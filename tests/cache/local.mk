@@ -1,0 +1,74 @@
+# The cache engine's tests: cmocka programs checking the engine against the
+# deterministic test source's model (tests/cache/source.c).  The threaded
+# ones also run under ThreadSanitizer (check-threads).
+
+BC_CACHE_TESTS = \
+	tests/cache/test_cache_basics \
+	tests/cache/test_cache_introspect \
+	tests/cache/test_cache_limit \
+	tests/cache/test_cache_failures \
+	tests/cache/test_cache_io \
+	tests/cache/test_cache_procs \
+	tests/cache/test_cache_threads \
+	tests/cache/test_cache_crash \
+	tests/cache/test_cache_damage
+
+if BC_TESTS
+check_PROGRAMS += $(BC_CACHE_TESTS)
+TESTS += $(BC_CACHE_TESTS)
+endif
+BC_THREAD_TESTS += tests/cache/test_cache_threads tests/cache/test_cache_introspect
+
+BC_CACHE_TEST_UTIL = tests/cache/source.c tests/cache/source.h \
+	tests/cache/util.c tests/cache/util.h
+BC_CACHE_TEST_FIXTURE = tests/cache/fixture.c tests/cache/fixture.h
+BC_CACHE_TEST_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+BC_CACHE_TEST_LDADD = libbagcache_core.la $(CMOCKA_LIBS) $(BC_DEP_LIBS)
+
+tests_cache_test_cache_basics_SOURCES = tests/cache/test_cache_basics.c \
+	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_basics_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_basics_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_introspect_SOURCES = tests/cache/test_cache_introspect.c \
+	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_introspect_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_introspect_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_limit_SOURCES = tests/cache/test_cache_limit.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_limit_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_limit_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_failures_SOURCES = tests/cache/test_cache_failures.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_failures_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_failures_LDADD = $(BC_CACHE_TEST_LDADD)
+
+# fsync and rename of the library's own objects go through the test's
+# wrappers, so that it can make them fail.
+tests_cache_test_cache_io_SOURCES = tests/cache/test_cache_io.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_io_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_io_LDFLAGS = -Wl,--wrap=fsync -Wl,--wrap=rename
+tests_cache_test_cache_io_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_procs_SOURCES = tests/cache/test_cache_procs.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_procs_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_procs_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_threads_SOURCES = tests/cache/test_cache_threads.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_threads_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_threads_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_crash_SOURCES = tests/cache/test_cache_crash.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_crash_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_crash_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_damage_SOURCES = tests/cache/test_cache_damage.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_damage_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_damage_LDADD = $(BC_CACHE_TEST_LDADD)

@@ -1,0 +1,374 @@
+/*
+ * Damaged state: the shard files are the truth and the LMDB state can be
+ * rebuilt from them.  A deleted locks/ directory or a data.mdb full of
+ * garbage is rebuilt on open (with a notice) and everything cached is
+ * served without a source.  A truncated shard is detected when opened: a
+ * cache with a source regenerates it, one without reports BC_ECORRUPT.  A
+ * shard file that went missing is refilled (or BC_ENOTCACHED).  A byte
+ * changed inside a shard of the same size is found by bc_cache_verify.
+ * Dead writers' scratch files are removed on open; files that are not this
+ * cache's shards are left alone.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define N 100
+#define R 10
+
+typedef struct fixture {
+  char *dir, *root, *shards, *scratch, *locks;
+  ts_shared *sh;
+  ts_config cfg;
+  bc_cache_options o;
+  bc_cache *c;
+} fixture;
+
+/* Every test starts from a complete cache of N records (closed). */
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  if (f == NULL) return -1;
+  f->dir = cu_tmp_dir();
+  f->root = cu_path(f->dir, "c");
+  f->shards = cu_path(f->root, "shards");
+  f->scratch = cu_path(f->root, "scratch");
+  f->locks = cu_path(f->root, "locks");
+  f->cfg = ts_config_default(N);
+  f->sh = ts_shared_new(&f->cfg);
+  if (f->sh == NULL) return -1;
+  f->o = (bc_cache_options)BC_CACHE_OPTIONS_INIT;
+  f->o.shard_records = R;
+  f->o.prefetch_shards = -1;
+  cu_notices_capture();
+  cu_notices_reset();
+  cu_watchdog(60);
+  *state = f;
+  CU_OK(cu_open(&f->c, f->root, &f->cfg, f->sh, &f->o));
+  CU_OK(bc_cache_fill_all(f->c));
+  bc_cache_close(f->c);
+  f->c = NULL;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  bc_cache_close(f->c);
+  ts_shared_free(f->sh);
+  cu_rm_rf(f->dir);
+  free(f->locks);
+  free(f->scratch);
+  free(f->shards);
+  free(f->root);
+  free(f->dir);
+  free(f);
+  bc_set_notice_handler(NULL, NULL);
+  cu_watchdog(0);
+  return 0;
+}
+
+static void open_source(fixture *f) {
+  CU_OK(cu_open(&f->c, f->root, &f->cfg, f->sh, &f->o));
+}
+
+static void open_bare(fixture *f) {
+  CU_OK(cu_open(&f->c, f->root, NULL, NULL, &f->o));
+}
+
+static void close_cache(fixture *f) {
+  bc_cache_close(f->c);
+  f->c = NULL;
+}
+
+static bc_cache_stats stats_of(bc_cache *c) {
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(c, &st));
+  return st;
+}
+
+/* The rebuilt state must describe shards/ exactly and serve everything. */
+static void check_rebuilt(fixture *f) {
+  bc_cache_stats st = stats_of(f->c);
+  size_t files = 0;
+  uint64_t bytes = cu_dir_bytes(f->shards, &files);
+  assert_int_equal(st.shards_present, N / R);
+  assert_int_equal(files, N / R);
+  assert_int_equal(st.bytes_on_disk, bytes);
+  assert_int_equal(st.shard_records, R);
+  cu_check_all(f->c, N, false);
+  uint64_t len = 0;
+  CU_OK(bc_cache_len(f->c, &len));
+  assert_int_equal(len, N);
+  uint64_t bad = 0;
+  CU_OK(bc_cache_verify(f->c, &bad));
+  assert_int_equal(stats_of(f->c).fills, 0);
+}
+
+static void test_locks_deleted(void **state) {
+  fixture *f = *state;
+  cu_rm_rf(f->locks);
+  open_bare(f);
+  assert_true(cu_notice_seen("rebuilt"));
+  check_rebuilt(f);
+  /* Not rebuilt twice: the next open finds the state ready. */
+  close_cache(f);
+  cu_notices_reset();
+  open_bare(f);
+  assert_false(cu_notice_seen("rebuilt"));
+  check_rebuilt(f);
+}
+
+/* Overwrites a file with garbage, keeping its size. */
+static void scribble(const char *path) {
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  int fd = open(path, O_WRONLY);
+  assert_true(fd >= 0);
+  unsigned char junk[4096];
+  uint64_t seed = 3;
+  for (off_t done = 0; done < st.st_size; done += (off_t)sizeof junk) {
+    for (size_t k = 0; k < sizeof junk; k++) junk[k] = (unsigned char)cu_rand(&seed);
+    size_t n = st.st_size - done < (off_t)sizeof junk ? (size_t)(st.st_size - done)
+                                                      : sizeof junk;
+    assert_int_equal(pwrite(fd, junk, n, done), (ssize_t)n);
+  }
+  close(fd);
+}
+
+static void test_data_mdb_garbage(void **state) {
+  fixture *f = *state;
+  char *data = cu_path(f->locks, "data.mdb");
+  scribble(data);
+  open_bare(f);
+  assert_true(cu_notice_seen("damaged"));
+  check_rebuilt(f);
+  free(data);
+}
+
+static void test_data_mdb_empty(void **state) {
+  fixture *f = *state;
+  char *data = cu_path(f->locks, "data.mdb");
+  assert_int_equal(truncate(data, 0), 0);
+  open_bare(f);
+  check_rebuilt(f);
+  free(data);
+}
+
+/* Halves a shard file. */
+static char *truncate_shard(fixture *f, const char *name) {
+  char *path = cu_path(f->shards, name);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(truncate(path, st.st_size / 2), 0);
+  return path;
+}
+
+static void test_truncated_shard(void **state) {
+  fixture *f = *state;
+  char *path = truncate_shard(f, "30.40.bag");
+  bc_buf b = BC_BUF_INIT;
+  /* No source: reported, every time, and the other shards still serve. */
+  open_bare(f);
+  for (int k = 0; k < 2; k++) CU_RC(bc_cache_get(f->c, 35, &b), BC_ECORRUPT);
+  assert_int_equal(cu_get_cmp(f->c, 45, false, &b), 0);
+  assert_int_equal(cu_get_cmp(f->c, 29, false, &b), 0);
+  close_cache(f);
+  /* With a source: detected, regenerated (the checksum recorded at the
+   * first publish matches), served. */
+  cu_notices_reset();
+  open_source(f);
+  assert_int_equal(cu_get_cmp(f->c, 35, false, &b), 0);
+  assert_true(cu_notice_seen("30.40.bag"));
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.regenerations, 1);
+  assert_int_equal(st.fills, 0);
+  assert_int_equal(st.shards_present, N / R);
+  assert_int_equal(st.bytes_on_disk, cu_dir_bytes(f->shards, NULL));
+  cu_check_shards(f->root, false, false);
+  uint64_t bad = 0;
+  CU_OK(bc_cache_verify(f->c, &bad));
+  cu_check_all(f->c, N, false);
+  bc_buf_release(&b);
+  free(path);
+}
+
+static void test_truncated_shard_verify(void **state) {
+  fixture *f = *state;
+  char *path = truncate_shard(f, "70.80.bag");
+  open_bare(f);
+  uint64_t bad = 0;
+  CU_RC(bc_cache_verify(f->c, &bad), BC_ECORRUPT);
+  assert_int_equal(bad, 70);
+  free(path);
+}
+
+/* A shard replaced by a valid bag of other contents (5 records instead of
+ * 10): its size and count disagree with the state, so it is damaged. */
+static void test_replaced_shard(void **state) {
+  fixture *f = *state;
+  char *path = cu_path(f->shards, "40.50.bag");
+  bc_writer *w = NULL;
+  CU_OK(bc_writer_open(&w, path, NULL));
+  for (int k = 0; k < 5; k++) CU_OK(bc_writer_write(w, "x", 1));
+  CU_OK(bc_writer_close(w));
+  bc_writer_free(w);
+  bc_buf b = BC_BUF_INIT;
+  open_bare(f);
+  CU_RC(bc_cache_get(f->c, 42, &b), BC_ECORRUPT);
+  close_cache(f);
+  open_source(f);
+  assert_int_equal(cu_get_cmp(f->c, 42, false, &b), 0);
+  assert_int_equal(cu_get_cmp(f->c, 49, false, &b), 0);
+  assert_int_equal(stats_of(f->c).regenerations, 1);
+  cu_check_shards(f->root, false, false);
+  bc_buf_release(&b);
+  free(path);
+}
+
+static void test_missing_shard(void **state) {
+  fixture *f = *state;
+  char *path = cu_path(f->shards, "50.60.bag");
+  assert_int_equal(unlink(path), 0);
+  bc_buf b = BC_BUF_INIT;
+  open_bare(f);
+  CU_RC(bc_cache_get(f->c, 55, &b), BC_ENOTCACHED);
+  /* The state now agrees with the directory. */
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.shards_present, N / R - 1);
+  assert_int_equal(st.bytes_on_disk, cu_dir_bytes(f->shards, NULL));
+  close_cache(f);
+  open_source(f);
+  assert_int_equal(cu_get_cmp(f->c, 55, false, &b), 0);
+  st = stats_of(f->c);
+  assert_int_equal(st.regenerations, 1);
+  assert_int_equal(st.shards_present, N / R);
+  cu_check_shards(f->root, false, false);
+  bc_buf_release(&b);
+  free(path);
+}
+
+/* Changes one byte inside record 21 of shard 20.30 (the size stays). */
+static void flip_record_byte(const char *path) {
+  int fd = open(path, O_RDWR);
+  assert_true(fd >= 0);
+  unsigned char c = 0;
+  /* Records 0..2 of shard 20 are 20, 21, 22: more than 40 bytes in all;
+   * byte 40 is inside the records section, not the limits. */
+  assert_int_equal(pread(fd, &c, 1, 40), 1);
+  c ^= 0x20;
+  assert_int_equal(pwrite(fd, &c, 1, 40), 1);
+  close(fd);
+}
+
+static void test_flipped_byte_verify(void **state) {
+  fixture *f = *state;
+  char *path = cu_path(f->shards, "20.30.bag");
+  struct stat before, after;
+  assert_int_equal(stat(path, &before), 0);
+  flip_record_byte(path);
+  assert_int_equal(stat(path, &after), 0);
+  assert_int_equal(before.st_size, after.st_size);
+  open_bare(f);
+  uint64_t bad = 0;
+  CU_RC(bc_cache_verify(f->c, &bad), BC_ECORRUPT);
+  assert_int_equal(bad, 20);
+  assert_non_null(strstr(bc_errmsg(), "20.30.bag"));
+  /* Undone, it verifies again. */
+  flip_record_byte(path);
+  CU_OK(bc_cache_verify(f->c, &bad));
+  free(path);
+}
+
+static void test_flipped_byte_zstd_verify(void **state) {
+  fixture *f = *state;
+  char *other = cu_path(f->dir, "z");
+  bc_cache_options o = f->o;
+  o.compression = BC_COMPRESSION_ZSTD;
+  CU_OK(cu_open(&f->c, other, &f->cfg, f->sh, &o));
+  CU_OK(bc_cache_fill_all(f->c));
+  uint64_t bad = 0;
+  CU_OK(bc_cache_verify(f->c, &bad));
+  char *path = cu_path(other, "shards/60.70.bagz");
+  int fd = open(path, O_RDWR);
+  assert_true(fd >= 0);
+  unsigned char c = 0;
+  assert_int_equal(pread(fd, &c, 1, 20), 1);
+  c ^= 0xff;
+  assert_int_equal(pwrite(fd, &c, 1, 20), 1);
+  close(fd);
+  bad = 0;
+  CU_RC(bc_cache_verify(f->c, &bad), BC_ECORRUPT);
+  assert_int_equal(bad, 60);
+  free(path);
+  free(other);
+}
+
+static void test_scratch_cleaned(void **state) {
+  fixture *f = *state;
+  /* A reaped child's pid is dead: its files go.  Ours (alive) stay. */
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) _exit(0);
+  assert_int_equal(waitpid(pid, NULL, 0), pid);
+  char name[128];
+  snprintf(name, sizeof name, "4-%d-12345.bag", (int)pid);
+  char *dead = cu_path(f->scratch, name);
+  snprintf(name, sizeof name, ".4-%d-12345.bag.tmp-abcdef", (int)pid);
+  char *dead_tmp = cu_path(f->scratch, name);
+  cu_write_text(dead, "partial");
+  cu_write_text(dead_tmp, "partial");
+  char *other = cu_path(f->scratch, "README");
+  cu_write_text(other, "not a scratch file");
+  open_bare(f);
+  struct stat st;
+  assert_int_not_equal(stat(dead, &st), 0);
+  assert_int_not_equal(stat(dead_tmp, &st), 0);
+  assert_int_equal(stat(other, &st), 0);
+  free(other);
+  free(dead_tmp);
+  free(dead);
+}
+
+static void test_foreign_files_left_alone(void **state) {
+  fixture *f = *state;
+  char *notes = cu_path(f->shards, "notes.txt");
+  char *odd = cu_path(f->shards, "5.15.bag"); /* not on a shard boundary */
+  cu_write_text(notes, "mine");
+  cu_write_text(odd, "mine too");
+  cu_rm_rf(f->locks);
+  open_bare(f);
+  assert_true(cu_notice_seen("5.15.bag"));
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.shards_present, N / R);
+  cu_check_all(f->c, N, false);
+  struct stat sb;
+  assert_int_equal(stat(notes, &sb), 0);
+  assert_int_equal(stat(odd, &sb), 0);
+  free(odd);
+  free(notes);
+}
+
+int main(void) {
+  bc_set_notice_handler(NULL, NULL);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_locks_deleted, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_data_mdb_garbage, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_data_mdb_empty, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_truncated_shard, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_truncated_shard_verify, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_replaced_shard, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_missing_shard, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_flipped_byte_verify, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_flipped_byte_zstd_verify, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_scratch_cleaned, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_foreign_files_left_alone, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests_name("cache damage", tests, NULL, NULL);
+}

@@ -1,0 +1,379 @@
+/*
+ * The disk limit and regeneration: a limit below one shard is an error (not
+ * a deadlock); random access under a limit of a quarter of the data reads
+ * every record right while the bytes in shards/ never exceed the limit;
+ * regeneration continues a pass already positioned before the shard; and a
+ * source that is not deterministic is caught (BC_ENONDET) without
+ * publishing anything different.
+ *
+ * The per-process reader LRU is kept small (max_open_shards) where a test
+ * needs evicted shards to be regenerated rather than served from a reader
+ * this process still holds open.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+typedef struct fixture {
+  char *dir, *root, *shards, *scratch;
+  ts_shared *sh;
+  bc_cache *c;
+  bc_buf buf;      /* the tests' read buffer */
+  uint64_t *sizes; /* shard sizes, when a test measured them */
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  if (f == NULL) return -1;
+  f->dir = cu_tmp_dir();
+  f->root = cu_path(f->dir, "c");
+  f->shards = cu_path(f->root, "shards");
+  f->scratch = cu_path(f->root, "scratch");
+  cu_watchdog(60);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  bc_buf_release(&f->buf);
+  free(f->sizes);
+  bc_cache_close(f->c);
+  ts_shared_free(f->sh);
+  cu_rm_rf(f->dir);
+  free(f->scratch);
+  free(f->shards);
+  free(f->root);
+  free(f->dir);
+  free(f);
+  cu_watchdog(0);
+  return 0;
+}
+
+static bc_cache_options limited(uint64_t records, uint64_t limit) {
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = records;
+  o.prefetch_shards = -1;
+  o.disk_limit = limit;
+  return o;
+}
+
+static void open_with(fixture *f, const ts_config *cfg,
+                      const bc_cache_options *o) {
+  if (f->sh == NULL) {
+    f->sh = ts_shared_new(cfg);
+    assert_non_null(f->sh);
+  }
+  CU_OK(cu_open(&f->c, f->root, cfg, f->sh, o));
+}
+
+static bc_cache_stats stats_of(bc_cache *c) {
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(c, &st));
+  return st;
+}
+
+/* The shard starts present in the shared state, as a bit set. */
+static uint64_t present_set(bc_cache *c, uint64_t records) {
+  bc_cache_shard list[64];
+  size_t n = 0;
+  CU_OK(bc_cache_shards(c, list, 64, &n));
+  assert_true(n <= 64);
+  uint64_t set = 0;
+  for (size_t k = 0; k < n; k++) set |= (uint64_t)1 << (list[k].start / records);
+  return set;
+}
+
+static void get_ok(bc_cache *c, int64_t i, bool fixed) {
+  bc_buf b = BC_BUF_INIT;
+  int rc = cu_get_cmp(c, i, fixed, &b);
+  bc_buf_release(&b);
+  if (rc != 0)
+    fail_msg("get(%lld): %s (%s)", (long long)i,
+             rc == 1 ? "differs from the model" : bc_error_name(rc),
+             rc == 1 ? "" : bc_errmsg());
+}
+
+/* ---- a limit below one shard ---------------------------------------------- */
+
+static void test_limit_below_one_shard(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(50);
+  cfg.fixed = true;
+  uint64_t *sizes = f->sizes = cu_shard_sizes(50, 10, true);
+  bc_cache_options o = limited(10, sizes[0] - 1);
+  open_with(f, &cfg, &o);
+  bc_buf *b = &f->buf;
+  /* Refused at publish, every time (the claim is released, so a second try
+   * neither hangs nor succeeds), and nothing is left behind. */
+  for (int k = 0; k < 3; k++) {
+    CU_RC(bc_cache_get(f->c, 3, b), BC_EINVAL);
+    assert_non_null(strstr(bc_errmsg(), "smaller than one shard"));
+  }
+  assert_int_equal(cu_dir_count(f->shards), 0);
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.shards_present, 0);
+  assert_int_equal(st.bytes_on_disk, 0);
+  assert_int_equal(st.fills, 0);
+  /* Exactly one shard fits: every read works, one shard at a time. */
+  bc_cache_close(f->c);
+  f->c = NULL;
+  o = limited(10, sizes[0]);
+  open_with(f, &cfg, &o);
+  for (int64_t i = 0; i < 50; i += 7) {
+    get_ok(f->c, i, true);
+    assert_true(cu_dir_bytes(f->shards, NULL) <= sizes[0]);
+  }
+  assert_int_equal(stats_of(f->c).shards_present, 1);
+}
+
+/* ---- random access under a quarter of the data ---------------------------- */
+
+static void test_limit_random_access(void **state) {
+  fixture *f = *state;
+  const uint64_t n = 400, records = 10, shards = 40;
+  uint64_t *sizes = f->sizes = cu_shard_sizes(n, records, false);
+  uint64_t total = 0, largest = 0;
+  for (uint64_t k = 0; k < shards; k++) {
+    total += sizes[k];
+    if (sizes[k] > largest) largest = sizes[k];
+  }
+  uint64_t limit = total / 4;
+  assert_true(limit >= 2 * largest);
+  ts_config cfg = ts_config_default(n);
+  bc_cache_options o = limited(records, limit);
+  o.max_open_shards = 2;
+  open_with(f, &cfg, &o);
+  uint64_t seed = 42;
+  int reads = CU_SANITIZED ? 300 : 800;
+  bc_buf *b = &f->buf;
+  for (int k = 0; k < reads; k++) {
+    int64_t i = (int64_t)(cu_rand(&seed) % n);
+    int rc = cu_get_cmp(f->c, i, false, b);
+    if (rc != 0)
+      fail_msg("read %d, record %lld: %s (%s)", k, (long long)i,
+               rc == 1 ? "differs" : bc_error_name(rc), rc == 1 ? "" : bc_errmsg());
+    bc_cache_stats st = stats_of(f->c);
+    size_t files = 0;
+    uint64_t on_disk = cu_dir_bytes(f->shards, &files);
+    if (st.bytes_on_disk > limit || on_disk > limit)
+      fail_msg("read %d: %llu bytes in the state, %llu in shards/, limit %llu",
+               k, (unsigned long long)st.bytes_on_disk,
+               (unsigned long long)on_disk, (unsigned long long)limit);
+    /* One process: the state's account is the directory's, exactly. */
+    assert_int_equal(st.bytes_on_disk, on_disk);
+    assert_int_equal(st.shards_present, files);
+  }
+  bc_cache_stats st = stats_of(f->c);
+  assert_true(st.evictions > 0);
+  assert_true(st.regenerations > 0);
+  /* Every publish adds a shard and every eviction removes one. */
+  assert_int_equal(st.fills + st.regenerations - st.evictions, st.shards_present);
+  assert_true(st.fills <= shards);
+  /* Each publish wrote its shard's records once through next(). */
+  uint64_t published = st.fills + st.regenerations;
+  assert_int_equal(atomic_load(&f->sh->produced), published * records);
+  cu_check_shards(f->root, false, false);
+  uint64_t bad = 0;
+  CU_OK(bc_cache_verify(f->c, &bad));
+  /* Sequential reading afterwards still matches, and stays under. */
+  cu_check_all(f->c, n, false);
+  assert_true(cu_dir_bytes(f->shards, NULL) <= limit);
+}
+
+/* ---- regeneration continues a positioned pass ------------------------------- */
+
+static void test_regeneration_reuses_pass(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  bc_cache_options o = limited(10, 3 * sizes[0] + sizes[0] / 2); /* 3 shards */
+  o.max_open_shards = 1;
+  open_with(f, &cfg, &o);
+  for (int64_t i = 0; i < 60; i += 10) get_ok(f->c, i, true);
+  /* Shards 0..5 filled by one pass (now at 60); 0, 1 and 2 were evicted. */
+  assert_int_equal(present_set(f->c, 10), 0x38);
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.fills, 6);
+  assert_int_equal(st.evictions, 3);
+  assert_int_equal(st.passes_opened, 1);
+  assert_int_equal(st.records_skipped, 0);
+
+  /* Shard 1: the pass is past it, so a new pass skips 0..9; it evicts the
+   * least recently used shard, 3. */
+  get_ok(f->c, 15, true);
+  st = stats_of(f->c);
+  assert_int_equal(st.regenerations, 1);
+  assert_int_equal(st.passes_opened, 2);
+  assert_int_equal(st.records_skipped, 10);
+  assert_int_equal(present_set(f->c, 10), 0x32);
+  /* Shard 2: that pass now sits at 20, right at the shard: nothing is
+   * skipped (a restart would skip 20) and no pass is opened. */
+  get_ok(f->c, 27, true);
+  st = stats_of(f->c);
+  assert_int_equal(st.regenerations, 2);
+  assert_int_equal(st.passes_opened, 2);
+  assert_int_equal(st.records_skipped, 10);
+  assert_int_equal(st.evictions, 5);
+  assert_int_equal(present_set(f->c, 10), 0x26);
+  assert_int_equal(atomic_load(&f->sh->opens), 2);
+  /* Records 10..29 were produced twice, the rest of 0..59 once. */
+  for (uint64_t i = 0; i < 60; i++)
+    assert_int_equal(atomic_load(&f->sh->per_record[i]),
+                     i >= 10 && i < 30 ? 2 : 1);
+  cu_check_shards(f->root, true, false);
+}
+
+/* ---- determinism ------------------------------------------------------------- */
+
+static void test_nondeterministic_content(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  cfg.nondet_pass = 1; /* the first pass is the model; later ones differ */
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  bc_cache_options o = limited(10, 3 * sizes[0] + sizes[0] / 2);
+  o.max_open_shards = 1;
+  open_with(f, &cfg, &o);
+  for (int64_t i = 0; i < 60; i += 10) get_ok(f->c, i, true);
+  uint64_t before = present_set(f->c, 10);
+  assert_int_equal(before, 0x38);
+  bc_cache_shard old[8];
+  size_t n_old = 0;
+  CU_OK(bc_cache_shards(f->c, old, 8, &n_old));
+
+  /* Shard 0 again: a second pass, whose bytes differ. */
+  bc_buf *b = &f->buf;
+  for (int k = 0; k < 2; k++) {
+    CU_RC(bc_cache_get(f->c, 5, b), BC_ENONDET);
+    const char *msg = bc_errmsg();
+    if (strstr(msg, "shard 0") == NULL || strstr(msg, "0..10") == NULL)
+      fail_msg("the message does not name shard 0 (records 0..10): %s", msg);
+  }
+  /* Nothing different was published and nothing was evicted for it: the
+   * same shards, same sizes, same (model) bytes. */
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.regenerations, 0);
+  assert_int_equal(st.evictions, 3);
+  assert_int_equal(present_set(f->c, 10), before);
+  bc_cache_shard now[8];
+  size_t n_now = 0;
+  CU_OK(bc_cache_shards(f->c, now, 8, &n_now));
+  assert_int_equal(n_now, n_old);
+  for (size_t k = 0; k < n_now; k++) {
+    assert_string_equal(now[k].path, old[k].path);
+    assert_int_equal(now[k].bytes, old[k].bytes);
+  }
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  cu_check_shards(f->root, true, false);
+  for (int64_t i = 30; i < 60; i++) get_ok(f->c, i, true);
+  uint64_t bad = 0;
+  CU_OK(bc_cache_verify(f->c, &bad));
+}
+
+static void test_nondeterministic_length(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  cfg.nondet_pass = 1;
+  cfg.nondet_n = 55; /* later passes end early (same bytes up to there) */
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  bc_cache_options o = limited(10, 3 * sizes[0] + sizes[0] / 2);
+  o.max_open_shards = 1;
+  open_with(f, &cfg, &o);
+  CU_OK(bc_cache_fill_all(f->c));
+  assert_int_equal(present_set(f->c, 10), 0x380);
+  bc_buf *b = &f->buf;
+  /* Shard 6: the new pass ends at 55, before the shard, though 100 records
+   * were seen: not an end of the source, a nondeterministic one. */
+  CU_RC(bc_cache_get(f->c, 65, b), BC_ENONDET);
+  /* Shard 5: the new pass writes 5 of its 10 records, then ends. */
+  CU_RC(bc_cache_get(f->c, 52, b), BC_ENONDET);
+  bc_cache_stats st = stats_of(f->c);
+  assert_true(st.length_final);
+  assert_int_equal(st.length, 100);
+  assert_int_equal(present_set(f->c, 10), 0x380);
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  cu_check_shards(f->root, true, false);
+  get_ok(f->c, 99, true);
+}
+
+/* The first fill of a shard must not shorten a length already known final
+ * from later shards: a pass that ends inside shard 5 although shard 9 (up
+ * to 95) was published is a nondeterministic source, not an end. */
+static void test_nondeterministic_length_first_fill(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(95);
+  cfg.fixed = true;
+  cfg.nondet_pass = 1;
+  cfg.nondet_n = 55;
+  bc_cache_options o = limited(10, 0);
+  open_with(f, &cfg, &o);
+  get_ok(f->c, 92, true); /* pass 0 fills shard 9 and finds the end: 95 */
+  bc_cache_stats st = stats_of(f->c);
+  assert_true(st.length_final);
+  assert_int_equal(st.length, 95);
+  bc_buf *b = &f->buf;
+  /* Shard 5 was never filled; pass 1 ends after record 54. */
+  CU_RC(bc_cache_get(f->c, 52, b), BC_ENONDET);
+  st = stats_of(f->c);
+  assert_true(st.length_final);
+  assert_int_equal(st.length, 95);
+  assert_int_equal(present_set(f->c, 10), 0x200);
+  get_ok(f->c, 94, true);
+  uint64_t len = 0;
+  CU_OK(bc_cache_len(f->c, &len));
+  assert_int_equal(len, 95);
+}
+
+/* Evicting a shard this process has open drops its reader: the unlinked
+ * file is neither mapped nor open afterwards (its disk space is freed), and
+ * the next read of it regenerates it instead of serving the old mapping. */
+static void test_evicted_readers_released(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  bc_cache_options o = limited(10, 3 * sizes[0] + sizes[0] / 2);
+  /* the default max_open_shards (128) would keep every reader */
+  open_with(f, &cfg, &o);
+  for (int64_t i = 0; i < 100; i += 10) {
+    get_ok(f->c, i, true);
+    size_t held = cu_deleted_held(f->shards);
+    if (held != 0)
+      fail_msg("after reading %lld: %zu mappings or descriptors of deleted "
+               "shard files", (long long)i, held);
+  }
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.evictions, 7);
+  assert_int_equal(st.regenerations, 0);
+  get_ok(f->c, 3, true);
+  st = stats_of(f->c);
+  assert_int_equal(st.regenerations, 1);
+  assert_int_equal(cu_deleted_held(f->shards), 0);
+}
+
+int main(void) {
+  bc_set_notice_handler(NULL, NULL);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_limit_below_one_shard, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_limit_random_access, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_regeneration_reuses_pass, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_nondeterministic_content, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_nondeterministic_length, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_nondeterministic_length_first_fill,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_evicted_readers_released, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests_name("cache disk limit", tests, NULL, NULL);
+}

@@ -1,0 +1,257 @@
+/*
+ * Threads on one cache (also run under ThreadSanitizer): four threads read
+ * random records at once.  With a source that is not thread-safe the cache
+ * never calls it from two threads at once and fills each shard once; with a
+ * thread-safe source, two fill workers and prefetching, under a small disk
+ * limit, every read is right and the limit holds; a fill that fails reports
+ * the source's error and message to every thread waiting for it.
+ *
+ * Worker threads never call cmocka: they record what went wrong and the
+ * main thread fails the test.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define NTHREADS 4
+
+typedef struct fixture {
+  char *dir, *root, *shards;
+  ts_shared *sh;
+  bc_cache *c, *c2; /* closed by teardown, also after a failure */
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  if (f == NULL) return -1;
+  f->dir = cu_tmp_dir();
+  f->root = cu_path(f->dir, "c");
+  f->shards = cu_path(f->root, "shards");
+  cu_watchdog(120);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  bc_cache_close(f->c2);
+  bc_cache_close(f->c);
+  ts_shared_free(f->sh);
+  cu_rm_rf(f->dir);
+  free(f->shards);
+  free(f->root);
+  free(f->dir);
+  free(f);
+  cu_watchdog(0);
+  return 0;
+}
+
+typedef struct job {
+  bc_cache *c;
+  uint64_t n, limit;
+  bool fixed;
+  int id, reads;
+  int64_t fixed_index; /* >= 0: every read is this record */
+  int rc;              /* the first failure (or 0) */
+  char error[256];
+  uint64_t max_bytes;  /* the largest bytes_on_disk seen */
+} job;
+
+static void *reader(void *arg) {
+  job *j = arg;
+  bc_buf b = BC_BUF_INIT;
+  uint64_t seed = 77 + (uint64_t)j->id;
+  for (int k = 0; k < j->reads && j->rc == 0; k++) {
+    int64_t i = j->fixed_index >= 0 ? j->fixed_index
+                                    : (int64_t)(cu_rand(&seed) % j->n);
+    int rc = cu_get_cmp(j->c, i, j->fixed, &b);
+    if (rc != 0) {
+      j->rc = rc;
+      snprintf(j->error, sizeof j->error, "record %lld: %s", (long long)i,
+               rc == 1 ? "differs from the model" : bc_errmsg());
+      break;
+    }
+    if (j->limit != 0) {
+      bc_cache_stats st;
+      if (bc_cache_stats_get(j->c, &st) != 0) {
+        j->rc = -1;
+        snprintf(j->error, sizeof j->error, "stats: %s", bc_errmsg());
+        break;
+      }
+      if (st.bytes_on_disk > j->max_bytes) j->max_bytes = st.bytes_on_disk;
+    }
+  }
+  bc_buf_release(&b);
+  return NULL;
+}
+
+static void run(job *jobs) {
+  pthread_t t[NTHREADS];
+  for (int k = 0; k < NTHREADS; k++)
+    assert_int_equal(pthread_create(&t[k], NULL, reader, &jobs[k]), 0);
+  for (int k = 0; k < NTHREADS; k++) pthread_join(t[k], NULL);
+}
+
+static void test_threads_one_pass(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(300);
+  cfg.delay_us = 20;
+  f->sh = ts_shared_new(&cfg);
+  assert_non_null(f->sh);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 10;
+  o.prefetch_shards = -1;
+  CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
+  job jobs[NTHREADS];
+  memset(jobs, 0, sizeof jobs);
+  for (int k = 0; k < NTHREADS; k++)
+    jobs[k] = (job){.c = f->c, .n = 300, .id = k, .fixed_index = -1,
+                    .reads = CU_SANITIZED ? 60 : 200};
+  run(jobs);
+  for (int k = 0; k < NTHREADS; k++)
+    if (jobs[k].rc != 0) fail_msg("thread %d: %s", k, jobs[k].error);
+  /* The source (not thread-safe) was never entered twice at once, and
+   * every shard was produced once, whole, or not at all. */
+  assert_int_equal(atomic_load(&f->sh->overlaps), 0);
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  uint64_t touched = 0;
+  for (uint64_t s = 0; s < 30; s++) {
+    uint32_t first = atomic_load(&f->sh->per_record[s * 10]);
+    assert_true(first <= 1);
+    for (uint64_t i = s * 10; i < s * 10 + 10; i++)
+      assert_int_equal(atomic_load(&f->sh->per_record[i]), first);
+    touched += first;
+  }
+  assert_int_equal(st.fills, touched);
+  assert_int_equal(st.shards_present, touched);
+  assert_int_equal(st.regenerations, 0);
+  cu_check_shards(f->root, false, false);
+}
+
+static void test_threads_workers_under_limit(void **state) {
+  fixture *f = *state;
+  uint64_t *sizes = cu_shard_sizes(300, 10, true);
+  ts_config cfg = ts_config_default(300);
+  cfg.fixed = true;
+  cfg.thread_safe = true;
+  cfg.delay_us = 10;
+  f->sh = ts_shared_new(&cfg);
+  assert_non_null(f->sh);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 10;
+  o.fill_workers = 2;
+  o.prefetch_shards = 2;
+  o.max_open_shards = 3;
+  o.disk_limit = 6 * sizes[0] + sizes[0] / 2;
+  CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
+  job jobs[NTHREADS];
+  for (int k = 0; k < NTHREADS; k++)
+    jobs[k] = (job){.c = f->c, .n = 300, .fixed = true, .id = k,
+                    .fixed_index = -1, .limit = o.disk_limit,
+                    .reads = CU_SANITIZED ? 60 : 200};
+  run(jobs);
+  for (int k = 0; k < NTHREADS; k++) {
+    if (jobs[k].rc != 0) fail_msg("thread %d: %s", k, jobs[k].error);
+    assert_true(jobs[k].max_bytes <= o.disk_limit);
+  }
+  bc_cache_close(f->c); /* stops the workers: nothing changes after this */
+  f->c = NULL;
+  assert_true(cu_dir_bytes(f->shards, NULL) <= o.disk_limit);
+  cu_check_shards(f->root, true, false);
+  bc_cache_options quiet = o;
+  quiet.prefetch_shards = -1;
+  quiet.fill_workers = 0; /* no source to run them */
+  CU_OK(cu_open(&f->c, f->root, NULL, NULL, &quiet));
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  assert_int_equal(st.bytes_on_disk, cu_dir_bytes(f->shards, NULL));
+  uint64_t bad = 0;
+  CU_OK(bc_cache_verify(f->c, &bad));
+  free(sizes);
+}
+
+static void test_threads_share_a_failure(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.delay_us = 2000; /* the fill is slow: the other threads wait for it */
+  cfg.fail_at = 28;
+  cfg.fail_times = 1;
+  f->sh = ts_shared_new(&cfg);
+  assert_non_null(f->sh);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 10;
+  o.prefetch_shards = -1;
+  CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
+  job jobs[NTHREADS];
+  for (int k = 0; k < NTHREADS; k++)
+    jobs[k] = (job){.c = f->c, .n = 100, .id = k, .fixed_index = 21, .reads = 1};
+  run(jobs);
+  /* Each thread either shared the failed fill (the source's code and
+   * message, passed across threads) or came later and read the record. */
+  int failed = 0;
+  for (int k = 0; k < NTHREADS; k++) {
+    if (jobs[k].rc == 0) continue;
+    if (jobs[k].rc != BC_ESOURCE || strstr(jobs[k].error, "failure at record 28") == NULL)
+      fail_msg("thread %d: %s: %s", k, bc_error_name(jobs[k].rc), jobs[k].error);
+    failed++;
+  }
+  assert_true(failed >= 1);
+  assert_int_equal(atomic_load(&f->sh->failures), 1);
+  bc_buf b = BC_BUF_INIT;
+  assert_int_equal(cu_get_cmp(f->c, 21, false, &b), 0);
+  bc_buf_release(&b);
+  cu_check_shards(f->root, false, false);
+}
+
+/* Two caches opened on one root in one process (they share the process's
+ * LMDB environment and its identity as a claimant), read by two threads
+ * each: every read is right and the state accounts for the files. */
+static void test_two_caches_one_root(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(200);
+  cfg.delay_us = 200;
+  f->sh = ts_shared_new(&cfg);
+  assert_non_null(f->sh);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 10;
+  o.prefetch_shards = -1;
+  CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
+  CU_OK(cu_open(&f->c2, f->root, &cfg, f->sh, &o));
+  job jobs[NTHREADS];
+  for (int k = 0; k < NTHREADS; k++)
+    jobs[k] = (job){.c = k % 2 ? f->c2 : f->c, .n = 200, .id = k / 2,
+                    .fixed_index = -1, .reads = CU_SANITIZED ? 40 : 100};
+  run(jobs);
+  int failed = 0;
+  char first[300] = "";
+  for (int k = 0; k < NTHREADS; k++)
+    if (jobs[k].rc != 0 && failed++ == 0)
+      snprintf(first, sizeof first, "thread %d: %s", k, jobs[k].error);
+  bc_cache_close(f->c2);
+  f->c2 = NULL;
+  if (failed) fail_msg("%d of %d threads failed; %s", failed, NTHREADS, first);
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  size_t files = 0;
+  assert_int_equal(st.bytes_on_disk, cu_dir_bytes(f->shards, &files));
+  assert_int_equal(st.shards_present, files);
+  cu_check_shards(f->root, false, false);
+}
+
+int main(void) {
+  bc_set_notice_handler(NULL, NULL);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_threads_one_pass, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_threads_workers_under_limit, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_threads_share_a_failure, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_two_caches_one_root, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests_name("cache threads", tests, NULL, NULL);
+}
