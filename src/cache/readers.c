@@ -8,9 +8,10 @@
  * per shard (LRU eviction works at shard granularity).
  *
  * Readers of evicted shards are dropped: at once for shards this process
- * evicted, and within a second of use (on the access-clock bump, which
- * finds the shard gone) for shards other processes evicted; a dropped
- * reader still in use is closed by its last user.
+ * evicted; for shards other processes evicted, within a second of use (the
+ * access-clock bump finds the shard gone) or when this process next opens
+ * a shard (idle readers are checked then).  A dropped reader still in use
+ * is closed by its last user.
  *
  * A miss obtains the shard (fill / wait / take over, fill.c) with no lock
  * held, opens it, and checks it against its recorded size and record count;
@@ -149,6 +150,33 @@ static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
   return 0;
 }
 
+/* Drops idle readers of shards that are no longer PRESENT (evicted by
+ * another process), so their unlinked files are closed and their space
+ * freed.  Runs when this process opens a shard: at most max_open_shards
+ * lookups in one read transaction, next to a file open. */
+static void sweep_evicted(bc_cache *c) {
+  uint64_t idle[128];
+  size_t n = 0;
+  pthread_mutex_lock(&c->lock);
+  for (bc__reader *r = c->lru_head; r && n < 128; r = r->next)
+    if (r->users == 0) idle[n++] = r->shard;
+  pthread_mutex_unlock(&c->lock);
+  if (n == 0) return;
+  uint64_t gone[128];
+  size_t ngone = 0;
+  MDB_txn *t;
+  if (bc__txn_begin(c->env, false, &t) != 0) return;
+  for (size_t i = 0; i < n; i++) {
+    bc__shard_rec rec;
+    bool found = false;
+    if (bc__rec_get(t, bc__dbi_shard(c->env), idle[i], &rec, &found) == 0 &&
+        !(found && rec.state == SHARD_PRESENT))
+      gone[ngone++] = idle[i];
+  }
+  mdb_txn_abort(t);
+  if (ngone > 0) bc__readers_forget(c, gone, ngone);
+}
+
 int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out) {
   pthread_mutex_lock(&c->lock);
   bc__reader *r = lookup(c, shard);
@@ -201,6 +229,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out) {
   }
   atomic_fetch_add(&c->stats.shard_opens, 1);
   touch(c, shard);
+  sweep_evicted(c);
 
   r = calloc(1, sizeof *r);
   if (r == NULL) {
