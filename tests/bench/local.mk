@@ -1,0 +1,22 @@
+# Benchmarks: programs that print a table, never timed assertions.
+#
+#   mkdir build-bench && cd build-bench && ../configure CFLAGS="-O2 -g"
+#   make bench                      # the full run (about 5 minutes)
+#   make bench BENCH_ARGS=--quick   # seconds
+#
+# bag_read is also built by `make check`, which runs it once in --quick mode
+# (tests/bench/run_quick.sh): that checks it still works and that bagcache
+# and the plain-code baselines return the same bytes; it times nothing.
+
+check_PROGRAMS += tests/bench/bag_read
+tests_bench_bag_read_SOURCES = tests/bench/bag_read.c tests/bench/bench.c \
+	tests/bench/bench.h
+tests_bench_bag_read_LDADD = libbagcache_core.la $(BC_DEP_LIBS)
+
+TESTS += tests/bench/run_quick.sh
+EXTRA_DIST += tests/bench/run_quick.sh
+
+BENCH_ARGS =
+bench: tests/bench/bag_read$(EXEEXT)
+	./tests/bench/bag_read$(EXEEXT) $(BENCH_ARGS)
+.PHONY: bench
