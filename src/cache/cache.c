@@ -323,6 +323,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   c->self = bc__owner_self();
   atomic_init(&c->known_length, 0);
   atomic_init(&c->final, false);
+  atomic_init(&c->drain_next, 0);
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->cond, NULL);
   track_open(c, true);

@@ -675,9 +675,13 @@ int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *seen) {
   return rc;
 }
 
-int bc__drain(bc_cache *c) {
-  if (c->R == 0) return bc__error(BC_EIO, "%s: no shard length", c->root);
-  for (uint64_t shard = atomic_load(&c->known_length) / c->R;; shard++) {
+/* Takes shards from the shared drain counter until the source's end.  The
+ * caller and every fill worker may run this at once: each shard number is
+ * taken once, so with a thread-safe source (and a cheap skip) shards are
+ * filled in parallel by different passes. */
+int bc__drain_loop(bc_cache *c) {
+  for (;;) {
+    uint64_t shard = atomic_fetch_add(&c->drain_next, 1);
     if (atomic_load(&c->final) && shard * c->R >= atomic_load(&c->known_length))
       return 0;
     bc__shard_rec rec;
@@ -685,4 +689,51 @@ int bc__drain(bc_cache *c) {
     if (rc == BC_ERANGE && atomic_load(&c->final)) return 0;
     if (rc != 0) return rc;
   }
+}
+
+/* Waits until no thread of this process is filling a shard below `end`
+ * (drain participants may still be on shards before the one that found
+ * the end).  Never fills anything itself: an evicted shard stays evicted. */
+static void wait_fills_below(bc_cache *c, uint64_t end_shard) {
+  bc__fill_registry *reg = bc__env_fills(c->env);
+  pthread_mutex_lock(&reg->lock);
+  for (;;) {
+    bool busy = false;
+    for (bc__filling *f = reg->list; f && !busy; f = f->next)
+      busy = !f->done && f->shard < end_shard;
+    if (!busy) break;
+    pthread_cond_wait(&reg->cond, &reg->lock);
+  }
+  pthread_mutex_unlock(&reg->lock);
+}
+
+void bc__drain_join(bc_cache *c, bool join) {
+  pthread_mutex_lock(&c->lock);
+  if (join) {
+    /* The first participant starts the counter at the first shard not
+     * known to exist; later ones join its drain. */
+    uint64_t first = c->R ? atomic_load(&c->known_length) / c->R : 0;
+    if (c->drainers == 0 || atomic_load(&c->drain_next) < first)
+      atomic_store(&c->drain_next, first);
+    c->drainers++;
+  } else {
+    c->drainers--;
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+int bc__drain(bc_cache *c) {
+  if (c->R == 0) return bc__error(BC_EIO, "%s: no shard length", c->root);
+  bc__drain_join(c, true);
+  if (c->nworkers > 1) {
+    pthread_mutex_lock(&c->lock);
+    c->drain_requested = true; /* the workers join in */
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+  }
+  int rc = bc__drain_loop(c);
+  bc__drain_join(c, false);
+  if (rc != 0) return rc;
+  wait_fills_below(c, (atomic_load(&c->known_length) + c->R - 1) / c->R);
+  return 0;
 }

@@ -199,6 +199,8 @@ struct bc_cache {
   uint64_t queue[64];
   size_t qlen;
   bool drain_requested, stopping;
+  _Atomic uint64_t drain_next; /* next shard a drain participant takes */
+  int drainers;                /* threads in a drain now (lock) */
   pthread_t *workers;
   int nworkers;
 
@@ -232,8 +234,13 @@ void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n);
 int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *rec);
 /* Forgets a damaged shard (unlinks it, drops its state) so it is refilled. */
 int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *rec);
-/* Drains the source to its end (known_length becomes final). */
+/* Drains the source to its end (known_length becomes final), with the fill
+ * workers joining in when there are several. */
 int bc__drain(bc_cache *c);
+/* One participant's share of a drain (used by the workers), between
+ * bc__drain_join(c, true) and bc__drain_join(c, false). */
+int bc__drain_loop(bc_cache *c);
+void bc__drain_join(bc_cache *c, bool join);
 void bc__passes_close_all(bc_cache *c);
 
 /* maint.c */

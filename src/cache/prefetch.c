@@ -19,10 +19,14 @@ static void *worker_main(void *arg) {
       pthread_cond_wait(&c->cond, &c->lock);
     if (c->stopping) break;
     if (c->drain_requested) {
-      c->drain_requested = false;
+      /* Every worker joins; the request stays up until one finds the end,
+       * so workers woken later join too. */
       pthread_mutex_unlock(&c->lock);
-      bc__drain(c);
+      bc__drain_join(c, true);
+      bc__drain_loop(c); /* errors surface to whoever needs the record */
+      bc__drain_join(c, false);
       pthread_mutex_lock(&c->lock);
+      c->drain_requested = false;
       continue;
     }
     uint64_t shard = c->queue[0];
