@@ -320,6 +320,18 @@ static void test_get_view(void **state) {
   size_t n = 0;
   TU_RC(bc_bag_get_view(bag, mixed.count, &v, &n), BC_ERANGE);
   TU_RC(bc_bag_get_view(bag, UINT64_MAX, &v, &n), BC_ERANGE);
+  /* The batch form: the same pointers, in request order, repeats fine. */
+  uint64_t order[10] = {7, 0, 2, 2, 6, 1, 3, 4, 5, 7};
+  const void *many[10];
+  size_t many_sizes[10];
+  TU_OK(bc_bag_get_views(bag, order, 10, many, many_sizes));
+  for (int k = 0; k < 10; k++) {
+    uint64_t i = order[k];
+    assert_ptr_equal(many[k], views[i]);
+    assert_int_equal(many_sizes[k], sizes[i]);
+  }
+  order[4] = mixed.count; /* one bad index fails the batch before any read */
+  TU_RC(bc_bag_get_views(bag, order, 10, many, many_sizes), BC_ERANGE);
   bc_bag_close(bag);
 
   /* Separate limits: views too. */

@@ -203,9 +203,19 @@ int bc_bag_get(const bc_bag *bag, uint64_t index, bc_buf *out);
 /* Zero-copy read: points *data at the record's bytes inside the file mapping,
  * valid while the bag is open.  Only for uncompressed shards opened with
  * BC_CACHE_SYSTEM; BC_EUNSUPPORTED otherwise.  An empty record gives
- * size 0 and a non-NULL pointer. */
+ * size 0 and a non-NULL pointer.  Copying reads turn a file truncated while
+ * open into BC_ECORRUPT; memory handed out here cannot be protected that
+ * way: reading it after the file shrank raises SIGBUS in the caller.  Use a
+ * copying read (or a pread cache policy) for files that may shrink. */
 int bc_bag_get_view(const bc_bag *bag, uint64_t index, const void **data,
                     size_t *size);
+
+/* Zero-copy reads of `count` records at once: data[i], sizes[i] for
+ * indices[i], with the same rules as bc_bag_get_view (the per-call cost is
+ * paid once for the batch).  All indices are checked first (BC_ERANGE);
+ * on failure the contents of data/sizes are unspecified. */
+int bc_bag_get_views(const bc_bag *bag, const uint64_t *indices, size_t count,
+                     const void **data, size_t *sizes);
 
 /* Reads `count` records into outs[0..count-1] (in request order; indices may
  * repeat), spread over the process's worker pool, at most max_parallelism

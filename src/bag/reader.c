@@ -23,6 +23,13 @@ struct bc_bag {
   uint64_t len;
   uint64_t records_bytes;
   bc__decoder *decoder; /* NULL when no shard is zstd */
+  /* The fast path of bc_bag_get and bc_bag_get_view, set at open when the
+   * bag is one uncompressed, mapped shard with ON_DISK limits: the mapped
+   * records, limits[0] in the mapping, and the records size.  NULL
+   * otherwise.  Only valid limits are served there; anything else goes the
+   * general way, which reports the error. */
+  const unsigned char *fast_records, *fast_limits;
+  uint64_t fast_records_size;
 };
 
 /* ---- opening ------------------------------------------------------------ */
@@ -138,6 +145,17 @@ int bc_bag_open(bc_bag **out, const char *spec, const bc_reader_options *opts) {
   if (bag->opts.sharding_layout == BC_LAYOUT_INTERLEAVED &&
       (rc = check_interleaved(bag)) != 0)
     goto cleanup;
+  if (npaths == 1) {
+    const bc__shard *s0 = &bag->shards[0];
+    const bc__file *lf = bc__shard_limits_file(s0);
+    if (!s0->zstd && !s0->limits_in_memory &&
+        s0->records.policy == BC_CACHE_SYSTEM && s0->records.map != NULL &&
+        lf->map != NULL) {
+      bag->fast_records = s0->records.map;
+      bag->fast_limits = lf->map + s0->limits_offset;
+      bag->fast_records_size = s0->records_size;
+    }
+  }
   if (any_zstd) {
     rc = bc__decoder_new(&bag->decoder, bag->dict, opts->dictionary_size,
                          bag->opts.max_record_size);
@@ -282,7 +300,43 @@ static int read_record(const bc_bag *bag, uint64_t index, bc_buf *out,
   return bc__guarded(read_in_shard, &a, a.shard->records.path);
 }
 
+/* The fast path (see struct bc_bag), run guarded: reads record `index`
+ * (< len) into `out` or points `view` at it.  Returns 1, touching nothing
+ * else, when its limits are invalid: the general path then reports it. */
+typedef struct {
+  const bc_bag *bag;
+  uint64_t index;
+  bc_buf *out;
+  const void *view;
+  size_t view_size;
+} fast_args;
+
+static int fast_read(void *arg) {
+  fast_args *a = arg;
+  const bc_bag *bag = a->bag;
+  const unsigned char *lim = bag->fast_limits + 8 * a->index;
+  uint64_t hi = bc__load_u64le(lim);
+  uint64_t lo = a->index ? bc__load_u64le(lim - 8) : 0;
+  if (lo > hi || hi > bag->fast_records_size) return 1;
+  size_t n = (size_t)(hi - lo);
+  if (a->out == NULL) {
+    a->view = bag->fast_records + lo; /* inside the mapping: never NULL */
+    a->view_size = n;
+    return 0;
+  }
+  int rc = bc__buf_reserve(a->out, n);
+  if (rc != 0) return rc;
+  if (n > 0) memcpy(a->out->data, bag->fast_records + lo, n);
+  a->out->size = n;
+  return 0;
+}
+
 int bc_bag_get(const bc_bag *bag, uint64_t index, bc_buf *out) {
+  if (bag->fast_limits != NULL && index < bag->len) {
+    fast_args a = {bag, index, out, NULL, 0};
+    int rc = bc__guarded(fast_read, &a, bag->shards[0].records.path);
+    if (rc <= 0) return rc;
+  }
   if (index >= bag->len) return range_error(bag, index);
   bc_buf scratch = BC_BUF_INIT;
   int rc = read_record(bag, index, out, &scratch);
@@ -310,6 +364,18 @@ static int range_in_shard(void *arg) {
 int bc_bag_get_view(const bc_bag *bag, uint64_t index, const void **data,
                     size_t *size) {
   static const unsigned char empty[1];
+  if (bag->fast_limits != NULL && index < bag->len) {
+    /* Unguarded: the caller reads the record through the returned pointer
+     * outside any guard anyway, so zero-copy reads are exactly as safe as
+     * the mapping (see bag.h). */
+    fast_args a = {bag, index, NULL, NULL, 0};
+    int rc = fast_read(&a);
+    if (rc == 0) {
+      *data = a.view;
+      *size = a.view_size;
+    }
+    if (rc <= 0) return rc;
+  }
   if (index >= bag->len) return range_error(bag, index);
   size_t si;
   range_args a;
@@ -328,6 +394,35 @@ int bc_bag_get_view(const bc_bag *bag, uint64_t index, const void **data,
   *data = a.start == a.end ? (const void *)empty
                            : (const void *)(s->records.map + a.start);
   *size = (size_t)(a.end - a.start);
+  return 0;
+}
+
+int bc_bag_get_views(const bc_bag *bag, const uint64_t *indices, size_t count,
+                     const void **data, size_t *sizes) {
+  for (size_t p = 0; p < count; p++)
+    if (indices[p] >= bag->len)
+      return bc__error(BC_ERANGE, "indices[%zu] = %llu out of range [0, %llu)",
+                       p, (unsigned long long)indices[p],
+                       (unsigned long long)bag->len);
+  if (bag->fast_limits != NULL) {
+    /* One mapped uncompressed shard: pointer arithmetic in a tight loop;
+     * a record with bad limits falls back to the general path's error. */
+    const unsigned char *lim = bag->fast_limits, *rec = bag->fast_records;
+    uint64_t size = bag->fast_records_size;
+    for (size_t p = 0; p < count; p++) {
+      uint64_t i = indices[p];
+      uint64_t hi = bc__load_u64le(lim + 8 * i);
+      uint64_t lo = i ? bc__load_u64le(lim + 8 * i - 8) : 0;
+      if (lo > hi || hi > size) return bc_bag_get_view(bag, i, &data[p], &sizes[p]);
+      data[p] = rec + lo;
+      sizes[p] = (size_t)(hi - lo);
+    }
+    return 0;
+  }
+  for (size_t p = 0; p < count; p++) {
+    int rc = bc_bag_get_view(bag, indices[p], &data[p], &sizes[p]);
+    if (rc != 0) return rc;
+  }
   return 0;
 }
 

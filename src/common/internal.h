@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "bagcache.h"
@@ -117,10 +118,12 @@ uint64_t bc__hash64(const void *data, size_t size, uint64_t seed);
 /* ---- little endian ------------------------------------------------------ */
 
 static inline uint64_t bc__load_u64le(const void *p) {
-  const unsigned char *b = (const unsigned char *)p;
-  return (uint64_t)b[0] | (uint64_t)b[1] << 8 | (uint64_t)b[2] << 16 |
-         (uint64_t)b[3] << 24 | (uint64_t)b[4] << 32 | (uint64_t)b[5] << 40 |
-         (uint64_t)b[6] << 48 | (uint64_t)b[7] << 56;
+  uint64_t v;
+  memcpy(&v, p, 8); /* one load: compilers do not always merge byte loads */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
+  return v;
 }
 
 static inline void bc__store_u64le(void *p, uint64_t v) {

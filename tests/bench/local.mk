@@ -1,12 +1,14 @@
 # Benchmarks: programs that print a table, never timed assertions.
 #
 #   mkdir build-bench && cd build-bench && ../configure CFLAGS="-O2 -g"
-#   make bench                      # the full run (about 5 minutes)
+#   make bench                      # the full run (about 2 minutes)
 #   make bench BENCH_ARGS=--quick   # seconds
 #
 # bag_read is also built by `make check`, which runs it once in --quick mode
 # (tests/bench/run_quick.sh): that checks it still works and that bagcache
 # and the plain-code baselines return the same bytes; it times nothing.
+# bench.c/bench.h (PRNG, word salad, medians, the table) are shared with
+# the other benchmark programs here.
 
 check_PROGRAMS += tests/bench/bag_read
 tests_bench_bag_read_SOURCES = tests/bench/bag_read.c tests/bench/bench.c \
@@ -15,6 +17,9 @@ tests_bench_bag_read_LDADD = libbagcache_core.la $(BC_DEP_LIBS)
 
 TESTS += tests/bench/run_quick.sh
 EXTRA_DIST += tests/bench/run_quick.sh
+
+# Results, baselines and how to reproduce them.
+dist_doc_DATA += doc/performance.md
 
 BENCH_ARGS =
 bench: tests/bench/bag_read$(EXEEXT)
