@@ -437,22 +437,19 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   bool have_limit = false;
   if (rc == 0) rc = bc__u64_get(t, bc__dbi_meta(c->env), "limit", &limit, &have_limit);
   if (rc == 0) {
-    MDB_stat ms;
-    int mrc = mdb_stat(t, bc__dbi_shard(c->env), &ms);
-    if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
-    /* count PRESENT only: walk (claims are few) */
+    /* Count PRESENT shards (the database also holds claims). */
     MDB_cursor *cur;
-    if (rc == 0 && (mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur)) == 0) {
-      MDB_val k, v;
-      for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
-        bc__shard_rec r;
-        if (v.mv_size == sizeof r) {
-          memcpy(&r, v.mv_data, sizeof r);
-          st->shards_present += r.state == SHARD_PRESENT;
-        }
-      }
-      mdb_cursor_close(cur);
+    int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
+    if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
+    MDB_val k, v;
+    for (int op = MDB_FIRST; rc == 0 && mdb_cursor_get(cur, &k, &v, op) == 0;
+         op = MDB_NEXT) {
+      bc__shard_rec r;
+      uint64_t shard;
+      if (bc__rec_decode(&k, &v, &shard, &r))
+        st->shards_present += r.state == SHARD_PRESENT;
     }
+    if (mrc == 0) mdb_cursor_close(cur);
   }
   mdb_txn_abort(t);
   if (rc != 0) return rc;
@@ -486,11 +483,8 @@ int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
   MDB_val k, v;
   for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
     bc__shard_rec r;
-    if (v.mv_size != sizeof r || k.mv_size != 8) continue;
-    memcpy(&r, v.mv_data, sizeof r);
-    if (r.state != SHARD_PRESENT) continue;
-    uint64_t shard = 0;
-    for (int i = 0; i < 8; i++) shard = shard << 8 | ((unsigned char *)k.mv_data)[i];
+    uint64_t shard;
+    if (!bc__rec_decode(&k, &v, &shard, &r) || r.state != SHARD_PRESENT) continue;
     if (n < max) {
       shards[n].start = shard * c->R;
       shards[n].end = shard * c->R + r.records;

@@ -242,10 +242,8 @@ static int find_victim(bc_cache *c, MDB_txn *t, uint64_t keep, uint64_t *victim,
   MDB_val k, v;
   for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
     bc__shard_rec r;
-    if (v.mv_size != sizeof r || k.mv_size != 8) continue;
-    memcpy(&r, v.mv_data, sizeof r);
-    uint64_t s = 0;
-    for (int i = 0; i < 8; i++) s = s << 8 | ((unsigned char *)k.mv_data)[i];
+    uint64_t s;
+    if (!bc__rec_decode(&k, &v, &s, &r)) continue;
     if (r.state != SHARD_PRESENT || s == keep) continue;
     if (!*found || r.last_access < vrec->last_access) {
       *victim = s;
@@ -271,10 +269,8 @@ static int reap_dead_claims(bc_cache *c, MDB_txn *t, uint64_t keep) {
   for (int op = MDB_FIRST; n < 64 && mdb_cursor_get(cur, &k, &v, op) == 0;
        op = MDB_NEXT) {
     bc__shard_rec r;
-    if (v.mv_size != sizeof r || k.mv_size != 8) continue;
-    memcpy(&r, v.mv_data, sizeof r);
-    uint64_t s = 0;
-    for (int i = 0; i < 8; i++) s = s << 8 | ((unsigned char *)k.mv_data)[i];
+    uint64_t s;
+    if (!bc__rec_decode(&k, &v, &s, &r)) continue;
     if (r.state == SHARD_FILLING && s != keep && !bc__owner_alive(r.owner))
       dead[n++] = s;
   }

@@ -109,6 +109,10 @@ int bc__mdb_error(int rc, const char *what);
 
 int bc__rec_get(MDB_txn *t, MDB_dbi db, uint64_t shard, bc__shard_rec *rec,
                 bool *found);
+/* Decodes a cursor entry of the "shard" database; false for a malformed
+ * one (which cursor walks skip). */
+bool bc__rec_decode(const MDB_val *key, const MDB_val *val, uint64_t *shard,
+                    bc__shard_rec *rec);
 int bc__rec_put(MDB_txn *t, MDB_dbi db, uint64_t shard, const bc__shard_rec *r);
 int bc__rec_del(MDB_txn *t, MDB_dbi db, uint64_t shard);
 int bc__u64_get(MDB_txn *t, MDB_dbi db, const char *key, uint64_t *v,

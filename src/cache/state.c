@@ -224,6 +224,16 @@ static void shard_key(uint64_t shard, unsigned char k[8]) {
   for (int i = 0; i < 8; i++) k[i] = (unsigned char)(shard >> (56 - 8 * i));
 }
 
+bool bc__rec_decode(const MDB_val *key, const MDB_val *val, uint64_t *shard,
+                    bc__shard_rec *rec) {
+  if (key->mv_size != 8 || val->mv_size != sizeof *rec) return false;
+  uint64_t s = 0;
+  for (int i = 0; i < 8; i++) s = s << 8 | ((const unsigned char *)key->mv_data)[i];
+  *shard = s;
+  memcpy(rec, val->mv_data, sizeof *rec);
+  return true;
+}
+
 int bc__rec_get(MDB_txn *t, MDB_dbi db, uint64_t shard, bc__shard_rec *rec,
                 bool *found) {
   unsigned char k[8];
