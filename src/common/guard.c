@@ -23,8 +23,16 @@
 
 #include "common/internal.h"
 
-/* initial-exec: the handler must not trigger lazy TLS allocation. */
-static __thread sigjmp_buf *current __attribute__((tls_model("initial-exec")));
+/* The default TLS model: initial-exec would pull the library's whole TLS
+ * block (the 1 KiB error message included) into glibc's small static
+ * reserve, and dlopen of a second copy (the Python extension next to
+ * libbagcache.so) would then fail.  In a guarded thread the block exists
+ * before any fault.  In a dlopen'ed copy, a SIGBUS in a thread that never
+ * used bagcache makes the handler's read allocate that thread's block; such
+ * a fault is not ours and goes on to the previous handler (normally the end
+ * of the process) anyway.  A global "guards active" counter would avoid
+ * that at the price of two contended atomics per read: not worth it. */
+static __thread sigjmp_buf *current;
 static struct sigaction previous;
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 
