@@ -128,7 +128,10 @@ bc_seq *bc_cache_seq(bc_cache *cache);
 int bc_cache_get(bc_cache *cache, int64_t index, bc_buf *out);
 int bc_cache_len(bc_cache *cache, uint64_t *len);
 
-/* Fills everything (drains the source), waiting until it is done. */
+/* Fills every missing shard and drains the source to its end, waiting
+ * until it is done.  Under a disk limit only the drain to the end is done
+ * (what the limit evicts stays evicted).  Without a source: 0 if the end is
+ * known and every shard is present, else BC_ENOTCACHED. */
 int bc_cache_fill_all(bc_cache *cache);
 
 /* ---- introspection ---------------------------------------------------- */

@@ -25,6 +25,12 @@ double bc__now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+double bc__coarse_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
                     bool zstd, char *out, size_t size) {
   uint64_t start = shard * c->R;
@@ -125,7 +131,7 @@ static int cache_length(bc_seq *self, bool exact, bc_len *out) {
       return bc__error(BC_ENOTCACHED,
                        "%s: the length is not known yet (the source never "
                        "ended) and the cache has no source", c->root);
-    int rc = bc__drain(c);
+    int rc = bc__drain(c, false);
     if (rc != 0) return rc;
   }
   *out = (bc_len){atomic_load(&c->final) ? BC_LEN_EXACT : BC_LEN_AT_LEAST,
@@ -324,6 +330,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   atomic_init(&c->known_length, 0);
   atomic_init(&c->final, false);
   atomic_init(&c->drain_next, 0);
+  atomic_init(&c->stop_fills, false);
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->cond, NULL);
   track_open(c, true);
@@ -400,7 +407,20 @@ int bc_cache_get(bc_cache *c, int64_t index, bc_buf *out) {
 int bc_cache_len(bc_cache *c, uint64_t *len) { return bc_seq_len(&c->base, len); }
 
 int bc_cache_fill_all(bc_cache *c) {
-  if (c->has_source) return bc__drain(c);
+  if (c->has_source) {
+    /* Without a disk limit, every missing shard is filled; under one,
+     * everything cannot stay, so the source is drained to its end and what
+     * the limit evicts stays evicted. */
+    MDB_txn *t;
+    uint64_t limit = c->opts.disk_limit;
+    bool found = false;
+    int rc = bc__txn_begin(c->env, false, &t);
+    if (rc != 0) return rc;
+    rc = bc__u64_get(t, bc__dbi_meta(c->env), "limit", &limit, &found);
+    mdb_txn_abort(t);
+    if (rc != 0) return rc;
+    return bc__drain(c, !(found ? limit : c->opts.disk_limit));
+  }
   /* Without a source, "filled" means: the end is known and every shard up
    * to it is present. */
   uint64_t len;

@@ -309,7 +309,10 @@ static int publish_nested(bc_cache *c, MDB_txn *parent, uint64_t shard,
   if (rc == 0 && grow) {
     rc = bc__u64_put(t, meta, "length", new_length);
     if (rc == 0 && ended) rc = bc__u64_put(t, meta, "final", 1);
-    if (rc == 0) rc = meta_update_length(c, new_length, ended);
+    /* metadata.json records the end once it is known; the growing lower
+     * bound lives in the shared state (and a rebuild recovers it from the
+     * shard files), which saves a file rewrite and two fsyncs per shard. */
+    if (rc == 0 && ended) rc = meta_update_length(c, new_length, true);
   }
   if (rc == 0) {
     mrc = mdb_txn_commit(t); /* into the parent */
@@ -475,6 +478,10 @@ static int fill(bc_cache *c, uint64_t shard) {
   if ((rc = bc_writer_open(&w, scratch, &wo)) != 0) goto cleanup;
   uint64_t sum = BC__SUM_INIT, n = 0;
   while (n < c->R) {
+    if (atomic_load(&c->stop_fills)) { /* closing: abandon, publish nothing */
+      rc = bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
+      goto cleanup;
+    }
     int r = c->src.next(c->src.payload, p->handle, &buf);
     if (r < 0) {
       rc = r;
@@ -675,15 +682,29 @@ int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *seen) {
  * caller and every fill worker may run this at once: each shard number is
  * taken once, so with a thread-safe source (and a cheap skip) shards are
  * filled in parallel by different passes. */
-int bc__drain_loop(bc_cache *c) {
+int bc__drain_loop(bc_cache *c, bool worker) {
   for (;;) {
+    if (atomic_load(&c->stop_fills))
+      return bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
     uint64_t shard = atomic_fetch_add(&c->drain_next, 1);
     if (atomic_load(&c->final) && shard * c->R >= atomic_load(&c->known_length))
       return 0;
     bc__shard_rec rec;
     int rc = bc__obtain(c, shard, false, &rec);
     if (rc == BC_ERANGE && atomic_load(&c->final)) return 0;
-    if (rc != 0) return rc;
+    if (rc != 0) {
+      if (worker) {
+        /* The shard number is taken: leave it for the drain's caller to
+         * retry and report, so no hole goes unnoticed. */
+        pthread_mutex_lock(&c->lock);
+        if (c->nfailed < sizeof c->failed_shards / sizeof *c->failed_shards)
+          c->failed_shards[c->nfailed++] = shard;
+        else
+          c->drain_incomplete = true;
+        pthread_mutex_unlock(&c->lock);
+      }
+      return rc;
+    }
   }
 }
 
@@ -703,13 +724,13 @@ static void wait_fills_below(bc_cache *c, uint64_t end_shard) {
   pthread_mutex_unlock(&reg->lock);
 }
 
-void bc__drain_join(bc_cache *c, bool join) {
+/* Joins (or leaves) the drain.  The first participant starts the counter
+ * at `first`; later ones join its drain (lowering it if they need earlier
+ * shards). */
+static void drain_join_at(bc_cache *c, bool join, uint64_t first) {
   pthread_mutex_lock(&c->lock);
   if (join) {
-    /* The first participant starts the counter at the first shard not
-     * known to exist; later ones join its drain. */
-    uint64_t first = c->R ? atomic_load(&c->known_length) / c->R : 0;
-    if (c->drainers == 0 || atomic_load(&c->drain_next) < first)
+    if (c->drainers == 0 || atomic_load(&c->drain_next) > first)
       atomic_store(&c->drain_next, first);
     c->drainers++;
   } else {
@@ -718,18 +739,47 @@ void bc__drain_join(bc_cache *c, bool join) {
   pthread_mutex_unlock(&c->lock);
 }
 
-int bc__drain(bc_cache *c) {
+void bc__drain_join(bc_cache *c, bool join) {
+  /* Workers join at the first shard not known to exist. */
+  drain_join_at(c, join, c->R ? atomic_load(&c->known_length) / c->R : 0);
+}
+
+int bc__drain(bc_cache *c, bool from_start) {
   if (c->R == 0) return bc__error(BC_EIO, "%s: no shard length", c->root);
-  bc__drain_join(c, true);
+  pthread_mutex_lock(&c->lock);
+  c->nfailed = 0;
+  c->drain_incomplete = false;
+  pthread_mutex_unlock(&c->lock);
+  uint64_t first = from_start ? 0 : atomic_load(&c->known_length) / c->R;
+  drain_join_at(c, true, first);
   if (c->nworkers > 1) {
     pthread_mutex_lock(&c->lock);
     c->drain_requested = true; /* the workers join in */
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);
   }
-  int rc = bc__drain_loop(c);
-  bc__drain_join(c, false);
+  int rc = bc__drain_loop(c, false);
+  drain_join_at(c, false, 0);
   if (rc != 0) return rc;
-  wait_fills_below(c, (atomic_load(&c->known_length) + c->R - 1) / c->R);
-  return 0;
+  uint64_t end_shard = (atomic_load(&c->known_length) + c->R - 1) / c->R;
+  wait_fills_below(c, end_shard);
+  /* Shards a worker took but failed to fill: retry them here, so their
+   * error (if it persists) reaches the caller. */
+  pthread_mutex_lock(&c->lock);
+  uint64_t failed[32];
+  size_t nfailed = c->nfailed;
+  bool incomplete = c->drain_incomplete;
+  memcpy(failed, c->failed_shards, nfailed * sizeof *failed);
+  c->nfailed = 0;
+  c->drain_incomplete = false;
+  pthread_mutex_unlock(&c->lock);
+  for (size_t i = 0; rc == 0 && i < nfailed; i++) {
+    bc__shard_rec rec;
+    if (failed[i] < end_shard) rc = bc__obtain(c, failed[i], false, &rec);
+  }
+  for (uint64_t s = first; rc == 0 && incomplete && s < end_shard; s++) {
+    bc__shard_rec rec;
+    rc = bc__obtain(c, s, false, &rec);
+  }
+  return rc;
 }

@@ -203,6 +203,10 @@ struct bc_cache {
   uint64_t queue[64];
   size_t qlen;
   bool drain_requested, stopping;
+  atomic_bool stop_fills;      /* close: fills and drains end early */
+  uint64_t failed_shards[32];  /* shards a drain worker failed to fill */
+  size_t nfailed;              /* (lock); more than 32: drain_incomplete */
+  bool drain_incomplete;
   _Atomic uint64_t drain_next; /* next shard a drain participant takes */
   int drainers;                /* threads in a drain now (lock) */
   pthread_t *workers;
@@ -215,6 +219,8 @@ struct bc_cache {
 };
 
 double bc__now(void);
+/* A clock of a few milliseconds' resolution, cheap enough for every hit. */
+double bc__coarse_now(void);
 /* Paths of a shard's file and its records range. */
 void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
                     bool zstd, char *out, size_t size);
@@ -239,11 +245,13 @@ int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *rec);
 /* Forgets a damaged shard (unlinks it, drops its state) so it is refilled. */
 int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *rec);
 /* Drains the source to its end (known_length becomes final), with the fill
- * workers joining in when there are several. */
-int bc__drain(bc_cache *c);
+ * workers joining in when there are several.  `from_start`: also fill every
+ * missing shard before the known length (fill_all); otherwise start at the
+ * first shard not known to exist (len). */
+int bc__drain(bc_cache *c, bool from_start);
 /* One participant's share of a drain (used by the workers), between
  * bc__drain_join(c, true) and bc__drain_join(c, false). */
-int bc__drain_loop(bc_cache *c);
+int bc__drain_loop(bc_cache *c, bool worker);
 void bc__drain_join(bc_cache *c, bool join);
 void bc__passes_close_all(bc_cache *c);
 

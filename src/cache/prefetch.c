@@ -23,7 +23,7 @@ static void *worker_main(void *arg) {
        * so workers woken later join too. */
       pthread_mutex_unlock(&c->lock);
       bc__drain_join(c, true);
-      bc__drain_loop(c); /* errors surface to whoever needs the record */
+      bc__drain_loop(c, true); /* failures are left for the drain's caller */
       bc__drain_join(c, false);
       pthread_mutex_lock(&c->lock);
       c->drain_requested = false;
@@ -69,7 +69,13 @@ void bc__workers_stop(bc_cache *c) {
   int n = c->nworkers;
   c->nworkers = 0;
   pthread_mutex_unlock(&c->lock);
+  if (n == 0) return;
+  /* The workers' fills and drains end at the next record (no caller may
+   * be inside the cache during close, so every fill now is a worker's);
+   * then reads through views that outlive the close fill on demand again. */
+  atomic_store(&c->stop_fills, true);
   for (int i = 0; i < n; i++) pthread_join(c->workers[i], NULL);
+  atomic_store(&c->stop_fills, false);
 }
 
 static size_t default_policy(const bc_cache *c, uint64_t index, uint64_t *shards,

@@ -186,7 +186,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out) {
       lru_unlink(c, r);
       lru_push_front(c, r);
     }
-    double now = bc__now();
+    double now = bc__coarse_now();
     bool bump = now - r->touched > TOUCH_INTERVAL;
     if (bump) r->touched = now;
     pthread_mutex_unlock(&c->lock);
@@ -240,7 +240,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out) {
   r->start = shard * c->R;
   r->bag = bag;
   r->users = 1;
-  r->touched = bc__now();
+  r->touched = bc__coarse_now();
   pthread_mutex_lock(&c->lock);
   bc__reader *other = lookup(c, shard);
   if (other != NULL) { /* another thread opened it meanwhile: use that one */
