@@ -26,7 +26,8 @@ EXTRA_DIST += doc/examples/demo-test.sh
 dist_doc_DATA += \
 	doc/format.md \
 	doc/c-api.md \
-	doc/architecture.md
+	doc/architecture.md \
+	doc/cache.md
 
 docexamplesdir = $(docdir)/examples
 dist_docexamples_DATA = doc/examples/demo.c
