@@ -18,7 +18,10 @@
  * their own references, so the cache lives until the last one is dropped.
  *
  * Thread safety: every function may be called from any thread at once on
- * one cache, except bc_cache_close (no call may be running).  Many
+ * one cache, except bc_cache_close: no call through this handle may be
+ * running or start after it.  References taken with bc_seq_ref (and views)
+ * stay valid after close: reads through them still work, filling on demand
+ * (the background workers are gone).  Many
  * processes may open one root at once.  The source's callbacks are never
  * called with a bagcache lock held.
  */
@@ -64,8 +67,10 @@ typedef struct bc_source {
 
 /* ---- options --------------------------------------------------------- */
 
-/* Decides what to fill after a request: stores up to `max` shard numbers in
- * shards[] and returns how many.  Called with no lock held. */
+/* Decides what to fill next: called when this process opens a shard (not on
+ * every record), with `index` the shard's first record; stores up to `max`
+ * shard numbers in shards[] and returns how many.  Called with no lock
+ * held, from the thread that opened the shard. */
 typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
                                  uint64_t shard_records, uint64_t *shards,
                                  size_t max);
@@ -85,8 +90,8 @@ typedef struct bc_cache_options {
                              state and enforced by every process */
   bc_compression compression; /* NONE (default, .bag) or ZSTD (.bagz) */
   int zstd_level;         /* with ZSTD; 0 = zstd's default (3) */
-  /* After a request for index i, fill what this returns next (no lock
-   * held).  NULL: the next prefetch_shards shards after i's. */
+  /* When a shard is opened, fill what this returns next (no lock held).
+   * NULL: the next prefetch_shards shards after the opened one. */
   bc_prefetch_fn prefetch;
   void *prefetch_payload;
   int prefetch_shards;    /* for the default policy; 0 = 1, -1 = none */
@@ -115,8 +120,9 @@ typedef struct bc_cache bc_cache;
 int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
                   const bc_cache_options *opts);
 
-/* Stops the workers, closes files, frees the cache's own reference to its
- * sequence.  NULL is fine. */
+/* Stops the background workers (their fills end at the next record) and
+ * drops this handle's reference to the sequence; files are closed when the
+ * last reference goes (views keep it alive).  NULL is fine. */
 void bc_cache_close(bc_cache *cache);
 
 /* The cache as a sequence (borrowed; bc_seq_ref to keep).  Its length is a

@@ -69,6 +69,7 @@ struct bc_readahead {
   pthread_mutex_t serial;
   /* bc_seq_iterate's own stream */
   uint64_t next_index;
+  bool range_mode; /* a read past the end (BC_ERANGE) ends the iteration */
 };
 
 /* Reads one slot, sequence number `seq` (the slot is the worker's until it
@@ -219,6 +220,13 @@ int bc_readahead_next(bc_readahead *it, bc_buf *out, uint64_t *index) {
     pthread_mutex_unlock(&it->lock);
   }
   it->delivered++;
+  if (s->rc == BC_ERANGE && it->range_mode) {
+    /* Iterating a sequence whose end was not known: this is the end. */
+    it->finished = true;
+    free(s->message);
+    s->message = NULL;
+    return 0;
+  }
   if (s->rc != 0) {
     it->finished = true;
     int rc = bc__error(s->rc, "%s", s->message ? s->message : "");
@@ -259,20 +267,16 @@ void bc_readahead_close(bc_readahead *it) {
 
 /* ---- iterating a range ----------------------------------------------------- */
 
-/* The stream of bc_seq_iterate: start, start + 1, ..., up to the known end;
- * past a lower bound it keeps going and the read of the first missing index
- * (BC_ERANGE) marks the end. */
+/* The stream of bc_seq_iterate: start, start + 1, ..., up to the known end.
+ * Past a lower bound it keeps going without settling the length (which
+ * would drain a filling cache before the first record): the read of the
+ * first missing index (BC_ERANGE) ends the iteration (range_mode). */
 static int range_stream(void *payload, uint64_t *index) {
   bc_readahead *it = payload;
   bc_len len;
   int rc = it->seq->ops->length(it->seq, false, &len);
   if (rc != 0) return rc;
   if (len.kind == BC_LEN_EXACT && it->next_index >= len.value) return 0;
-  if (len.kind == BC_LEN_AT_LEAST && it->next_index >= len.value) {
-    /* Beyond what is known: settle only when the index is really needed. */
-    if ((rc = bc__seq_settle(it->seq, &len)) != 0) return rc;
-    if (len.kind == BC_LEN_EXACT && it->next_index >= len.value) return 0;
-  }
   *index = it->next_index++;
   return 1;
 }
@@ -286,6 +290,7 @@ int bc_seq_iterate(bc_readahead **out, bc_seq *seq, uint64_t start,
   if (rc != 0) return rc;
   it->payload = it;
   it->next_index = start;
+  it->range_mode = true;
   *out = it;
   return 0;
 }

@@ -29,6 +29,18 @@ static const bc_seq_ops slice_ops;
 /* Number of elements of range(a, b, step>0) for a <= b, rounded up. */
 static uint64_t ceil_div(uint64_t n, uint64_t d) { return n / d + (n % d != 0); }
 
+/* For a bounded lazy slice: whether the child holds our last element,
+ * found by reading that one element (a filling cache fills one shard)
+ * instead of settling the child's whole length.  1 yes, 0 no, or an error. */
+static int probe_last(slice_seq *s) {
+  uint64_t last = s->start + (s->bound - 1) * (uint64_t)s->step;
+  bc_buf buf = BC_BUF_INIT;
+  int rc = bc__seq_read(s->child, last, &buf);
+  bc_buf_release(&buf);
+  if (rc == 0) return 1;
+  return rc == BC_ERANGE ? 0 : rc;
+}
+
 static int slice_length(bc_seq *self, bool exact, bc_len *out) {
   slice_seq *s = (slice_seq *)self;
   if (s->step < 0) {
@@ -36,7 +48,19 @@ static int slice_length(bc_seq *self, bool exact, bc_len *out) {
     return 0;
   }
   bc_len c;
-  int rc = s->child->ops->length(s->child, exact, &c);
+  int rc;
+  if (exact && s->bound != UNBOUNDED && s->bound > 0 &&
+      (rc = s->child->ops->length(s->child, false, &c)) == 0 &&
+      c.kind == BC_LEN_AT_LEAST) {
+    uint64_t last = s->start + (s->bound - 1) * (uint64_t)s->step;
+    int has_last = c.value > last ? 1 : probe_last(s);
+    if (has_last < 0) return has_last;
+    if (has_last) { /* every element up to the bound exists */
+      *out = (bc_len){BC_LEN_EXACT, s->bound};
+      return 0;
+    }
+  }
+  rc = s->child->ops->length(s->child, exact, &c);
   if (rc != 0) return rc;
   uint64_t step = (uint64_t)s->step;
   if (c.kind == BC_LEN_INFINITE) {

@@ -434,6 +434,45 @@ static void test_unknown_length(void **state) {
   bc_buf_release(&b);
 }
 
+/* Neither iterating nor measuring a bounded slice settles an unknown
+ * length (for a filling cache, settling means draining the source). */
+static void test_unknown_length_not_settled(void **state) {
+  (void)state;
+  bc_seq *g = growing_leaf(5, 20, 0), *v;
+  bc_len l;
+  bc_buf b = BC_BUF_INIT;
+  bc_readahead *it;
+  bc_readahead_options one = {1, 1};
+  assert_int_equal(bc_seq_iterate(&it, g, 0, &one), 0);
+  assert_int_equal(bc_readahead_next(it, &b, NULL), 1);
+  assert_memory_equal(b.data, "L5:0", 4);
+  assert_int_equal(bc_seq_length(g, false, &l), 0);
+  assert_int_equal(l.kind, BC_LEN_AT_LEAST); /* not drained to 20 */
+  assert_true(l.value <= 3);
+  int count = 1, rc;
+  while ((rc = bc_readahead_next(it, &b, NULL)) == 1) count++;
+  assert_int_equal(rc, 0);
+  assert_int_equal(count, 20); /* ends at the first missing index */
+  bc_readahead_close(it);
+  bc_seq_unref(g);
+
+  g = growing_leaf(5, 20, 1);
+  assert_int_equal(bc_seq_slice(&v, g, 0, 5, 1), 0);
+  uint64_t n;
+  assert_int_equal(bc_seq_len(v, &n), 0);
+  assert_int_equal(n, 5);
+  assert_int_equal(bc_seq_length(g, false, &l), 0);
+  assert_int_equal(l.kind, BC_LEN_AT_LEAST);
+  assert_int_equal(l.value, 5); /* only the slice's last element was read */
+  bc_seq_unref(v);
+  assert_int_equal(bc_seq_slice(&v, g, 10, 40, 2), 0); /* past the end */
+  assert_int_equal(bc_seq_len(v, &n), 0);
+  assert_int_equal(n, 5); /* 10, 12, ..., 18 */
+  bc_seq_unref(v);
+  bc_seq_unref(g);
+  bc_buf_release(&b);
+}
+
 static void test_endless(void **state) {
   (void)state;
   bc_seq *abc = array_leaf(1, 3, 1), *two = array_leaf(2, 2, 1), *r, *v;
@@ -709,6 +748,7 @@ int main(void) {
       cmocka_unit_test(test_chunk_shuffle_tables),
       cmocka_unit_test(test_repeat_tables),
       cmocka_unit_test(test_unknown_length),
+      cmocka_unit_test(test_unknown_length_not_settled),
       cmocka_unit_test(test_endless),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_take_shared),
