@@ -24,7 +24,12 @@ BC_PY_C_SOURCES = \
 	python/src/bulk.c \
 	python/src/iterator.c \
 	python/src/writer.c \
-	python/src/index.c
+	python/src/index.c \
+	python/src/views.c \
+	python/src/loadit.h \
+	python/src/loadit.c \
+	python/src/loadit_source.c \
+	python/src/loadit_runner.c
 
 BC_PY_TEST_FILES = \
 	python/tests/conftest.py \
@@ -37,11 +42,28 @@ BC_PY_TEST_FILES = \
 	python/tests/test_bagz_index.py \
 	python/tests/test_bagz_errors.py \
 	python/tests/test_bagz_concurrency.py \
-	python/tests/test_bagz_build.py
+	python/tests/test_bagz_build.py \
+	$(BC_PY_VIEWS_TEST_FILES) \
+	$(BC_PY_LOADIT_TEST_FILES)
+
+# The loadit-compatible views: their tests and the Python documentation.
+BC_PY_VIEWS_TEST_FILES = \
+	python/tests/test_views.py \
+	python/tests/test_views_native.py \
+	python/tests/test_views_docs.py
+dist_doc_DATA += doc/python.md
+
+# LoadIt (loadit-compatible caches over Python iterators): its tests.
+BC_PY_LOADIT_TEST_FILES = \
+	python/tests/loadit_helpers.py \
+	python/tests/test_loadit.py \
+	python/tests/test_loadit_procs.py
 
 EXTRA_DIST += \
 	$(BC_PY_C_SOURCES) \
 	python/bagcache/__init__.py \
+	python/bagcache/views.py \
+	python/bagcache/loadit.py \
 	python/bagcache/__init__.pyi \
 	python/bagcache/py.typed \
 	python/pyproject.toml \
@@ -59,7 +81,8 @@ python__bagcache_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CFLAGS)
 python__bagcache_la_LIBADD = libbagcache_core.la $(BC_DEP_LIBS)
 python__bagcache_la_LDFLAGS = -module -avoid-version -shared \
 	-export-symbols-regex '^PyInit__bagcache$$'
-bagcachepyexec_PYTHON = python/bagcache/__init__.py
+bagcachepyexec_PYTHON = python/bagcache/__init__.py python/bagcache/views.py \
+	python/bagcache/loadit.py
 bagcachepyexec_DATA = python/bagcache/__init__.pyi python/bagcache/py.typed
 
 # ---- the build tree's importable package ------------------------------------
@@ -68,6 +91,8 @@ BC_PY_PKG = python/pkg/bagcache
 BC_PY_PKG_FILES = \
 	$(BC_PY_PKG)/_bagcache$(PYTHON_EXT_SUFFIX) \
 	$(BC_PY_PKG)/__init__.py \
+	$(BC_PY_PKG)/views.py \
+	$(BC_PY_PKG)/loadit.py \
 	$(BC_PY_PKG)/__init__.pyi \
 	$(BC_PY_PKG)/py.typed
 noinst_DATA = $(BC_PY_PKG_FILES)
@@ -78,6 +103,10 @@ $(BC_PY_PKG)/_bagcache$(PYTHON_EXT_SUFFIX): python/_bagcache.la
 	cp -f python/.libs/_bagcache.so $@.tmp && mv -f $@.tmp $@
 $(BC_PY_PKG)/__init__.py: $(srcdir)/python/bagcache/__init__.py
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/__init__.py $@
+$(BC_PY_PKG)/views.py: $(srcdir)/python/bagcache/views.py
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/views.py $@
+$(BC_PY_PKG)/loadit.py: $(srcdir)/python/bagcache/loadit.py
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/loadit.py $@
 $(BC_PY_PKG)/__init__.pyi: $(srcdir)/python/bagcache/__init__.pyi
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/__init__.pyi $@
 $(BC_PY_PKG)/py.typed: $(srcdir)/python/bagcache/py.typed

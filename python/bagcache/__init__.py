@@ -446,3 +446,48 @@ class Writer(_bagcache._WriterBase):
         self._open(path, options.limits_placement.value, compression, level, dictionary)
 
 
+
+
+# ---- loadit-compatible views (bagcache.views) -------------------------------
+
+from .views import (  # noqa: E402
+    ConcatableSequence,
+    InterleaveSequence,
+    InterleaveSequences,
+    RepeatSequence,
+    SequenceView,
+    chunk_shuffle,
+    chunk_shuffle_idx,
+    shuffle,
+)
+
+__all__ += [
+    "ConcatableSequence",
+    "InterleaveSequence",
+    "InterleaveSequences",
+    "RepeatSequence",
+    "SequenceView",
+    "chunk_shuffle",
+    "chunk_shuffle_idx",
+    "shuffle",
+]
+
+# ---- LoadIt: random access to an iterator, cached on disk (bagcache.loadit) ----
+
+from .loadit import (  # noqa: E402
+    LoadIt,
+    LoadItView,
+    NondeterministicError,
+    NotCachedError,
+    SourceError,
+    preload_next_shard,
+)
+
+__all__ += [
+    "LoadIt",
+    "LoadItView",
+    "NondeterministicError",
+    "NotCachedError",
+    "SourceError",
+    "preload_next_shard",
+]

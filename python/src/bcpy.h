@@ -109,4 +109,29 @@ extern PyTypeObject bcpy_WriterBase_Type;
 extern PyTypeObject bcpy_Index_Type;
 extern PyTypeObject bcpy_MultiIndex_Type;
 
+/* ---- loadit-compatible views (views.c) --------------------------------- */
+
+/* _View: a lazy index map over any sequences (Python objects, Readers,
+ * other views); ViewIterator iterates one.  A Python object takes part as
+ * a native sequence when its type defines __bagcache_seq__() returning a
+ * _SeqBase, a _View, a PyCapsule "bagcache.bc_seq" (a bc_seq *), or a
+ * pair (one of those, decode) where decode(bytes) makes each element. */
+extern PyTypeObject bcpy_View_Type;
+extern PyTypeObject bcpy_ViewIterator_Type;
+
+/* ---- LoadIt: caches over Python iterators (loadit*.c, loadit.h) -------- */
+
+/* Exceptions for BC_ESOURCE without a stored exception, BC_ENOTCACHED
+ * (an IndexError) and BC_ENONDET (a ValueError). */
+extern PyObject *bcpy_SourceError;
+extern PyObject *bcpy_NotCachedError;
+extern PyObject *bcpy_NondeterministicError;
+
+/* The exception a cache's source raised, when `message` (a BC_ESOURCE
+ * message) names one still stored: new reference, or NULL (no error set). */
+PyObject *bcpy_source_exception(const char *message);
+
+/* Adds _CacheCore, _CacheSeq, _CacheIter and the exceptions above. */
+int bcpy_loadit_init(PyObject *mod);
+
 #endif /* BCPY_H */

@@ -11,6 +11,9 @@ PyObject *bcpy_error_type(int code) {
     case BC_ERANGE: return PyExc_IndexError;
     case BC_ENOTFOUND: return PyExc_FileNotFoundError;
     case BC_ENOMEM: return PyExc_MemoryError;
+    /* Only caches (loadit.c) report these. */
+    case BC_ENOTCACHED: return bcpy_NotCachedError;
+    case BC_ENONDET: return bcpy_NondeterministicError;
     default: return PyExc_ValueError;
   }
 }
@@ -18,6 +21,15 @@ PyObject *bcpy_error_type(int code) {
 PyObject *bcpy_raise(int code, const char *message) {
   if (message == NULL || message[0] == '\0') message = bc_errmsg();
   if (message[0] == '\0') message = bc_strerror(code);
+  if (code == BC_ESOURCE) {
+    /* A cache's source raised: re-raise that exception itself. */
+    PyObject *exc = bcpy_source_exception(message);
+    if (exc != NULL) {
+      PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+      Py_DECREF(exc);
+      return NULL;
+    }
+  }
   PyErr_SetString(bcpy_error_type(code), message);
   return NULL;
 }
@@ -62,7 +74,10 @@ PyMODINIT_FUNC PyInit__bagcache(void) {
       add_type(mod, &bcpy_Iterator_Type, "ReaderIterator") < 0 ||
       add_type(mod, &bcpy_WriterBase_Type, "_WriterBase") < 0 ||
       add_type(mod, &bcpy_Index_Type, "Index") < 0 ||
-      add_type(mod, &bcpy_MultiIndex_Type, "MultiIndex") < 0)
+      add_type(mod, &bcpy_MultiIndex_Type, "MultiIndex") < 0 ||
+      add_type(mod, &bcpy_View_Type, "_View") < 0 ||
+      add_type(mod, &bcpy_ViewIterator_Type, "ViewIterator") < 0 ||
+      bcpy_loadit_init(mod) < 0)
     goto fail;
   /* (TypeError, IndexError): bagz raises TypeError for a bad slice,
    * sackli IndexError("Invalid slice"); this one satisfies both. */

@@ -18,6 +18,10 @@ tests_bench_bag_read_LDADD = libbagcache_core.la $(BC_DEP_LIBS)
 TESTS += tests/bench/run_quick.sh
 EXTRA_DIST += tests/bench/run_quick.sh
 
+# The Python package's benchmark (not a test; doc/performance.md, "Python"):
+#   cd build && PYTHONPATH=python/pkg python3 ../tests/bench/python_bench.py
+EXTRA_DIST += tests/bench/python_bench.py
+
 # Results, baselines and how to reproduce them.
 dist_doc_DATA += doc/performance.md
 

@@ -1,0 +1,558 @@
+"""LoadIt: random access to an iterator, cached on disk (loadit-compatible).
+
+``bagcache.LoadIt`` has the constructor and methods of ``loadit.LoadIt``
+(github.com/acutkosky/loadit, 0.0.8) over the bagcache cache engine::
+
+    from bagcache import LoadIt
+
+    def my_iterator():
+        ...
+        yield item
+
+    loader = LoadIt(my_iterator, root_dir="cache/")   # or LoadIt("cache/", my_iterator)
+    for x in loader: ...                               # same items as my_iterator()
+    loader[10]; loader[-2]; len(loader)                # random access, filling on demand
+    loader[5:100:3]; loader[[2, 4, 9]]; loader[3, 4]   # views (lazy)
+
+Records are pickled (protocol 5) into shards of a root directory; shards are
+Bagz files (``shards/START.END.bag[z]``, readable by bagz itself), shared
+with every thread and process using the root.  Under ``memory_limit`` the
+least recently used shards are evicted and regenerated on demand by running
+``create_iter()`` again, which must therefore give the same items in the
+same order each time (a shard that comes out different raises
+NondeterministicError naming it).
+
+Arguments (as loadit; what bagcache does with each):
+
+* ``root_dir`` - the cache directory.  ``create_iter`` - a callable
+  returning a fresh iterable (an iterable that can be iterated again, such
+  as a list, is accepted too), or None to read what is cached (the root
+  must exist; an uncached record then raises NotCachedError, an IndexError).
+  ``LoadIt(create_iter, root_dir=...)`` (loadit's README form) works too.
+* ``max_shard_length`` - records per shard (int), or a size such as
+  ``"64mb"`` (also ``kb``, ``gb``): the record count is estimated once from
+  the first 16 records.  An existing root keeps its own shard length.
+* ``max_cache_size`` - shard files kept open per process (readers are
+  memory-mapped, so this bounds open files, not RAM).
+* ``max_workers`` - background fill threads; more than 1 needs
+  ``iterator_thread_safe=True`` (ValueError otherwise, as loadit): several
+  passes of ``create_iter()`` then run at once.
+* ``memory_limit`` - bytes of shard files on disk at most (every process
+  enforces the last limit set on the root).  With a size string for
+  ``max_shard_length``, the target shard size is lowered to a quarter of
+  the limit when larger.
+* ``compression`` - None or ``"zstd"`` (or an int: a zstd level).
+  loadit's other fsspec names are refused (ValueError).
+* ``preload_fn`` - what to fill in the background after each shard opened:
+  the default (:func:`preload_next_shard`) fills the next
+  ``max(1, max_workers // 2)`` shards, in C; None disables prefetching;
+  any other ``fn(loader, index)`` returns, like loadit's, an iterable of
+  lists of indices (or plain indices) whose shards are filled in order.
+  It is called each time this process opens a shard, with the shard's
+  first index (loadit calls it on every access, with the index read), on
+  whichever thread opened it.  ``loader.preload_fn`` can be reassigned.
+* ``preload_all_async`` - drain the whole iterator in the background from
+  the start (with any ``max_workers``).
+* ``info`` - JSON-serializable user info stored with the cache
+  (``loader.info()``, ``loader.set_info(obj)``); None keeps what is stored.
+* ``length`` - the iterator's length if known: a new cache starts with it
+  final (``len()`` then never drains).  ``mode`` - file mode of created files.
+* ``serializer`` (keyword only, bagcache's own) - None (pickle), ``"raw"``
+  (items are bytes-like and come back as bytes) or any object with
+  ``dumps(obj) -> bytes`` and ``loads(bytes) -> obj``.  Use the same one
+  every time a root is opened.
+
+Differences from loadit, on purpose: slices follow Python's rules
+(``l[::-1]`` reverses; loadit's are not Python's), a negative index or a
+slice with negative bounds waits only until the length is known, an
+out-of-range index never re-reads the iterator once the length is known,
+``len()`` keeps what it reads, the iterator's exception reaches the caller
+as itself and a later access retries, an uncached record without a source
+raises instead of ending iteration silently, ``wait_until_all_cached()``
+returns (False) instead of hanging when the disk limit cannot hold
+everything.  Reads release the GIL; Ctrl-C interrupts waits and fills.
+
+Threads and processes: any number of threads may read one LoadIt; many
+processes may use one root (open a LoadIt in each, or pass one: it pickles
+by its arguments and reopens the root; ``create_iter`` goes along when it
+pickles, otherwise the copy only reads what is cached).  A forked child may
+use the parent's LoadIt directly.  One caveat of CPython before 3.12: a
+child forked at the very moment a fill thread starts can deadlock inside
+the interpreter's fork handling; fork before reading or when the
+background fills are idle, or use the spawn start method.
+
+loadit internals its own tests use are offered read-only where they mean
+something: ``loader.shards.max_shard_length``, ``loader.shards.size()``
+(bytes on disk), ``loader.shards.get_all_shards()`` (items with ``path``,
+``start``, ``end``, ``size`` in bytes), ``loader.shards._cache_miss_count``
+(shards filled by this process), ``loader.shards.observer`` (no-ops),
+``loader.max_workers``, and ``loader.finalize()``, which does nothing (the
+length becomes final only when the iterator ends).  ``loader.shards()`` is
+also callable: the list of shards present, as dicts.
+"""
+
+import atexit as _atexit
+import collections as _collections
+import collections.abc as _abc
+import functools as _functools
+import json as _json
+import operator as _operator
+import os as _os
+import pickle as _pickle
+import re as _re
+import weakref as _weakref
+
+from . import _bagcache
+from ._bagcache import NondeterministicError, NotCachedError, SourceError
+
+__all__ = [
+    "LoadIt",
+    "LoadItView",
+    "NondeterministicError",
+    "NotCachedError",
+    "SourceError",
+    "preload_next_shard",
+]
+
+
+def _default_ahead(max_workers):
+    return max(1, max_workers // 2)
+
+
+def preload_next_shard(loader, idx):
+    """loadit's default ``preload_fn``: the starts of the next
+    ``max(1, loader.max_workers // 2)`` shards after ``idx``'s, one list
+    each.  Passed as ``preload_fn`` (the default), bagcache runs the same
+    policy in C without calling it."""
+    msl = loader.shards.max_shard_length
+    start = idx - idx % msl
+    return [[start + k * msl] for k in range(1, _default_ahead(loader.max_workers) + 1)]
+
+
+ShardInfo = _collections.namedtuple("ShardInfo", ["path", "start", "end", "size"])
+
+# ---- argument handling -----------------------------------------------------------
+
+_SIZE = _re.compile(r"([0-9]+)(kb|mb|gb)")
+_UNITS = {"kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30}
+
+
+def _shard_length(value):
+    """(shard_records, shard_bytes) for the engine from max_shard_length."""
+    if isinstance(value, str):
+        m = _SIZE.fullmatch(value.strip().lower())
+        if m is None or int(m.group(1)) == 0:
+            raise ValueError(
+                f"max_shard_length must be a record count or a size like '64mb', not {value!r}"
+            )
+        return 0, int(m.group(1)) * _UNITS[m.group(2)]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_shard_length must be an int or a str, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"max_shard_length must be >= 1, not {value}")
+    return value, 0
+
+
+def _count(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, not {value}")
+    return value
+
+
+def _zstd_level(compression):
+    if compression is None or compression is False or compression == "none":
+        return None
+    if compression == "zstd":
+        return 0
+    if isinstance(compression, int) and not isinstance(compression, bool):
+        return compression
+    raise ValueError(f"compression must be None, 'zstd' or a zstd level, not {compression!r}")
+
+
+class _Constant:
+    """create_iter for an iterable given as is: returns it for every pass."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self):
+        return self.value
+
+    def __reduce__(self):
+        return (_Constant, (self.value,))
+
+
+def _factory(create_iter):
+    if create_iter is None or callable(create_iter):
+        return create_iter
+    if isinstance(create_iter, _abc.Iterator):
+        raise TypeError(
+            "create_iter must be a callable returning a new iterable: an iterator "
+            "(or generator) can be read only once, and regenerating shards reads "
+            "it again"
+        )
+    if isinstance(create_iter, _abc.Iterable):
+        return _Constant(create_iter)
+    raise TypeError(f"create_iter must be callable, not {type(create_iter).__name__}")
+
+
+def _serializer(serializer):
+    """(dumps, loads) for the engine; (None, None) for raw bytes."""
+    if serializer is None or serializer == "pickle":
+        return _functools.partial(_pickle.dumps, protocol=_pickle.HIGHEST_PROTOCOL), _pickle.loads
+    if serializer == "raw":
+        return None, None
+    dumps = getattr(serializer, "dumps", None)
+    loads = getattr(serializer, "loads", None)
+    if not (callable(dumps) and callable(loads)):
+        raise TypeError("serializer must be None, 'pickle', 'raw' or have dumps() and loads()")
+    return dumps, loads
+
+
+def _path(root_dir):
+    path = _os.fspath(root_dir)
+    if isinstance(path, bytes):
+        path = _os.fsdecode(path)
+    if not isinstance(path, str):
+        raise TypeError(f"root_dir must be str or os.PathLike, not {type(path).__name__}")
+    return path
+
+
+def _is_path(value):
+    return isinstance(value, (str, bytes, _os.PathLike))
+
+
+def _params(
+    root_dir,
+    create_iter=None,
+    max_shard_length="64mb",
+    max_cache_size=128,
+    max_workers=1,
+    memory_limit=None,
+    compression=None,
+    preload_fn=preload_next_shard,
+    preload_all_async=False,
+    info=None,
+    iterator_thread_safe=False,
+    length=None,
+    mode=0o644,
+):
+    """loadit's signature: binds and checks the arguments."""
+    return dict(
+        root_dir=root_dir,
+        create_iter=create_iter,
+        max_shard_length=max_shard_length,
+        max_cache_size=max_cache_size,
+        max_workers=max_workers,
+        memory_limit=memory_limit,
+        compression=compression,
+        preload_fn=preload_fn,
+        preload_all_async=preload_all_async,
+        info=info,
+        iterator_thread_safe=iterator_thread_safe,
+        length=length,
+        mode=mode,
+    )
+
+
+# Cores of open loaders: closed at exit, before the interpreter goes away
+# (their fill threads call into Python).
+_live = _weakref.WeakSet()
+
+
+@_atexit.register
+def _close_all():
+    for core in list(_live):
+        core.close()
+
+
+# ---- loadit's internals, read-only --------------------------------------------------
+
+
+class _NoObserver:
+    """loadit's watchdog observer: bagcache needs none."""
+
+    def unschedule_all(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def join(self, timeout=None):
+        pass
+
+
+class _Shards:
+    """``loader.shards``: call it for the shards present (list of dicts);
+    its attributes are loadit's ``ShardedDataset`` ones its tests use."""
+
+    __slots__ = ("_core",)
+    observer = _NoObserver()
+
+    def __init__(self, core):
+        self._core = core
+
+    def __call__(self):
+        return self._core.shards()
+
+    @property
+    def max_shard_length(self):
+        return self._core.shard_records
+
+    def size(self):
+        return self._core.stats()["bytes_on_disk"]
+
+    def get_all_shards(self):
+        return [ShardInfo(s["path"], s["start"], s["end"], s["bytes"]) for s in self._core.shards()]
+
+    @property
+    def _cache_miss_count(self):
+        st = self._core.stats()
+        return st["fills"] + st["regenerations"]
+
+
+# ---- views ---------------------------------------------------------------------------
+
+
+def _nonempty(seq):
+    """bool(seq) without draining the source: reads item 0 at most."""
+    n, exact = seq._known_length()
+    if n > 0 or exact:
+        return n > 0
+    try:
+        seq[0]
+    except NotCachedError:
+        raise
+    except IndexError:
+        return False
+    return True
+
+
+def _key_for_pickle(key):
+    if isinstance(key, bytes):  # an index list, as int64
+        import array
+
+        a = array.array("q")
+        a.frombytes(key)
+        return a
+    return key
+
+
+class LoadItView(_bagcache._CacheSeq, _abc.Sequence):
+    """A lazy view of a LoadIt: ``loader[a:b:c]``, ``loader[[i, j, ...]]``,
+    ``loader[i, j]``, and views of views.  Items, slices, iteration, ``len``
+    and ``read_indices`` work as on the loader; nothing is read until an
+    item is.  Views pickle as (loader, key) and are rebuilt on the reopened
+    loader."""
+
+    __slots__ = ()
+    __bool__ = _nonempty
+
+    def __reduce__(self):
+        return (_operator.getitem, (self._parent, _key_for_pickle(self._key)))
+
+    def __repr__(self):
+        n, exact = self._known_length()
+        return f"LoadItView(len{'=' if exact else '>='}{n})"
+
+
+LoadItView._view_class = LoadItView  # views of views are views
+
+
+# ---- LoadIt ------------------------------------------------------------------------------
+
+
+def _reopen(config):
+    return LoadIt(**config)
+
+
+class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
+    __doc__ = __doc__
+
+    _view_class = LoadItView
+    __bool__ = _nonempty
+
+    def __init__(self, *args, serializer=None, **kwargs):
+        args = list(args)
+        if args and not _is_path(args[0]) and args[0] is not None:
+            # loadit's README form: LoadIt(create_iter, root_dir=...).
+            if "create_iter" in kwargs:
+                raise TypeError("LoadIt() got multiple values for argument 'create_iter'")
+            kwargs["create_iter"] = args.pop(0)
+            if "root_dir" not in kwargs:
+                if not args:
+                    raise TypeError("LoadIt() missing required argument: 'root_dir'")
+                kwargs["root_dir"] = args.pop(0)
+        p = _params(*args, **kwargs)
+
+        root = _path(p["root_dir"])
+        create_iter = _factory(p["create_iter"])
+        max_workers = _count("max_workers", p["max_workers"], 1)
+        if max_workers != 1 and not p["iterator_thread_safe"]:
+            raise ValueError(
+                "max_workers > 1 runs create_iter() in several threads at once: "
+                "set iterator_thread_safe=True if that is safe"
+            )
+        max_cache_size = _count("max_cache_size", p["max_cache_size"], 1)
+        memory_limit = p["memory_limit"]
+        if memory_limit is not None:
+            memory_limit = _count("memory_limit", memory_limit, 1)
+        shard_records, shard_bytes = (0, 0)
+        if create_iter is not None:
+            shard_records, shard_bytes = _shard_length(p["max_shard_length"])
+            if shard_bytes and memory_limit and shard_bytes > memory_limit // 4:
+                shard_bytes = max(1, memory_limit // 4)
+        level = _zstd_level(p["compression"])
+        info = p["info"]
+        info_json = None if info is None else _json.dumps(info)
+        length = p["length"]
+        known_length = -1 if length is None else _count("length", length, 0)
+        mode = _count("mode", p["mode"], 0)
+        dumps, loads = _serializer(serializer)
+        if create_iter is None and not _os.path.exists(_os.path.join(root, "metadata.json")):
+            raise FileNotFoundError(
+                f"{root}: no cache there, and no create_iter to fill one"
+            )
+
+        core = _bagcache._CacheCore(
+            root,
+            create_iter,
+            dumps=dumps,
+            loads=loads,
+            shard_records=shard_records,
+            shard_bytes=shard_bytes,
+            max_open_shards=max_cache_size,
+            fill_workers=max_workers,
+            thread_safe=bool(p["iterator_thread_safe"]),
+            disk_limit=memory_limit or 0,
+            zstd_level=level,
+            preload_all=bool(p["preload_all_async"]),
+            info_json=info_json,
+            known_length=known_length,
+            file_mode=mode,
+        )
+        self._open(core)
+        _live.add(core)
+        self._max_workers = max_workers
+        self._preload_fn = None
+        self.preload_fn = p["preload_fn"]
+        # What reopens it elsewhere (pickling); info stays in the root.
+        config = dict(p, root_dir=root, create_iter=create_iter, info=None)
+        if serializer is not None:
+            config["serializer"] = serializer
+        self._config = config
+
+    # ---- loadit's API
+
+    @property
+    def root_dir(self):
+        """The cache directory (str)."""
+        return self._core.root
+
+    @property
+    def max_workers(self):
+        """Background fill threads (the max_workers given)."""
+        return self._max_workers
+
+    @property
+    def preload_fn(self):
+        """The prefetch policy (see the class doc); assignable."""
+        return self._preload_fn
+
+    @preload_fn.setter
+    def preload_fn(self, fn):
+        if fn is preload_next_shard:
+            self._core._set_prefetch(_default_ahead(self._max_workers))
+        elif fn is None:
+            self._core._set_prefetch(None)
+        elif callable(fn):
+            self._core._set_prefetch(fn, self)
+        else:
+            raise TypeError("preload_fn must be None or callable")
+        self._preload_fn = fn
+
+    @property
+    def shards(self):
+        """``loader.shards()`` lists the shards present (dicts: start, end,
+        path, bytes, last_access); its attributes are loadit's internals
+        (see the class doc)."""
+        return _Shards(self._core)
+
+    def info(self):
+        """The user info stored with the cache (read from disk each time)."""
+        return _json.loads(self._core.info())
+
+    def set_info(self, info):
+        """Stores ``info`` (JSON-serializable) with the cache, atomically."""
+        self._core.set_info(_json.dumps(info))
+
+    def all_cached_to_disk(self):
+        """True when the length is known and every shard is on disk."""
+        st = self._core.stats()
+        if not st["length_final"]:
+            return False
+        r = st["shard_records"] or 1
+        return st["shards_present"] >= -(-st["length"] // r)
+
+    def wait_until_all_cached(self):
+        """Drains the iterator and fills every missing shard, then returns
+        all_cached_to_disk() (False when the disk limit cannot hold it all).
+        Ctrl-C interrupts it."""
+        self._core.fill_all()
+        return self.all_cached_to_disk()
+
+    def stats(self):
+        """The engine's counters: length, length_final, shard_records,
+        shards_present, bytes_on_disk, disk_limit, and this process's hits,
+        shard_opens, fills, regenerations, evictions, passes_opened,
+        records_skipped, waits."""
+        return self._core.stats()
+
+    def worker_positions(self):
+        """Where this process's passes of the iterator stand (next index)."""
+        return self._core.worker_positions()
+
+    def finalize(self):
+        """loadit's finalize(); does nothing here: the length becomes final
+        when the iterator ends."""
+
+    # ---- lifetime
+
+    @property
+    def closed(self):
+        """True once close() was called."""
+        return self._core.closed
+
+    def close(self):
+        """Stops the background fills and closes the cache; reads of this
+        loader and its views then raise ValueError.  Idempotent."""
+        self._core.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __reduce__(self):
+        config = dict(self._config)
+        try:
+            _pickle.dumps(config["create_iter"])
+        except Exception:
+            config["create_iter"] = None  # the copy reads what is cached
+        try:
+            _pickle.dumps(self._preload_fn)
+            config["preload_fn"] = self._preload_fn
+        except Exception:
+            pass  # the copy prefetches as by default
+        return (_reopen, (config,))
+
+    def __repr__(self):
+        if self.closed:
+            return f"LoadIt({self.root_dir!r}, closed)"
+        n, exact = self._known_length()
+        return f"LoadIt({self.root_dir!r}, len{'=' if exact else '>='}{n})"

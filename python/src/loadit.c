@@ -1,0 +1,1584 @@
+/*
+ * loadit.c - the C side of bagcache.LoadIt: a cache over a Python iterator
+ * factory, read as a sequence of Python objects.
+ *
+ *   _CacheCore  one open cache (bc_cache_open over the source of
+ *               loadit_source.c): introspection, info, fill_all, close.
+ *               Shared by the loader and every view of it.
+ *   _CacheSeq   a sequence over the cache: the loader itself (the cache's
+ *               bc_seq) or a view (a bc_seq_slice / bc_seq_take of another
+ *               _CacheSeq's sequence).  Items are unpickled records (or
+ *               bytes); slices and index lists give views; iteration reads
+ *               ahead (bc_readahead); read_indices reads in parallel.
+ *   _CacheIter  the read-ahead iterator.
+ *
+ * Reads and waits: every call into the engine runs with the GIL released.
+ * A call that may wait for another thread (a miss, a length, a drain,
+ * read-ahead batches, slices that settle the length) goes through
+ * bcpy_run, which on the main thread keeps Ctrl-C working (loadit.h).  A
+ * read of a shard this object read lately (`recent`, a hint) goes straight
+ * to the engine: it is served from an open reader, or at worst refilled in
+ * this very thread, where the iterator's Python code sees signals itself.
+ *
+ * Errors: bcpy_raise maps codes (module.c): a source failure re-raises the
+ * iterator's own exception (loadit_source.c); BC_ENOTCACHED is
+ * NotCachedError (an IndexError); BC_ENONDET NondeterministicError.  A fill
+ * cancelled by an interrupt elsewhere is retried.
+ */
+#include "loadit.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "structmember.h"
+
+#define RECENT 64       /* shards remembered as recently read */
+#define BATCH 8192      /* records per read_indices job */
+#define ITER_BATCH 128  /* records per read-ahead job */
+#define ITER_WINDOW 64  /* read-ahead window */
+#define RETRIES 100     /* reads retried after a cancelled fill ... */
+#define RETRY_PAUSE_US 2000 /* ... this long apart */
+
+PyObject *bcpy_SourceError;
+PyObject *bcpy_NotCachedError;
+PyObject *bcpy_NondeterministicError;
+
+typedef struct {
+  PyObject_HEAD
+  bc_cache *cache;   /* NULL once closed */
+  bc_seq *seq;       /* the cache's sequence (own reference) */
+  bcpy_source *src;  /* NULL: no source (read-only) */
+  PyObject *loads;   /* NULL: records are returned as bytes */
+  bool loads_is_pickle; /* loads keeps no reference to its input */
+  PyObject *root;    /* str */
+  uint64_t R;        /* records per shard */
+  uint64_t recent[RECENT]; /* shard + 1 at [shard % RECENT] (GIL) */
+  PyObject *weakrefs;
+} bcpy_core;
+
+typedef struct {
+  PyObject_HEAD
+  bc_seq *seq;        /* the cache's sequence or a view of it */
+  bcpy_core *core;
+  PyObject *parent;   /* a view: the object it was taken from */
+  PyObject *key;      /* ... and the key (a slice, or int64 bytes) */
+  bool resolve_safe;  /* resolving a non-negative index never blocks */
+  PyObject *weakrefs;
+} bcpy_lobj;
+
+static PyObject *call1(PyObject *fn, PyObject *arg) {
+#if PY_VERSION_HEX >= 0x03090000
+  return PyObject_CallOneArg(fn, arg);
+#else
+  return PyObject_CallFunctionObjArgs(fn, arg, NULL);
+#endif
+}
+
+/* Raises for a failed call (a NULL or "" message means bc_errmsg()): the
+ * source's own exception when there is one (bcpy_raise), SourceError for
+ * other source failures. */
+static PyObject *raise_rc(int rc, const char *msg) {
+  if (msg == NULL || msg[0] == '\0') msg = bc_errmsg();
+  if (rc == BC_ESOURCE) {
+    PyObject *exc = bcpy_source_exception(msg);
+    if (exc == NULL) {
+      PyErr_SetString(bcpy_SourceError, msg[0] ? msg : bc_strerror(rc));
+      return NULL;
+    }
+    Py_DECREF(exc);
+  }
+  return bcpy_raise(rc, msg);
+}
+
+/* A fill this call waited for was cancelled (an interrupt, or a loader on
+ * the same root closed): transient, the call is retried after a pause. */
+static bool cancelled_fill(int rc, const char *msg) {
+  return rc == BC_ESOURCE && strstr(msg, BCPY_CANCELLED_MARK) != NULL;
+}
+
+static void retry_pause(void) {
+  Py_BEGIN_ALLOW_THREADS
+  usleep(RETRY_PAUSE_US);
+  Py_END_ALLOW_THREADS
+}
+
+/* Frees a finished job with the GIL released (releasing it may end a
+ * cache, which joins threads that may want the GIL). */
+static void job_free(bcpy_job *job) {
+  Py_BEGIN_ALLOW_THREADS
+  bcpy_job_free(job);
+  Py_END_ALLOW_THREADS
+}
+
+/* bcpy_run, again while the job fails only because a fill it waited for
+ * was cancelled by an interrupt (the job must be runnable again). */
+static int run_job(bcpy_job *job, bcpy_source *src) {
+  for (int attempt = 0;; attempt++) {
+    if (bcpy_run(job, src) < 0) return -1;
+    if (!cancelled_fill(job->rc, job->msg) || attempt == RETRIES) return 0;
+    retry_pause();
+    if (PyErr_CheckSignals() < 0) { /* the job ran: ours to free */
+      job_free(job);
+      return -1;
+    }
+  }
+}
+
+static void *job_new(size_t size, int (*run)(bcpy_job *), void (*release)(bcpy_job *)) {
+  bcpy_job *job = PyMem_RawCalloc(1, size);
+  if (job == NULL) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  job->run = run;
+  job->release = release;
+  return job;
+}
+
+/* ---- teardown ----------------------------------------------------------------- */
+
+typedef struct {
+  bcpy_job base;
+  bc_cache *cache;
+  bc_seq *seq;
+  bcpy_source *src;
+} teardown_job;
+
+static int teardown_run(bcpy_job *job) {
+  (void)job;
+  return 0; /* all in release */
+}
+
+static void teardown_release(bcpy_job *job) {
+  teardown_job *j = (teardown_job *)job;
+  bc_cache_close(j->cache);
+  bc_seq_unref(j->seq);
+  bcpy_source_unref(j->src);
+}
+
+/* Closes a cache and drops a sequence and a source reference (any may be
+ * NULL; the GIL is held).  Inside a source callback this is done by a
+ * helper thread instead (loadit.h, bcpy_in_callback); should none start,
+ * the objects are leaked rather than torn down under the engine. */
+static void teardown(bc_cache *cache, bc_seq *seq, bcpy_source *src) {
+  if (cache == NULL && seq == NULL && src == NULL) return;
+  if (bcpy_in_callback) {
+    teardown_job *j = PyMem_RawCalloc(1, sizeof *j);
+    if (j != NULL) {
+      j->base.run = teardown_run;
+      j->base.release = teardown_release;
+      j->cache = cache;
+      j->seq = seq;
+      j->src = src;
+      if (bcpy_run_detached(&j->base) != 0) PyMem_RawFree(j);
+    }
+    return;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  bc_cache_close(cache);
+  bc_seq_unref(seq);
+  Py_END_ALLOW_THREADS
+  bcpy_source_unref(src);
+}
+
+/* ---- jobs ------------------------------------------------------------------- */
+
+typedef struct {
+  bcpy_job base;
+  char *root;
+  bc_source source;
+  bool has_source; /* source not yet handed to bc_cache_open */
+  bc_cache_options opts;
+  char *info;
+  bc_cache *cache; /* the result, until taken */
+  uint64_t R;
+} open_job;
+
+static int open_run(bcpy_job *job) {
+  open_job *j = (open_job *)job;
+  const bc_source *src = j->has_source ? &j->source : NULL;
+  j->has_source = false; /* bc_cache_open owns the payload, even on failure */
+  int rc = bc_cache_open(&j->cache, j->root, src, &j->opts);
+  if (rc != 0) return rc;
+  bc_cache_stats st;
+  rc = bc_cache_stats_get(j->cache, &st);
+  j->R = st.shard_records;
+  return rc;
+}
+
+static void open_release(bcpy_job *job) {
+  open_job *j = (open_job *)job;
+  bc_cache_close(j->cache);
+  if (j->has_source && j->source.free_payload) j->source.free_payload(j->source.payload);
+  free(j->root);
+  free(j->info);
+}
+
+typedef struct {
+  bcpy_job base;
+  bc_seq *seq;
+  int64_t index;
+  bc_buf buf;
+} get_job;
+
+static int get_run(bcpy_job *job) {
+  get_job *j = (get_job *)job;
+  return bc_seq_get(j->seq, j->index, &j->buf);
+}
+
+static void get_release(bcpy_job *job) {
+  get_job *j = (get_job *)job;
+  bc_seq_unref(j->seq);
+  bc_buf_release(&j->buf);
+}
+
+typedef struct {
+  bcpy_job base;
+  bc_seq *seq;
+  int64_t *indices;
+  size_t count;
+  bc_buf *bufs;
+} many_job;
+
+static int many_run(bcpy_job *job) {
+  many_job *j = (many_job *)job;
+  return bc_seq_get_many(j->seq, j->indices, j->count, j->bufs);
+}
+
+static void many_release(bcpy_job *job) {
+  many_job *j = (many_job *)job;
+  bc_seq_unref(j->seq);
+  if (j->bufs != NULL)
+    for (size_t k = 0; k < j->count; k++) bc_buf_release(&j->bufs[k]);
+  free(j->bufs);
+  free(j->indices);
+}
+
+typedef struct {
+  bcpy_job base;
+  bc_seq *seq;
+  uint64_t len;
+} len_job;
+
+static int len_run(bcpy_job *job) {
+  len_job *j = (len_job *)job;
+  return bc_seq_len(j->seq, &j->len);
+}
+
+static void len_release(bcpy_job *job) { bc_seq_unref(((len_job *)job)->seq); }
+
+typedef struct {
+  bcpy_job base;
+  bc_seq *seq;
+  int64_t start, stop, step;
+  bc_seq *out; /* the result, until taken */
+} slice_job;
+
+static int slice_run(bcpy_job *job) {
+  slice_job *j = (slice_job *)job;
+  return bc_seq_slice(&j->out, j->seq, j->start, j->stop, j->step);
+}
+
+static void slice_release(bcpy_job *job) {
+  slice_job *j = (slice_job *)job;
+  bc_seq_unref(j->seq);
+  bc_seq_unref(j->out);
+}
+
+/* Drains the source, then fills the shards below the end that are missing
+ * (never read, or evicted): afterwards everything is on disk unless the
+ * disk limit cannot hold it all. */
+typedef struct {
+  bcpy_job base;
+  bc_cache *cache;
+  bc_seq *seq; /* keeps the cache alive */
+  uint64_t R;
+} fill_job;
+
+static int fill_run(bcpy_job *job) {
+  fill_job *j = (fill_job *)job;
+  int rc = bc_cache_fill_all(j->cache);
+  uint64_t len = 0;
+  if (rc == 0) rc = bc_cache_len(j->cache, &len);
+  if (rc != 0 || j->R == 0) return rc;
+  size_t count = 0;
+  if ((rc = bc_cache_shards(j->cache, NULL, 0, &count)) != 0) return rc;
+  bc_cache_shard *list = malloc((count ? count : 1) * sizeof *list);
+  if (list == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
+  rc = bc_cache_shards(j->cache, list, count, &count);
+  bc_buf buf = BC_BUF_INIT;
+  size_t k = 0; /* list is ascending */
+  for (uint64_t start = 0; rc == 0 && start < len; start += j->R) {
+    while (k < count && list[k].start < start) k++;
+    if (k < count && list[k].start == start) continue;
+    rc = bc_seq_get(j->seq, (int64_t)start, &buf);
+  }
+  bc_buf_release(&buf);
+  free(list);
+  return rc;
+}
+
+static void fill_release(bcpy_job *job) { bc_seq_unref(((fill_job *)job)->seq); }
+
+/* ---- _CacheCore --------------------------------------------------------------- */
+
+static int core_check(bcpy_core *c) {
+  if (c->cache != NULL) return 0;
+  PyErr_SetString(PyExc_ValueError, "the LoadIt is closed");
+  return -1;
+}
+
+static void core_close(bcpy_core *c) {
+  bc_cache *cache = c->cache;
+  if (cache == NULL) return;
+  c->cache = NULL;
+  /* A preload or prefetch in progress stops at its next record (otherwise
+   * closing would wait for a whole drain), and nothing starts a new pass:
+   * reads still in flight (an interrupted iteration's) end quickly. */
+  bcpy_source_close(c->src);
+  teardown(cache, NULL, NULL);
+}
+
+static bool recent_has(const bcpy_core *c, uint64_t shard) {
+  return c->recent[shard % RECENT] == shard + 1;
+}
+
+static void recent_mark(bcpy_core *c, uint64_t shard) {
+  c->recent[shard % RECENT] = shard + 1;
+}
+
+/* A record as a Python object: loads(record), or bytes.  With pickle's
+ * loads the record is passed as a memoryview of the buffer (no copy) that
+ * is released right after; should anything still hold an export of it,
+ * the buffer is given up (leaked) rather than freed under it. */
+static PyObject *to_record(bcpy_core *c, bc_buf *b) {
+  const char *data = b->data != NULL ? (const char *)b->data : "";
+  if (c->loads == NULL) return PyBytes_FromStringAndSize(data, (Py_ssize_t)b->size);
+  if (!c->loads_is_pickle) {
+    PyObject *bytes = PyBytes_FromStringAndSize(data, (Py_ssize_t)b->size);
+    if (bytes == NULL) return NULL;
+    PyObject *r = call1(c->loads, bytes);
+    Py_DECREF(bytes);
+    return r;
+  }
+  PyObject *mv = PyMemoryView_FromMemory((char *)data, (Py_ssize_t)b->size, PyBUF_READ);
+  if (mv == NULL) return NULL;
+  PyObject *r = call1(c->loads, mv);
+  PyObject *released = PyObject_CallMethod(mv, "release", NULL);
+  if (released == NULL) {
+    PyErr_Clear();
+    *b = (bc_buf)BC_BUF_INIT; /* exported: never freed */
+  }
+  Py_XDECREF(released);
+  Py_DECREF(mv);
+  return r;
+}
+
+static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"root", "create_iter", "dumps", "loads", "shard_records",
+                           "shard_bytes", "max_open_shards", "fill_workers",
+                           "thread_safe", "disk_limit", "zstd_level", "preload_all",
+                           "info_json", "known_length", "file_mode", NULL};
+  PyObject *root, *create_iter, *dumps = Py_None, *loads = Py_None, *level = Py_None;
+  unsigned long long shard_records = 0, shard_bytes = 0, disk_limit = 0;
+  int max_open = 0, workers = 0, thread_safe = 0, preload_all = 0;
+  const char *info = NULL;
+  long long known_length = -1;
+  unsigned int file_mode = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOKKiipKOpzLI:_CacheCore", kwlist,
+                                   &root, &create_iter, &dumps, &loads, &shard_records,
+                                   &shard_bytes, &max_open, &workers, &thread_safe,
+                                   &disk_limit, &level, &preload_all, &info,
+                                   &known_length, &file_mode))
+    return NULL;
+  if (create_iter != Py_None && !PyCallable_Check(create_iter)) {
+    PyErr_SetString(PyExc_TypeError, "create_iter must be callable or None");
+    return NULL;
+  }
+  if ((dumps != Py_None && !PyCallable_Check(dumps)) ||
+      (loads != Py_None && !PyCallable_Check(loads))) {
+    PyErr_SetString(PyExc_TypeError, "dumps and loads must be callable or None");
+    return NULL;
+  }
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = shard_records;
+  o.shard_bytes = shard_bytes;
+  o.max_open_shards = max_open;
+  o.fill_workers = workers;
+  o.disk_limit = disk_limit;
+  if (level != Py_None) {
+    long lv = PyLong_AsLong(level);
+    if (lv == -1 && PyErr_Occurred()) return NULL;
+    if (lv < INT_MIN || lv > INT_MAX) {
+      PyErr_Format(PyExc_ValueError, "zstd level %ld out of range", lv);
+      return NULL;
+    }
+    o.compression = BC_COMPRESSION_ZSTD;
+    o.zstd_level = (int)lv;
+  }
+  o.preload_all = preload_all;
+  o.known_length = known_length;
+  o.file_mode = file_mode;
+
+  const char *root_s = PyUnicode_AsUTF8(root);
+  if (root_s == NULL) return NULL;
+  bcpy_core *self = (bcpy_core *)type->tp_alloc(type, 0);
+  if (self == NULL) return NULL;
+  Py_INCREF(root);
+  self->root = root;
+  if (loads != Py_None) {
+    Py_INCREF(loads);
+    self->loads = loads;
+    PyObject *pickle = PyImport_ImportModule("pickle");
+    PyObject *pl = pickle != NULL ? PyObject_GetAttrString(pickle, "loads") : NULL;
+    if (pl == NULL) PyErr_Clear();
+    self->loads_is_pickle = pl == loads;
+    Py_XDECREF(pl);
+    Py_XDECREF(pickle);
+  }
+  open_job *j = job_new(sizeof *j, open_run, open_release);
+  if (j == NULL) goto fail;
+  j->root = strdup(root_s);
+  j->info = info != NULL ? strdup(info) : NULL;
+  if (j->root == NULL || (info != NULL && j->info == NULL)) {
+    PyErr_NoMemory();
+    job_free(&j->base);
+    goto fail;
+  }
+  j->opts = o;
+  j->opts.info_json = j->info;
+  if (create_iter != Py_None) {
+    self->src = bcpy_source_new(create_iter, dumps == Py_None ? NULL : dumps);
+    if (self->src == NULL) {
+      job_free(&j->base);
+      goto fail;
+    }
+    bcpy_source_describe(self->src, thread_safe, &j->source);
+    j->has_source = true;
+    j->opts.prefetch = bcpy_source_prefetch;
+    j->opts.prefetch_payload = self->src;
+  }
+  /* Opening may estimate the shard length from the source: interruptible. */
+  if (bcpy_run(&j->base, self->src) < 0) goto fail;
+  if (j->base.rc != 0) {
+    raise_rc(j->base.rc, j->base.msg);
+    job_free(&j->base);
+    goto fail;
+  }
+  self->cache = j->cache;
+  j->cache = NULL;
+  self->R = j->R;
+  self->seq = bc_seq_ref(bc_cache_seq(self->cache));
+  job_free(&j->base);
+  return (PyObject *)self;
+fail:
+  Py_DECREF(self);
+  return NULL;
+}
+
+/* Called by the collector before it clears a garbage cycle holding the
+ * core (and by nothing else): closes the cache, so that no engine thread
+ * uses the source's objects once they may be cleared (loadit_source.c). */
+static void core_finalize(bcpy_core *self) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  core_close(self);
+  PyErr_Restore(type, value, tb);
+}
+
+static int core_traverse(bcpy_core *self, visitproc visit, void *arg) {
+  Py_VISIT(self->loads);
+  return bcpy_source_traverse(self->src, visit, arg);
+}
+
+/* Breaks reference cycles through the source (e.g. a create_iter that is
+ * a method of an object holding the loader).  The source is closed first:
+ * its callbacks check that under the GIL, which this holds, so none of
+ * them uses the objects cleared here. */
+static int core_clear(bcpy_core *self) {
+  Py_CLEAR(self->loads);
+  bcpy_source *s = self->src;
+  if (s != NULL) {
+    bcpy_source_close(s);
+    atomic_store(&s->prefetch_mode, BCPY_PREFETCH_NONE);
+    Py_CLEAR(s->prefetch_fn);
+    Py_CLEAR(s->create_iter);
+    Py_CLEAR(s->dumps);
+  }
+  return 0;
+}
+
+static void core_dealloc(bcpy_core *self) {
+  PyObject_GC_UnTrack(self);
+  if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+  bcpy_source_close(self->src);
+  bc_cache *cache = self->cache;
+  bc_seq *seq = self->seq;
+  self->cache = NULL;
+  self->seq = NULL;
+  teardown(cache, seq, self->src); /* in this order: workers stop first */
+  self->src = NULL;
+  Py_CLEAR(self->loads);
+  Py_CLEAR(self->root);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *core_close_method(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  core_close(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  bc_cache_stats st;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_stats_get(self->cache, &st);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return raise_rc(rc, NULL);
+  return Py_BuildValue(
+      "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "length",
+      (unsigned long long)st.length, "length_final", st.length_final ? Py_True : Py_False,
+      "shard_records", (unsigned long long)st.shard_records, "shards_present",
+      (unsigned long long)st.shards_present, "bytes_on_disk",
+      (unsigned long long)st.bytes_on_disk, "disk_limit", (unsigned long long)st.disk_limit,
+      "hits", (unsigned long long)st.hits, "shard_opens", (unsigned long long)st.shard_opens,
+      "fills", (unsigned long long)st.fills, "regenerations",
+      (unsigned long long)st.regenerations, "evictions", (unsigned long long)st.evictions,
+      "passes_opened", (unsigned long long)st.passes_opened, "records_skipped",
+      (unsigned long long)st.records_skipped, "waits", (unsigned long long)st.waits);
+}
+
+static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  bc_cache_shard *list = NULL;
+  size_t count = 0, want = 0;
+  int rc;
+  /* The list may grow between the two calls: ask again until it fits. */
+  for (;;) {
+    Py_BEGIN_ALLOW_THREADS
+    rc = bc_cache_shards(self->cache, list, want, &count);
+    Py_END_ALLOW_THREADS
+    if (rc != 0 || count <= want) break;
+    want = count + 8;
+    bc_cache_shard *bigger = PyMem_RawRealloc(list, want * sizeof *list);
+    if (bigger == NULL) {
+      PyMem_RawFree(list);
+      return PyErr_NoMemory();
+    }
+    list = bigger;
+  }
+  if (rc != 0) {
+    PyMem_RawFree(list);
+    return raise_rc(rc, NULL);
+  }
+  PyObject *result = PyList_New((Py_ssize_t)count);
+  for (size_t k = 0; result != NULL && k < count; k++) {
+    PyObject *path = PyUnicode_DecodeFSDefault(list[k].path);
+    PyObject *item =
+        path == NULL ? NULL
+                     : Py_BuildValue("{s:K,s:K,s:N,s:K,s:K}", "start",
+                                     (unsigned long long)list[k].start, "end",
+                                     (unsigned long long)list[k].end, "path", path,
+                                     "bytes", (unsigned long long)list[k].bytes,
+                                     "last_access", (unsigned long long)list[k].last_access);
+    if (item == NULL) Py_CLEAR(result);
+    else PyList_SET_ITEM(result, (Py_ssize_t)k, item);
+  }
+  PyMem_RawFree(list);
+  return result;
+}
+
+static PyObject *core_worker_positions(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  uint64_t pos[64];
+  size_t count = 0;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_worker_positions(self->cache, pos, 64, &count);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return raise_rc(rc, NULL);
+  if (count > 64) count = 64;
+  PyObject *list = PyList_New((Py_ssize_t)count);
+  for (size_t k = 0; list != NULL && k < count; k++) {
+    PyObject *v = PyLong_FromUnsignedLongLong(pos[k]);
+    if (v == NULL) Py_CLEAR(list);
+    else PyList_SET_ITEM(list, (Py_ssize_t)k, v);
+  }
+  return list;
+}
+
+static PyObject *core_info(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  char *json = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_info(self->cache, &json);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return raise_rc(rc, NULL);
+  PyObject *s = PyUnicode_FromString(json);
+  free(json);
+  return s;
+}
+
+static PyObject *core_set_info(bcpy_core *self, PyObject *arg) {
+  if (core_check(self) < 0) return NULL;
+  const char *json = PyUnicode_AsUTF8(arg);
+  if (json == NULL) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_set_info(self->cache, json);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return raise_rc(rc, NULL);
+  Py_RETURN_NONE;
+}
+
+static PyObject *core_fill_all(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  fill_job *j = job_new(sizeof *j, fill_run, fill_release);
+  if (j == NULL) return NULL;
+  j->cache = self->cache;
+  j->seq = bc_seq_ref(self->seq);
+  j->R = self->R;
+  if (run_job(&j->base, self->src) < 0) return NULL;
+  int rc = j->base.rc;
+  if (rc != 0) raise_rc(rc, j->base.msg);
+  job_free(&j->base);
+  if (rc != 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* _set_prefetch(policy, loader): None (no prefetching), an int n (the n
+ * shards after each one opened, in C) or a callable fn(loader, index)
+ * (loadit's preload_fn; loader is kept as a weak reference). */
+static PyObject *core_set_prefetch(bcpy_core *self, PyObject *args) {
+  PyObject *policy, *loader = Py_None;
+  if (!PyArg_ParseTuple(args, "O|O:_set_prefetch", &policy, &loader)) return NULL;
+  bcpy_source *s = self->src;
+  if (s == NULL) Py_RETURN_NONE; /* nothing is ever filled */
+  if (policy == Py_None) {
+    atomic_store(&s->prefetch_mode, BCPY_PREFETCH_NONE);
+    Py_RETURN_NONE;
+  }
+  if (PyLong_Check(policy)) {
+    long n = PyLong_AsLong(policy);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    atomic_store(&s->prefetch_ahead, n < 0 ? 0 : n > 16 ? 16 : (int)n);
+    atomic_store(&s->prefetch_mode, n > 0 ? BCPY_PREFETCH_NEXT : BCPY_PREFETCH_NONE);
+    Py_RETURN_NONE;
+  }
+  if (!PyCallable_Check(policy)) {
+    PyErr_SetString(PyExc_TypeError, "preload_fn must be None or callable");
+    return NULL;
+  }
+  PyObject *ref = loader == Py_None ? NULL : PyWeakref_NewRef(loader, NULL);
+  if (ref == NULL && loader != Py_None) return NULL;
+  /* Mode off while the objects change (the GIL orders this against the
+   * policy, which reads them under the GIL too). */
+  atomic_store(&s->prefetch_mode, BCPY_PREFETCH_NONE);
+  Py_INCREF(policy);
+  Py_XSETREF(s->prefetch_fn, policy);
+  Py_XSETREF(s->loader, ref);
+  atomic_store(&s->prefetch_mode, BCPY_PREFETCH_PYTHON);
+  Py_RETURN_NONE;
+}
+
+static PyObject *core_get_closed(bcpy_core *self, void *unused) {
+  (void)unused;
+  return PyBool_FromLong(self->cache == NULL);
+}
+
+static PyObject *core_get_R(bcpy_core *self, void *unused) {
+  (void)unused;
+  return PyLong_FromUnsignedLongLong(self->R);
+}
+
+static PyObject *core_get_root(bcpy_core *self, void *unused) {
+  (void)unused;
+  Py_INCREF(self->root);
+  return self->root;
+}
+
+static PyObject *core_get_has_source(bcpy_core *self, void *unused) {
+  (void)unused;
+  return PyBool_FromLong(self->src != NULL);
+}
+
+static PyMethodDef core_methods[] = {
+    {"close", (PyCFunction)core_close_method, METH_NOARGS,
+     "close()\n\nStops the background workers and closes the cache (idempotent)."},
+    {"stats", (PyCFunction)core_stats, METH_NOARGS, "stats() -> dict (bc_cache_stats)."},
+    {"shards", (PyCFunction)core_shards, METH_NOARGS,
+     "shards() -> list of dicts (start, end, path, bytes, last_access), ascending."},
+    {"worker_positions", (PyCFunction)core_worker_positions, METH_NOARGS,
+     "worker_positions() -> list of the next record of each open source pass."},
+    {"info", (PyCFunction)core_info, METH_NOARGS, "info() -> the user info as JSON text."},
+    {"set_info", (PyCFunction)core_set_info, METH_O,
+     "set_info(json_text)\n\nReplaces the user info (atomically)."},
+    {"fill_all", (PyCFunction)core_fill_all, METH_NOARGS,
+     "fill_all()\n\nDrains the source, then fills the missing shards below the end."},
+    {"_set_prefetch", (PyCFunction)core_set_prefetch, METH_VARARGS,
+     "_set_prefetch(policy, loader=None): None, a shard count, or fn(loader, index)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef core_getset[] = {
+    {"closed", (getter)core_get_closed, NULL, "True once closed.", NULL},
+    {"shard_records", (getter)core_get_R, NULL, "Records per shard.", NULL},
+    {"root", (getter)core_get_root, NULL, "The root directory.", NULL},
+    {"has_source", (getter)core_get_has_source, NULL, "Whether it can fill.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject bcpy_CacheCore_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bagcache._bagcache._CacheCore",
+    .tp_basicsize = sizeof(bcpy_core),
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "_CacheCore(root, create_iter, *, dumps, loads, shard_records, ...)\n\n"
+              "One open cache (bc_cache_open); the engine behind bagcache.LoadIt.",
+    .tp_traverse = (traverseproc)core_traverse,
+    .tp_clear = (inquiry)core_clear,
+    .tp_finalize = (destructor)core_finalize,
+    .tp_weaklistoffset = offsetof(bcpy_core, weakrefs),
+    .tp_methods = core_methods,
+    .tp_getset = core_getset,
+    .tp_new = core_new,
+};
+
+/* ---- _CacheSeq: reading ------------------------------------------------------- */
+
+static int lobj_check(bcpy_lobj *self) {
+  if (self->seq == NULL) {
+    PyErr_Format(PyExc_ValueError, "%s object is not open", Py_TYPE(self)->tp_name);
+    return -1;
+  }
+  return core_check(self->core);
+}
+
+/* Record `index` (negative counts from the end). */
+static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
+  if (lobj_check(self) < 0) return NULL;
+  bcpy_core *core = self->core;
+  if (index < 0) { /* cheap when the end is already known */
+    bc_len l;
+    if (bc_seq_length(self->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT) {
+      if ((uint64_t)(-(index + 1)) >= l.value)
+        return PyErr_Format(PyExc_IndexError, "index %lld out of range [-%llu, %llu)",
+                            (long long)index, (unsigned long long)l.value,
+                            (unsigned long long)l.value);
+      index += (int64_t)l.value;
+    }
+  }
+  bc_seq *seq = self->seq;
+  int64_t at = index;
+  uint64_t shard = UINT64_MAX;
+  bool direct = !bcpy_is_main_thread();
+  if (index >= 0 && self->resolve_safe) {
+    /* Arithmetic only (the caller keeps the GIL). */
+    bc_seq *leaf;
+    uint64_t li;
+    int rc = bc_seq_resolve(self->seq, index, &leaf, &li);
+    if (rc != 0) return raise_rc(rc, NULL);
+    if (leaf == core->seq && core->R != 0) {
+      seq = leaf;
+      at = (int64_t)li;
+      shard = li / core->R;
+      direct = direct || recent_has(core, shard);
+    }
+  }
+  bc_buf buf = BC_BUF_INIT;
+  char msg[1024] = "";
+  int rc;
+  for (int attempt = 0;; attempt++) {
+    if (direct) {
+      Py_BEGIN_ALLOW_THREADS
+      rc = bc_seq_get(seq, at, &buf);
+      if (rc != 0) snprintf(msg, sizeof msg, "%s", bc_errmsg());
+      Py_END_ALLOW_THREADS
+    } else {
+      get_job *j = job_new(sizeof *j, get_run, get_release);
+      if (j == NULL) return NULL;
+      j->seq = bc_seq_ref(seq);
+      j->index = at;
+      if (bcpy_run(&j->base, core->src) < 0) return NULL;
+      rc = j->base.rc;
+      if (rc == 0) {
+        buf = j->buf;
+        j->buf = (bc_buf)BC_BUF_INIT;
+      } else {
+        memcpy(msg, j->base.msg, sizeof msg);
+      }
+      job_free(&j->base);
+    }
+    if (!cancelled_fill(rc, msg) || attempt == RETRIES) break;
+    retry_pause();
+    if (PyErr_CheckSignals() < 0) {
+      bc_buf_release(&buf);
+      return NULL;
+    }
+  }
+  if (rc != 0) {
+    bc_buf_release(&buf);
+    return raise_rc(rc, msg);
+  }
+  if (shard != UINT64_MAX) recent_mark(core, shard);
+  PyObject *result = to_record(core, &buf);
+  bc_buf_release(&buf);
+  return result;
+}
+
+/* The exact length, draining the source if needed. */
+static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
+  if (lobj_check(self) < 0) return -1;
+  bc_len l;
+  int rc = bc_seq_length(self->seq, false, &l);
+  if (rc == 0 && l.kind == BC_LEN_EXACT) {
+    *out = l.value;
+    return 0;
+  }
+  len_job *j = job_new(sizeof *j, len_run, len_release);
+  if (j == NULL) return -1;
+  j->seq = bc_seq_ref(self->seq);
+  if (run_job(&j->base, self->core->src) < 0) return -1;
+  rc = j->base.rc;
+  if (rc == 0) *out = j->len;
+  else raise_rc(rc, j->base.msg);
+  job_free(&j->base);
+  return rc == 0 ? 0 : -1;
+}
+
+static Py_ssize_t lobj_length(bcpy_lobj *self) {
+  uint64_t n;
+  if (lobj_exact_len(self, &n) < 0) return -1;
+  if (n > (uint64_t)PY_SSIZE_T_MAX) {
+    PyErr_SetString(PyExc_OverflowError, "sequence too long for len()");
+    return -1;
+  }
+  return (Py_ssize_t)n;
+}
+
+/* ---- _CacheSeq: views ---------------------------------------------------------- */
+
+/* A new view object (of the class named by type(self)._view_class, else
+ * _CacheSeq) over seq (reference taken over). */
+static PyObject *new_view(bcpy_lobj *self, bc_seq *seq, PyObject *key, bool safe) {
+  PyTypeObject *type = &bcpy_CacheSeq_Type;
+  PyObject *cls = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "_view_class");
+  if (cls == NULL) {
+    PyErr_Clear();
+  } else if (PyType_Check(cls) && PyType_IsSubtype((PyTypeObject *)cls, &bcpy_CacheSeq_Type)) {
+    type = (PyTypeObject *)cls;
+  }
+  bcpy_lobj *v = (bcpy_lobj *)type->tp_alloc(type, 0);
+  Py_XDECREF(cls); /* a class stays alive through self's type */
+  if (v == NULL) {
+    bc_seq_unref(seq);
+    return NULL;
+  }
+  v->seq = seq;
+  Py_INCREF(self->core);
+  v->core = self->core;
+  Py_INCREF(self);
+  v->parent = (PyObject *)self;
+  Py_INCREF(key);
+  v->key = key;
+  v->resolve_safe = safe;
+  return (PyObject *)v;
+}
+
+static int slice_bound(PyObject *obj, int64_t *out) {
+  if (obj == Py_None) {
+    *out = BC_NONE;
+    return 0;
+  }
+  if (!PyIndex_Check(obj)) {
+    PyErr_Format(bcpy_InvalidSliceError,
+                 "slice indices must be integers or None, not %.200s",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  Py_ssize_t v = PyNumber_AsSsize_t(obj, NULL); /* clamped like list slices */
+  if (v == -1 && PyErr_Occurred()) return -1;
+  *out = v == (Py_ssize_t)BC_NONE ? v + 1 : (int64_t)v;
+  return 0;
+}
+
+/* self[a:b:c] with Python's rules, lazy while the end is unknown and the
+ * bounds are non-negative with a positive step. */
+static PyObject *get_slice(bcpy_lobj *self, PyObject *key) {
+  PySliceObject *sl = (PySliceObject *)key;
+  int64_t start, stop, step;
+  if (slice_bound(sl->start, &start) < 0 || slice_bound(sl->stop, &stop) < 0 ||
+      slice_bound(sl->step, &step) < 0)
+    return NULL;
+  if (step == BC_NONE) step = 1;
+  if (step == 0) {
+    PyErr_SetString(PyExc_ValueError, "slice step cannot be zero");
+    return NULL;
+  }
+  bc_seq *out = NULL;
+  int rc;
+  char msg[1024] = "";
+  bc_len l;
+  bool lazy = step > 0 && (start == BC_NONE || start >= 0) && (stop == BC_NONE || stop >= 0);
+  if (lazy || (bc_seq_length(self->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT)) {
+    rc = bc_seq_slice(&out, self->seq, start, stop, step); /* no waiting */
+    if (rc != 0) snprintf(msg, sizeof msg, "%s", bc_errmsg());
+  } else {
+    slice_job *j = job_new(sizeof *j, slice_run, slice_release);
+    if (j == NULL) return NULL;
+    j->seq = bc_seq_ref(self->seq);
+    j->start = start;
+    j->stop = stop;
+    j->step = step;
+    if (run_job(&j->base, self->core->src) < 0) return NULL;
+    rc = j->base.rc;
+    out = j->out;
+    j->out = NULL;
+    memcpy(msg, j->base.msg, sizeof msg);
+    job_free(&j->base);
+  }
+  if (rc != 0) return raise_rc(rc, msg);
+  return new_view(self, out, key, self->resolve_safe);
+}
+
+/* Growable int64 array. */
+typedef struct {
+  int64_t *v;
+  size_t n, cap;
+} ivec;
+
+static int ivec_push(ivec *a, int64_t x) {
+  if (a->n == a->cap) {
+    size_t cap = a->cap ? 2 * a->cap : 64;
+    int64_t *v = PyMem_RawRealloc(a->v, cap * sizeof *v);
+    if (v == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    a->v = v;
+    a->cap = cap;
+  }
+  a->v[a->n++] = x;
+  return 0;
+}
+
+/* A 1-D buffer of native integers: 1 converted, 0 not such a buffer. */
+static int indices_from_buffer(PyObject *obj, ivec *a) {
+  Py_buffer view;
+  if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) ||
+      !PyObject_CheckBuffer(obj))
+    return 0;
+  if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  int result = 0;
+  const char *f = view.format != NULL ? view.format : "B";
+  if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
+  if (view.ndim != 1 || f[0] == '\0' || f[1] != '\0' || strchr("bBhHiIlLqQnN", f[0]) == NULL ||
+      (view.itemsize != 1 && view.itemsize != 2 && view.itemsize != 4 && view.itemsize != 8))
+    goto done; /* anything else is iterated */
+  bool is_unsigned = strchr("BHILQN", f[0]) != NULL;
+  const char *p = view.buf;
+  for (Py_ssize_t k = 0; k < view.shape[0]; k++, p += view.strides[0]) {
+    int64_t s = 0;
+    uint64_t u = 0;
+    switch (view.itemsize) {
+      case 1: if (is_unsigned) u = *(const uint8_t *)p; else s = *(const int8_t *)p; break;
+      case 2: { uint16_t x; memcpy(&x, p, 2); if (is_unsigned) u = x; else s = (int16_t)x; break; }
+      case 4: { uint32_t x; memcpy(&x, p, 4); if (is_unsigned) u = x; else s = (int32_t)x; break; }
+      default: { uint64_t x; memcpy(&x, p, 8); if (is_unsigned) u = x; else s = (int64_t)x; break; }
+    }
+    if (is_unsigned) {
+      if (u > (uint64_t)INT64_MAX) {
+        PyErr_Format(PyExc_IndexError, "index %llu out of range", (unsigned long long)u);
+        result = -1;
+        goto done;
+      }
+      s = (int64_t)u;
+    }
+    if (ivec_push(a, s) < 0) {
+      result = -1;
+      goto done;
+    }
+  }
+  result = 1;
+done:
+  PyBuffer_Release(&view);
+  return result;
+}
+
+/* Indices from a buffer of integers or any iterable of integers. */
+static int indices_from_object(PyObject *obj, ivec *a) {
+  int r = indices_from_buffer(obj, a);
+  if (r != 0) return r < 0 ? -1 : 0;
+  PyObject *it = PyObject_GetIter(obj);
+  if (it == NULL) return -1;
+  PyObject *item;
+  while ((item = PyIter_Next(it)) != NULL) {
+    PyObject *num = PyNumber_Index(item);
+    Py_DECREF(item);
+    if (num == NULL) break;
+    long long v = PyLong_AsLongLong(num);
+    Py_DECREF(num);
+    if (v == -1 && PyErr_Occurred()) {
+      if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_IndexError, "indices[%zu] out of range", a->n);
+      }
+      break;
+    }
+    if (ivec_push(a, v) < 0) break;
+  }
+  Py_DECREF(it);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+/* self[indices]: a view of the records at those positions (checked when
+ * read); key is kept as int64 bytes for pickling. */
+static PyObject *get_take(bcpy_lobj *self, PyObject *key) {
+  if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
+      PyFloat_Check(key)) {
+    PyErr_Format(PyExc_TypeError, "indices must be integers, slices or sequences "
+                 "of integers, not %.200s", Py_TYPE(key)->tp_name);
+    return NULL;
+  }
+  ivec a = {NULL, 0, 0};
+  if (indices_from_object(key, &a) < 0) {
+    PyMem_RawFree(a.v);
+    if (PyErr_ExceptionMatches(PyExc_TypeError) && !PySequence_Check(key)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError, "indices must be integers, slices or sequences "
+                   "of integers, not %.200s", Py_TYPE(key)->tp_name);
+    }
+    return NULL;
+  }
+  bool safe = self->resolve_safe;
+  for (size_t k = 0; k < a.n && safe; k++) safe = a.v[k] >= 0;
+  PyObject *packed = PyBytes_FromStringAndSize(a.v != NULL ? (const char *)a.v : "",
+                                               (Py_ssize_t)(a.n * sizeof(int64_t)));
+  bc_seq *out = NULL;
+  int rc = packed == NULL ? 0 : bc_seq_take(&out, self->seq, a.v, a.n);
+  PyMem_RawFree(a.v);
+  if (packed == NULL) return NULL;
+  if (rc != 0) {
+    Py_DECREF(packed);
+    return raise_rc(rc, NULL);
+  }
+  PyObject *v = new_view(self, out, packed, safe);
+  Py_DECREF(packed);
+  return v;
+}
+
+static PyObject *lobj_subscript(bcpy_lobj *self, PyObject *key) {
+  if (lobj_check(self) < 0) return NULL;
+  if (PyIndex_Check(key)) {
+    Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+    if (i != -1 || !PyErr_Occurred()) return lobj_item(self, (int64_t)i);
+    /* numpy arrays have __index__, which only 1-element ones honour */
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) || !PyObject_CheckBuffer(key)) return NULL;
+    PyErr_Clear();
+  }
+  if (PySlice_Check(key)) return get_slice(self, key);
+  return get_take(self, key);
+}
+
+static PyObject *lobj_sq_item(bcpy_lobj *self, Py_ssize_t i) {
+  return lobj_item(self, (int64_t)i);
+}
+
+/* ---- _CacheSeq: bulk reads and the rest ---------------------------------------- */
+
+static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
+  if (lobj_check(self) < 0) return NULL;
+  ivec a = {NULL, 0, 0};
+  if (indices_from_object(indices, &a) < 0) {
+    PyMem_RawFree(a.v);
+    return NULL;
+  }
+  PyObject *list = PyList_New((Py_ssize_t)a.n);
+  for (size_t off = 0; list != NULL && off < a.n;) {
+    size_t m = a.n - off < BATCH ? a.n - off : BATCH;
+    many_job *j = job_new(sizeof *j, many_run, many_release);
+    if (j == NULL) {
+      Py_CLEAR(list);
+      break;
+    }
+    j->seq = bc_seq_ref(self->seq);
+    j->count = m;
+    j->indices = malloc(m * sizeof *j->indices);
+    j->bufs = calloc(m, sizeof *j->bufs);
+    if (j->indices == NULL || j->bufs == NULL) {
+      job_free(&j->base);
+      PyErr_NoMemory();
+      Py_CLEAR(list);
+      break;
+    }
+    memcpy(j->indices, a.v + off, m * sizeof *j->indices);
+    if (run_job(&j->base, self->core->src) < 0) {
+      Py_CLEAR(list);
+      break;
+    }
+    if (j->base.rc != 0) {
+      raise_rc(j->base.rc, j->base.msg);
+      Py_CLEAR(list);
+    }
+    for (size_t k = 0; list != NULL && k < m; k++) {
+      PyObject *r = to_record(self->core, &j->bufs[k]);
+      if (r == NULL) Py_CLEAR(list);
+      else PyList_SET_ITEM(list, (Py_ssize_t)(off + k), r);
+    }
+    job_free(&j->base);
+    off += m;
+  }
+  PyMem_RawFree(a.v);
+  return list;
+}
+
+static PyObject *lobj_known_length(bcpy_lobj *self, PyObject *unused) {
+  (void)unused;
+  if (lobj_check(self) < 0) return NULL;
+  bc_len l;
+  int rc = bc_seq_length(self->seq, false, &l);
+  if (rc != 0) return raise_rc(rc, NULL);
+  return Py_BuildValue("(KO)", (unsigned long long)l.value,
+                       l.kind == BC_LEN_EXACT ? Py_True : Py_False);
+}
+
+static void capsule_release(PyObject *capsule) {
+  teardown(NULL, PyCapsule_GetPointer(capsule, "bagcache.bc_seq"), NULL);
+}
+
+/* For bagcache's views over any sequence: (capsule of the bc_seq, loads)
+ * so that they read records in C and decode them with loads. */
+static PyObject *lobj_bagcache_seq(bcpy_lobj *self, PyObject *unused) {
+  (void)unused;
+  if (lobj_check(self) < 0) return NULL;
+  PyObject *cap = PyCapsule_New(bc_seq_ref(self->seq), "bagcache.bc_seq", capsule_release);
+  if (cap == NULL) return NULL;
+  return Py_BuildValue("(NO)", cap, self->core->loads != NULL ? self->core->loads : Py_None);
+}
+
+static PyObject *lobj_open(bcpy_lobj *self, PyObject *core) {
+  if (!PyObject_TypeCheck(core, &bcpy_CacheCore_Type)) {
+    PyErr_SetString(PyExc_TypeError, "_open needs a _CacheCore");
+    return NULL;
+  }
+  if (self->seq != NULL) {
+    PyErr_SetString(PyExc_ValueError, "already open");
+    return NULL;
+  }
+  bcpy_core *c = (bcpy_core *)core;
+  if (core_check(c) < 0) return NULL;
+  Py_INCREF(core);
+  self->core = c;
+  self->seq = bc_seq_ref(c->seq);
+  self->resolve_safe = true;
+  Py_RETURN_NONE;
+}
+
+static PyObject *lobj_iter(bcpy_lobj *self);
+
+static int lobj_traverse(bcpy_lobj *self, visitproc visit, void *arg) {
+  Py_VISIT(self->core);
+  Py_VISIT(self->parent);
+  Py_VISIT(self->key);
+  return 0;
+}
+
+static int lobj_clear(bcpy_lobj *self) {
+  Py_CLEAR(self->parent);
+  Py_CLEAR(self->key);
+  return 0;
+}
+
+static void lobj_dealloc(bcpy_lobj *self) {
+  PyObject_GC_UnTrack(self);
+  if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+  bc_seq *seq = self->seq;
+  self->seq = NULL;
+  teardown(NULL, seq, NULL);
+  lobj_clear(self);
+  Py_CLEAR(self->core);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef lobj_methods[] = {
+    {"_open", (PyCFunction)lobj_open, METH_O, "_open(core): read the whole cache."},
+    {"read_indices", (PyCFunction)lobj_read_indices, METH_O,
+     "read_indices(indices) -> list\n\n"
+     "The records at `indices` (any iterable of ints or a 1-D integer array;\n"
+     "negative ones count from the end), read in parallel."},
+    {"_known_length", (PyCFunction)lobj_known_length, METH_NOARGS,
+     "_known_length() -> (n, exact): what is known of the length, never waiting."},
+    {"__bagcache_seq__", (PyCFunction)lobj_bagcache_seq, METH_NOARGS,
+     "__bagcache_seq__() -> (capsule, loads): the C sequence, for bagcache views."},
+    {NULL, NULL, 0, NULL}};
+
+static PyMemberDef lobj_members[] = {
+    {"_core", T_OBJECT, offsetof(bcpy_lobj, core), READONLY, "The _CacheCore."},
+    {"_parent", T_OBJECT, offsetof(bcpy_lobj, parent), READONLY,
+     "A view: what it was taken from (None for the loader)."},
+    {"_key", T_OBJECT, offsetof(bcpy_lobj, key), READONLY,
+     "A view: its key (a slice, or the indices as int64 bytes)."},
+    {NULL, 0, 0, 0, NULL}};
+
+static PySequenceMethods lobj_as_sequence = {
+    .sq_item = (ssizeargfunc)lobj_sq_item,
+};
+
+static PyMappingMethods lobj_as_mapping = {
+    .mp_length = (lenfunc)lobj_length,
+    .mp_subscript = (binaryfunc)lobj_subscript,
+};
+
+PyTypeObject bcpy_CacheSeq_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bagcache._bagcache._CacheSeq",
+    .tp_basicsize = sizeof(bcpy_lobj),
+    .tp_dealloc = (destructor)lobj_dealloc,
+    .tp_as_sequence = &lobj_as_sequence,
+    .tp_as_mapping = &lobj_as_mapping,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A sequence of the records of a cache, or a view of one.",
+    .tp_traverse = (traverseproc)lobj_traverse,
+    .tp_clear = (inquiry)lobj_clear,
+    .tp_weaklistoffset = offsetof(bcpy_lobj, weakrefs),
+    .tp_iter = (getiterfunc)lobj_iter,
+    .tp_methods = lobj_methods,
+    .tp_members = lobj_members,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- _CacheIter --------------------------------------------------------------- */
+
+/* The read-ahead and its index stream: 0, 1, 2, ... up to the length once
+ * it is exact, never waiting for it (bc_seq_iterate would settle the length
+ * first, draining the source: see the report of the py2 LoadIt work).  A
+ * read past the end then fails with BC_ERANGE, which ends the iteration
+ * when that position is at or past the now exact length.  Heap-allocated:
+ * an interrupted iterator hands it to the job that finishes its read. */
+typedef struct {
+  bc_readahead *ra;
+  bc_seq *seq;  /* own reference */
+  uint64_t next; /* next position the stream yields */
+} rstream;
+
+static int rstream_next(void *payload, uint64_t *index) {
+  rstream *r = payload;
+  bc_len l;
+  int rc = bc_seq_length(r->seq, false, &l);
+  if (rc != 0) return rc;
+  if (l.kind == BC_LEN_EXACT && r->next >= l.value) return 0;
+  *index = r->next++;
+  return 1;
+}
+
+/* Opens a read-ahead of seq from position `from`. */
+static int rstream_open(rstream **out, bc_seq *seq, uint64_t from) {
+  rstream *r = calloc(1, sizeof *r);
+  if (r == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
+  r->seq = bc_seq_ref(seq);
+  r->next = from;
+  bc_readahead_options o = BC_READAHEAD_OPTIONS_INIT;
+  o.window = ITER_WINDOW;
+  int rc = bc_readahead_open(&r->ra, seq, rstream_next, r, &o);
+  if (rc != 0) {
+    bc_seq_unref(r->seq);
+    free(r);
+    return rc;
+  }
+  *out = r;
+  return 0;
+}
+
+/* Stops the workers (waiting for reads in flight) and frees it; no GIL. */
+static void rstream_close(rstream *r) {
+  if (r == NULL) return;
+  bc_readahead_close(r->ra);
+  bc_seq_unref(r->seq);
+  free(r);
+}
+
+typedef struct {
+  PyObject_HEAD
+  rstream *rs;
+  bcpy_lobj *owner;
+  pid_t pid;
+  bool busy, done;
+  bc_buf *bufs;
+  size_t cap, head, count;
+  uint64_t pulled; /* records taken from the read-ahead so far */
+  int retries;
+  int end_rc;
+  char end_msg[1024];
+} bcpy_citer;
+
+typedef struct {
+  bcpy_job base;
+  rstream *rs;  /* borrowed while the iterator waits; owned if abandoned */
+  bc_buf *bufs; /* likewise */
+  size_t cap, n;
+  uint64_t pos; /* position of bufs[0] */
+  bool ended;
+  bool owned;
+} batch_job;
+
+static void free_bufs(bc_buf *bufs, size_t cap) {
+  if (bufs == NULL) return;
+  for (size_t k = 0; k < cap; k++) bc_buf_release(&bufs[k]);
+  PyMem_RawFree(bufs);
+}
+
+static int batch_run(bcpy_job *job) {
+  batch_job *j = (batch_job *)job;
+  int rc = 1;
+  while (j->n < j->cap && (rc = bc_readahead_next(j->rs->ra, &j->bufs[j->n], NULL)) == 1)
+    j->n++;
+  if (rc == BC_ERANGE) {
+    /* Past the end of a sequence whose end was not known when the position
+     * was streamed: the end, if the length now says so. */
+    bc_len l;
+    if (bc_seq_length(j->rs->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
+        j->pos + j->n >= l.value)
+      rc = 0;
+  }
+  if (rc < 0) return rc;
+  j->ended = rc == 0;
+  return 0;
+}
+
+static void batch_release(bcpy_job *job) {
+  batch_job *j = (batch_job *)job;
+  if (!j->owned) return;
+  rstream_close(j->rs);
+  free_bufs(j->bufs, j->cap);
+}
+
+/* Closing a read-ahead waits for the reads in flight, which may be fills:
+ * done by a helper so that dropping an iterator never blocks. */
+typedef struct {
+  bcpy_job base;
+  rstream *rs;
+  bc_buf *bufs;
+  size_t cap;
+} close_job;
+
+static int close_run(bcpy_job *job) {
+  close_job *j = (close_job *)job;
+  rstream_close(j->rs);
+  j->rs = NULL;
+  return 0;
+}
+
+static void close_release(bcpy_job *job) {
+  close_job *j = (close_job *)job;
+  rstream_close(j->rs);
+  free_bufs(j->bufs, j->cap);
+}
+
+static void stop_readahead(bcpy_citer *it) {
+  rstream *rs = it->rs;
+  it->rs = NULL;
+  if (rs == NULL) return;
+  Py_BEGIN_ALLOW_THREADS
+  rstream_close(rs);
+  Py_END_ALLOW_THREADS
+}
+
+static PyObject *lobj_iter(bcpy_lobj *self) {
+  if (lobj_check(self) < 0) return NULL;
+  bcpy_citer *it = PyObject_GC_New(bcpy_citer, &bcpy_CacheIter_Type);
+  if (it == NULL) return NULL;
+  it->rs = NULL;
+  Py_INCREF(self);
+  it->owner = self;
+  it->pid = getpid();
+  it->busy = it->done = false;
+  it->cap = ITER_BATCH;
+  it->head = it->count = 0;
+  it->pulled = 0;
+  it->retries = 0;
+  it->end_rc = 0;
+  it->end_msg[0] = '\0';
+  it->bufs = PyMem_RawCalloc(it->cap, sizeof *it->bufs);
+  PyObject_GC_Track(it);
+  if (it->bufs == NULL) {
+    Py_DECREF(it);
+    return PyErr_NoMemory();
+  }
+  int rc = rstream_open(&it->rs, self->seq, 0);
+  if (rc != 0) {
+    Py_DECREF(it);
+    return raise_rc(rc, NULL);
+  }
+  return (PyObject *)it;
+}
+
+static PyObject *citer_next(bcpy_citer *it) {
+  for (;;) {
+    if (it->head < it->count) {
+      PyObject *r = to_record(it->owner->core, &it->bufs[it->head]);
+      it->head++;
+      return r;
+    }
+    if (it->done) {
+      int rc = it->end_rc;
+      it->end_rc = 0;
+      if (rc != 0) return raise_rc(rc, it->end_msg);
+      return NULL; /* StopIteration */
+    }
+    if (it->busy) {
+      PyErr_SetString(PyExc_RuntimeError, "the iterator is already running in another thread");
+      return NULL;
+    }
+    if (it->pid != getpid()) {
+      PyErr_SetString(PyExc_RuntimeError, "the iterator was created before fork(); "
+                      "create a new one in this process");
+      return NULL;
+    }
+    if (lobj_check(it->owner) < 0) return NULL;
+    batch_job *j = job_new(sizeof *j, batch_run, batch_release);
+    if (j == NULL) return NULL;
+    j->rs = it->rs;
+    j->bufs = it->bufs;
+    j->cap = it->cap;
+    j->pos = it->pulled;
+    it->busy = true;
+    int ran = bcpy_run(&j->base, it->owner->core->src);
+    it->busy = false;
+    if (ran < 0) { /* interrupted: the job keeps the read-ahead and frees it */
+      j->owned = true;
+      it->rs = NULL;
+      it->bufs = NULL;
+      it->head = it->count = 0;
+      it->done = true;
+      return NULL;
+    }
+    it->head = 0;
+    it->count = j->n;
+    it->pulled += j->n;
+    int rc = j->base.rc;
+    bool ended = j->ended;
+    memcpy(it->end_msg, j->base.msg, sizeof it->end_msg);
+    job_free(&j->base);
+    if (rc != 0 && cancelled_fill(rc, it->end_msg) && it->retries < RETRIES) {
+      /* A fill this read-ahead waited for was interrupted elsewhere: start
+       * again after the last record received (those still come first). */
+      it->retries++;
+      stop_readahead(it);
+      retry_pause();
+      if ((rc = rstream_open(&it->rs, it->owner->seq, it->pulled)) == 0) continue;
+      snprintf(it->end_msg, sizeof it->end_msg, "%s", bc_errmsg());
+    }
+    if (rc != 0 || ended) {
+      it->done = true;
+      it->end_rc = rc;
+      stop_readahead(it); /* finished: nothing is in flight */
+    }
+  }
+}
+
+static int citer_traverse(bcpy_citer *it, visitproc visit, void *arg) {
+  Py_VISIT(it->owner);
+  return 0;
+}
+
+static void citer_dealloc(bcpy_citer *it) {
+  PyObject_GC_UnTrack(it);
+  if (it->pid != getpid()) {
+    it->rs = NULL; /* inherited through fork(): no threads here; leaked */
+  }
+  if (it->rs != NULL) {
+    close_job *j = PyMem_RawCalloc(1, sizeof *j);
+    if (j != NULL) {
+      j->base.run = close_run;
+      j->base.release = close_release;
+      j->rs = it->rs;
+      j->bufs = it->bufs;
+      j->cap = it->cap;
+      it->rs = NULL;
+      it->bufs = NULL;
+      /* On the main thread it is not waited for (reads in flight may be
+       * long fills), nor inside a source callback (this thread may be one
+       * of its workers): a helper closes it.  Elsewhere it is closed here. */
+      bool defer = bcpy_is_main_thread() || bcpy_in_callback;
+      if (!defer || bcpy_run_detached(&j->base) != 0) {
+        Py_BEGIN_ALLOW_THREADS
+        bcpy_job_free(&j->base);
+        Py_END_ALLOW_THREADS
+      }
+    } else {
+      stop_readahead(it);
+    }
+  }
+  free_bufs(it->bufs, it->cap);
+  Py_CLEAR(it->owner);
+  PyObject_GC_Del(it);
+}
+
+PyTypeObject bcpy_CacheIter_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bagcache._bagcache._CacheIter",
+    .tp_basicsize = sizeof(bcpy_citer),
+    .tp_dealloc = (destructor)citer_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Iterator over a cache's records, read ahead on worker threads.",
+    .tp_traverse = (traverseproc)citer_traverse,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)citer_next,
+};
+
+/* ---- module setup ----------------------------------------------------------------- */
+
+static int add_exception(PyObject *mod, PyObject **slot, const char *name,
+                         PyObject *base, const char *doc) {
+  char full[128];
+  snprintf(full, sizeof full, "bagcache.%s", name);
+  *slot = PyErr_NewExceptionWithDoc(full, doc, base, NULL);
+  if (*slot == NULL) return -1;
+  Py_INCREF(*slot);
+  if (PyModule_AddObject(mod, name, *slot) < 0) {
+    Py_DECREF(*slot);
+    return -1;
+  }
+  return 0;
+}
+
+static int add_type(PyObject *mod, PyTypeObject *type, const char *name) {
+  if (PyType_Ready(type) < 0) return -1;
+  Py_INCREF(type);
+  if (PyModule_AddObject(mod, name, (PyObject *)type) < 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
+int bcpy_loadit_init(PyObject *mod) {
+  if (bcpy_runner_init() < 0) return -1;
+  if (add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
+      add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
+      add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0)
+    return -1;
+  if (add_exception(mod, &bcpy_SourceError, "SourceError", PyExc_RuntimeError,
+                    "A cache's source failed and its exception is not available "
+                    "(the fill was interrupted, or the interpreter is exiting).") < 0 ||
+      add_exception(mod, &bcpy_NotCachedError, "NotCachedError", PyExc_IndexError,
+                    "The record is not cached and the cache has no source to fill it.") < 0 ||
+      add_exception(mod, &bcpy_NondeterministicError, "NondeterministicError",
+                    PyExc_ValueError,
+                    "A regenerated shard differs from the first time: the iterator "
+                    "is not deterministic.") < 0)
+    return -1;
+  return 0;
+}

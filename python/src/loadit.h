@@ -1,0 +1,127 @@
+/*
+ * loadit.h - private declarations of the loadit-compatible cache objects
+ * (loadit.c), the bc_source over a Python iterator factory
+ * (loadit_source.c) and interruptible blocking calls (loadit_runner.c).
+ *
+ * Threads and the GIL.  The cache engine calls the source from whichever
+ * thread needs a shard (the reader itself, a fill worker, a read-ahead or
+ * batch worker, or a runner helper); every source callback takes the GIL
+ * with PyGILState_Ensure only around its Python calls, and the engine holds
+ * none of its locks while calling it.  Every call into the engine from
+ * Python releases the GIL.
+ *
+ * Ctrl-C.  Python runs signal handlers only in the main thread, and only
+ * when that thread runs Python code.  A call that can wait for another
+ * thread (a fill done by a worker, a drain, read-ahead) is therefore run,
+ * when made from the main thread, on a helper thread while the main thread
+ * waits in short slices and checks for signals (bcpy_run).  When a handler
+ * raises, the call is abandoned: the source's passes are cancelled (their
+ * next call to next() fails without touching the iterator), the helper
+ * finishes on its own (the fill it was doing fails cleanly: the claim is
+ * released, the scratch file removed) and frees the job.
+ */
+#ifndef BCPY_LOADIT_H
+#define BCPY_LOADIT_H
+
+#include "bcpy.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+/* ---- the source (loadit_source.c) --------------------------------------- */
+
+/* Shared by the cache (as its source and prefetch payload) and the Python
+ * core object: reference counted; the last unref takes the GIL to release
+ * the Python objects.  Python object fields are read and written with the
+ * GIL held. */
+typedef struct bcpy_source {
+  atomic_long refs;
+  PyObject *create_iter; /* callable returning an iterable */
+  PyObject *dumps;       /* callable(obj) -> bytes-like; NULL: records are
+                            taken as bytes-like objects as they are */
+  atomic_ulong generation; /* passes opened under an older one are cancelled */
+  atomic_bool closed;        /* the loader was closed: no new passes */
+  /* Prefetch policy after each shard opened (see BCPY_PREFETCH_*). */
+  atomic_int prefetch_mode;
+  atomic_int prefetch_ahead;
+  PyObject *prefetch_fn; /* BCPY_PREFETCH_PYTHON: fn(loader, index) */
+  PyObject *loader;      /* weak reference to the loader passed to it */
+} bcpy_source;
+
+enum { BCPY_PREFETCH_NONE = 0, BCPY_PREFETCH_NEXT = 1, BCPY_PREFETCH_PYTHON = 2 };
+
+/* A new source (one reference) calling create_iter() for every pass and
+ * dumps(record) for every record (dumps may be NULL). */
+bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps);
+/* Fills a bc_source over s, taking a reference for the cache (released by
+ * free_payload). */
+void bcpy_source_describe(bcpy_source *s, bool thread_safe, bc_source *out);
+/* Drops a reference (GIL held or not). */
+void bcpy_source_unref(bcpy_source *s);
+/* Makes every pass opened so far fail at its next record. */
+void bcpy_source_cancel(bcpy_source *s);
+/* Cancels, and refuses to open passes from now on. */
+void bcpy_source_close(bcpy_source *s);
+/* The bc_prefetch_fn over a source payload. */
+size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_records,
+                            uint64_t *shards, size_t max);
+/* Visits the Python objects of s (for a GC traverse). */
+int bcpy_source_traverse(bcpy_source *s, visitproc visit, void *arg);
+
+/* Non-zero while this thread runs Python code for a source callback (it
+ * may be one of the engine's own threads, in the middle of a fill).  An
+ * object that dies there (a collection can run anywhere) must not close a
+ * cache or drop a sequence inline: that could join or free the thread's
+ * own engine state.  Such teardown is handed to a helper
+ * (bcpy_run_detached). */
+extern _Thread_local int bcpy_in_callback;
+
+/* The message of a fill cancelled by bcpy_source_cancel contains this. */
+#define BCPY_CANCELLED_MARK "[bagcache: fill cancelled]"
+
+/* Source exceptions: the exception a source callback caught is stored under
+ * a token named in the bagcache error message, so whichever thread meets
+ * the error (the filler, or a thread that waited for that fill) re-raises
+ * that very object.  bcpy_source_exception() returns it (new reference) or
+ * NULL (no exception set) when the message names none still stored. */
+PyObject *bcpy_source_exception(const char *message);
+
+/* ---- interruptible calls (loadit_runner.c) --------------------------------- */
+
+typedef struct bcpy_job bcpy_job;
+struct bcpy_job {
+  int (*run)(bcpy_job *job);      /* the call; no GIL; 0 or a BC_E* code */
+  void (*release)(bcpy_job *job); /* frees what the job still holds (no GIL
+                                     is held; may take it) */
+  int rc;                         /* run's result */
+  char msg[1024];                 /* bc_errmsg() of a failed run */
+  /* runner bookkeeping */
+  int refs;
+  bool done;
+  bcpy_job *next;
+};
+
+/* Runs job->run with the GIL released and its result in job->rc/msg.
+ * Returns 0 when it ran: the caller takes what it wants from the job and
+ * calls bcpy_job_free().  Returns -1 with a Python exception set when a
+ * signal handler raised while the main thread waited: the job then belongs
+ * to its helper thread, which frees it when run returns, and `cancel` (if
+ * not NULL) has been cancelled. */
+int bcpy_run(bcpy_job *job, bcpy_source *cancel);
+/* Runs the job on a helper without waiting; the helper frees it.  -1 when
+ * no helper could be started (the job is untouched). */
+int bcpy_run_detached(bcpy_job *job);
+/* job->release(job), then frees it (allocated with PyMem_RawCalloc). */
+void bcpy_job_free(bcpy_job *job);
+/* True in the thread Python runs signal handlers in. */
+bool bcpy_is_main_thread(void);
+/* Sets up the helper pool's fork handling and the main thread's identity. */
+int bcpy_runner_init(void);
+
+/* ---- types (loadit.c) -------------------------------------------------------- */
+
+extern PyTypeObject bcpy_CacheCore_Type;
+extern PyTypeObject bcpy_CacheSeq_Type;
+extern PyTypeObject bcpy_CacheIter_Type;
+
+#endif /* BCPY_LOADIT_H */

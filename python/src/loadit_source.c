@@ -1,0 +1,520 @@
+/*
+ * loadit_source.c - a bc_source over a Python iterator factory:
+ * open() calls create_iter() and iter() on the result, next() calls next()
+ * on that iterator and serializes the record (dumps, or the record's own
+ * bytes), skip() drops records without serializing them, close() closes the
+ * iterator (generator.close()).  Also the prefetch policy of a LoadIt.
+ *
+ * GIL: every callback is called by the engine with no bagcache lock held,
+ * from whichever thread needs the records; it takes the GIL with
+ * PyGILState_Ensure around its Python calls only.  During interpreter
+ * shutdown the callbacks fail without touching Python.
+ *
+ * Exceptions: an exception raised by create_iter, the iterator or dumps is
+ * kept (with its traceback) in a process-wide table under a token that the
+ * error message names ("[bagcache source exception #N] Type: text").  The
+ * engine passes the message to every thread that needed the fill; the
+ * Python error path (bcpy_raise, via bcpy_source_exception) finds the
+ * token and raises the stored object itself.  The table keeps the last
+ * KEEP_EXCEPTIONS exceptions.  StopIteration from next() is the end of the
+ * source, not an error.
+ *
+ * Cancellation: a pass remembers the source's generation when it is
+ * opened; bcpy_source_cancel() bumps it, and the pass's next callback then
+ * fails (BC_ESOURCE, BCPY_CANCELLED_MARK) without calling the iterator, so
+ * an abandoned fill ends within one record.  bcpy_source_close() also
+ * refuses new passes (a closed loader fills nothing more, whatever reads
+ * of it are still in flight).
+ */
+#include "loadit.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOKEN_PREFIX "[bagcache source exception #"
+#define KEEP_EXCEPTIONS 64
+
+/* token -> exception; created on first use; GIL held. */
+static PyObject *stored;
+static unsigned long long last_token;
+
+static bool finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+/* ---- the GIL in threads Python did not start ----------------------------------
+ *
+ * PyGILState_Ensure in a thread without a Python thread state creates one,
+ * and the matching Release deletes it: per record, from the engine's
+ * threads.  Both take the runtime's thread-state lock without the GIL, and
+ * CPython before 3.12 does not hold that lock across fork(): a child forked
+ * while another thread held it deadlocks in PyOS_AfterFork_Child.  So each
+ * such thread keeps one thread state for its lifetime (an outer Ensure that
+ * is released only when the thread exits, by a thread-specific key's
+ * destructor); the Ensure/Release pairs of the callbacks then only take and
+ * drop the GIL.  Threads that exit during interpreter shutdown leave their
+ * state to the runtime's cleanup. */
+
+static pthread_key_t pin_key;
+static pthread_once_t pin_once = PTHREAD_ONCE_INIT;
+static bool pin_ok;
+
+/* The thread exits.  Python's own key for the state may already have been
+ * cleared (keys are torn down in creation order), so the state is deleted
+ * directly rather than through PyGILState_Release. */
+static void unpin(void *tstate) {
+  if (tstate == NULL || finalizing()) return;
+  PyEval_RestoreThread(tstate);
+  PyThreadState_Clear(tstate);
+  PyThreadState_DeleteCurrent(); /* and drops the GIL */
+}
+
+static void pin_init(void) { pin_ok = pthread_key_create(&pin_key, unpin) == 0; }
+
+_Thread_local int bcpy_in_callback;
+
+static PyGILState_STATE gil_ensure(void);
+
+/* Takes the GIL for a callback's Python calls, and marks the thread. */
+static PyGILState_STATE gil_enter(void) {
+  PyGILState_STATE st = gil_ensure();
+  bcpy_in_callback++;
+  return st;
+}
+
+static void gil_leave(PyGILState_STATE st) {
+  bcpy_in_callback--;
+  PyGILState_Release(st);
+}
+
+static PyGILState_STATE gil_ensure(void) {
+  if (PyGILState_GetThisThreadState() == NULL) {
+    pthread_once(&pin_once, pin_init);
+    if (pin_ok) {
+      (void)PyGILState_Ensure(); /* creates this thread's state ... */
+      PyThreadState *ts = PyEval_SaveThread(); /* ... kept, GIL dropped */
+      if (pthread_setspecific(pin_key, ts) != 0) {
+        PyEval_RestoreThread(ts);
+        PyGILState_Release(PyGILState_UNLOCKED);
+      }
+    }
+  }
+  return PyGILState_Ensure();
+}
+
+static PyObject *call1(PyObject *fn, PyObject *arg) {
+#if PY_VERSION_HEX >= 0x03090000
+  return PyObject_CallOneArg(fn, arg);
+#else
+  return PyObject_CallFunctionObjArgs(fn, arg, NULL);
+#endif
+}
+
+/* Stores the pending Python exception (GIL held, an exception set) and
+ * returns BC_ESOURCE with a message naming it. */
+static int keep_exception(const char *what) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value == NULL) { /* cannot happen after a failed call; be safe */
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return bc_set_errmsg(BC_ESOURCE, "the source's %s failed", what);
+  }
+  if (tb != NULL) PyException_SetTraceback(value, tb);
+  unsigned long long token = ++last_token;
+  const char *tname = Py_TYPE(value)->tp_name;
+  PyObject *text = PyObject_Str(value);
+  const char *s = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
+  if (s == NULL) PyErr_Clear();
+  int rc = bc_set_errmsg(BC_ESOURCE, TOKEN_PREFIX "%llu] the source's %s raised %s: %.400s",
+                         token, what, tname, s != NULL ? s : "?");
+  Py_XDECREF(text);
+  if (stored == NULL) stored = PyDict_New();
+  PyObject *key = PyLong_FromUnsignedLongLong(token);
+  if (stored == NULL || key == NULL || PyDict_SetItem(stored, key, value) < 0) {
+    PyErr_Clear(); /* only the message remains: the caller gets SourceError */
+  } else if (PyDict_GET_SIZE(stored) > KEEP_EXCEPTIONS) {
+    /* Dicts keep insertion order: the first key is the oldest. */
+    Py_ssize_t pos = 0;
+    PyObject *oldest, *ignored;
+    if (PyDict_Next(stored, &pos, &oldest, &ignored)) {
+      Py_INCREF(oldest);
+      if (PyDict_DelItem(stored, oldest) < 0) PyErr_Clear();
+      Py_DECREF(oldest);
+    }
+  }
+  Py_XDECREF(key);
+  Py_XDECREF(type);
+  Py_DECREF(value);
+  Py_XDECREF(tb);
+  return rc;
+}
+
+PyObject *bcpy_source_exception(const char *message) {
+  if (message == NULL || stored == NULL) return NULL;
+  const char *p = strstr(message, TOKEN_PREFIX);
+  if (p == NULL) return NULL;
+  unsigned long long token = strtoull(p + strlen(TOKEN_PREFIX), NULL, 10);
+  PyObject *key = PyLong_FromUnsignedLongLong(token);
+  if (key == NULL) {
+    PyErr_Clear();
+    return NULL;
+  }
+  PyObject *exc = PyDict_GetItemWithError(stored, key);
+  Py_DECREF(key);
+  if (exc == NULL) {
+    PyErr_Clear();
+    return NULL;
+  }
+  Py_INCREF(exc);
+  return exc;
+}
+
+/* ---- the source ------------------------------------------------------------- */
+
+typedef struct {
+  PyObject *it;          /* the pass's iterator */
+  unsigned long generation;
+} pass;
+
+bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps) {
+  bcpy_source *s = PyMem_RawCalloc(1, sizeof *s);
+  if (s == NULL) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  atomic_init(&s->refs, 1);
+  atomic_init(&s->generation, 0);
+  atomic_init(&s->closed, false);
+  atomic_init(&s->prefetch_mode, BCPY_PREFETCH_NONE);
+  atomic_init(&s->prefetch_ahead, 1);
+  Py_INCREF(create_iter);
+  s->create_iter = create_iter;
+  Py_XINCREF(dumps);
+  s->dumps = dumps;
+  return s;
+}
+
+void bcpy_source_unref(bcpy_source *s) {
+  if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1) return;
+  if (!finalizing()) { /* at shutdown the objects are left to the runtime */
+    PyGILState_STATE gil = gil_enter();
+    Py_XDECREF(s->create_iter);
+    Py_XDECREF(s->dumps);
+    Py_XDECREF(s->prefetch_fn);
+    Py_XDECREF(s->loader);
+    gil_leave(gil);
+  }
+  PyMem_RawFree(s);
+}
+
+void bcpy_source_cancel(bcpy_source *s) {
+  if (s != NULL) atomic_fetch_add(&s->generation, 1);
+}
+
+void bcpy_source_close(bcpy_source *s) {
+  if (s == NULL) return;
+  atomic_store(&s->closed, true);
+  atomic_store(&s->prefetch_mode, BCPY_PREFETCH_NONE);
+  bcpy_source_cancel(s);
+}
+
+/* The core reports the source's objects to the collector, so that a loader
+ * in a reference cycle through its create_iter can be collected.  That is
+ * safe because the core's finalizer closes the source before the collector
+ * clears anything (finalizers run first), and every callback checks, with
+ * the GIL, that the source is open (or its pass not cancelled) before it
+ * touches these objects, holding a reference of its own while it calls
+ * one. */
+int bcpy_source_traverse(bcpy_source *s, visitproc visit, void *arg) {
+  if (s == NULL) return 0;
+  Py_VISIT(s->create_iter);
+  Py_VISIT(s->dumps);
+  Py_VISIT(s->prefetch_fn);
+  return 0;
+}
+
+static int shutting_down(void) {
+  return bc_set_errmsg(BC_ESOURCE, "the Python interpreter is shutting down");
+}
+
+static int cancelled(void) {
+  return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK
+                       " the fill was interrupted (KeyboardInterrupt)");
+}
+
+static int src_open(void *payload, void **out) {
+  bcpy_source *s = payload;
+  if (finalizing()) return shutting_down();
+  if (atomic_load(&s->closed))
+    return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the LoadIt was closed");
+  pass *p = PyMem_RawCalloc(1, sizeof *p);
+  if (p == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
+  p->generation = atomic_load(&s->generation);
+  int rc = 0;
+  PyGILState_STATE gil = gil_enter();
+  if (atomic_load(&s->closed) || s->create_iter == NULL) { /* closed meanwhile */
+    rc = bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the LoadIt was closed");
+    goto done;
+  }
+  /* A reference of our own for the call: the collector must never take
+   * an object in use here for garbage (see bcpy_source_traverse). */
+  PyObject *create = s->create_iter;
+  Py_INCREF(create);
+  PyObject *iterable = PyObject_CallNoArgs(create);
+  Py_DECREF(create);
+  if (iterable == NULL) {
+    rc = keep_exception("create_iter()");
+    goto done;
+  }
+  p->it = PyObject_GetIter(iterable);
+  Py_DECREF(iterable);
+  if (p->it == NULL) rc = keep_exception("iter(create_iter())");
+done:
+  gil_leave(gil);
+  if (rc != 0) {
+    PyMem_RawFree(p);
+    return rc;
+  }
+  *out = p;
+  return 0;
+}
+
+/* Copies a bytes-like object into out (GIL held).  -1 with an exception. */
+static int copy_record(PyObject *obj, bc_buf *out) {
+  Py_buffer view;
+  if (PyUnicode_Check(obj) || PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) {
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError,
+                   "a record must be a bytes-like object (serializer=\"raw\"), "
+                   "not %.200s", Py_TYPE(obj)->tp_name);
+    }
+    return -1;
+  }
+  size_t n = (size_t)view.len;
+  if (n > out->capacity) {
+    unsigned char *data = realloc(out->data, n);
+    if (data == NULL) {
+      PyBuffer_Release(&view);
+      PyErr_NoMemory();
+      return -1;
+    }
+    out->data = data;
+    out->capacity = n;
+  }
+  if (n > 0) memcpy(out->data, view.buf, n);
+  out->size = n;
+  PyBuffer_Release(&view);
+  return 0;
+}
+
+static int src_next(void *payload, void *pass_, bc_buf *out) {
+  bcpy_source *s = payload;
+  pass *p = pass_;
+  if (finalizing()) return shutting_down();
+  if (p->generation != atomic_load(&s->generation)) return cancelled();
+  int rc;
+  PyGILState_STATE gil = gil_enter();
+  if (p->generation != atomic_load(&s->generation)) { /* cancelled meanwhile */
+    rc = cancelled();
+    goto done;
+  }
+  PyObject *item = PyIter_Next(p->it);
+  if (item == NULL) {
+    rc = PyErr_Occurred() ? keep_exception("iterator") : 0; /* 0: the end */
+    goto done;
+  }
+  if (p->generation != atomic_load(&s->generation)) {
+    /* Cancelled while the iterator ran (by an interrupt, a close, or a
+     * collection of the loader: then s's objects may be cleared). */
+    Py_DECREF(item);
+    rc = cancelled();
+    goto done;
+  }
+  if (s->dumps != NULL) {
+    PyObject *dumps = s->dumps;
+    Py_INCREF(dumps);
+    PyObject *b = call1(dumps, item);
+    Py_DECREF(dumps);
+    Py_DECREF(item);
+    if (b == NULL) {
+      rc = keep_exception("serializer");
+      goto done;
+    }
+    item = b;
+  }
+  rc = copy_record(item, out) < 0 ? keep_exception("serializer") : 1;
+  Py_DECREF(item);
+done:
+  gil_leave(gil);
+  return rc;
+}
+
+static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
+  bcpy_source *s = payload;
+  pass *p = pass_;
+  if (finalizing()) return shutting_down();
+  uint64_t k = 0;
+  int rc = 0;
+  /* The GIL is held across the records; the interpreter still hands it to
+   * other threads while the iterator's own Python code runs. */
+  PyGILState_STATE gil = gil_enter();
+  while (k < n) {
+    if (p->generation != atomic_load(&s->generation)) {
+      rc = cancelled();
+      break;
+    }
+    PyObject *item = PyIter_Next(p->it);
+    if (item == NULL) {
+      if (PyErr_Occurred()) rc = keep_exception("iterator");
+      break;
+    }
+    Py_DECREF(item);
+    k++;
+  }
+  gil_leave(gil);
+  if (rc == 0) *skipped = k;
+  return rc;
+}
+
+static void src_close(void *payload, void *pass_) {
+  (void)payload;
+  pass *p = pass_;
+  if (p == NULL) return;
+  if (!finalizing()) {
+    PyGILState_STATE gil = gil_enter();
+    PyObject *saved_type, *saved_value, *saved_tb;
+    PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    if (p->it != NULL) {
+      /* A generator is closed now (its finally blocks run) rather than
+       * whenever it is collected; an error there is nobody's to handle. */
+      PyObject *r = PyObject_CallMethod(p->it, "close", NULL);
+      if (r == NULL) PyErr_Clear();
+      Py_XDECREF(r);
+      Py_DECREF(p->it);
+    }
+    PyErr_Restore(saved_type, saved_value, saved_tb);
+    gil_leave(gil);
+  }
+  PyMem_RawFree(p);
+}
+
+static void src_free(void *payload) { bcpy_source_unref(payload); }
+
+void bcpy_source_describe(bcpy_source *s, bool thread_safe, bc_source *out) {
+  memset(out, 0, sizeof *out);
+  out->version = BC_SOURCE_VERSION;
+  out->open = src_open;
+  out->next = src_next;
+  out->skip = src_skip;
+  out->close = src_close;
+  out->free_payload = src_free;
+  out->payload = s;
+  out->thread_safe = thread_safe;
+  atomic_fetch_add(&s->refs, 1);
+}
+
+/* ---- prefetch ----------------------------------------------------------------- */
+
+/* Adds shard `shard` to shards[] unless present; false when full. */
+static bool add_shard(uint64_t *shards, size_t *n, size_t max, uint64_t shard) {
+  for (size_t k = 0; k < *n; k++)
+    if (shards[k] == shard) return true;
+  if (*n == max) return false;
+  shards[(*n)++] = shard;
+  return true;
+}
+
+/* Adds the shard of index object `obj` (GIL held); false to stop. */
+static bool add_index(PyObject *obj, uint64_t R, uint64_t *shards, size_t *n,
+                      size_t max) {
+  long long v = PyLong_AsLongLong(obj);
+  if (v == -1 && PyErr_Occurred()) return false;
+  if (v < 0) return true; /* relative to an unknown end: skipped */
+  return add_shard(shards, n, max, (uint64_t)v / R);
+}
+
+/* preload_fn(loader, index) yields lists of indices (loadit), or indices:
+ * their shards, in order, deduplicated (GIL held).  -1 on error. */
+static int python_policy(bcpy_source *s, uint64_t index, uint64_t R,
+                         uint64_t *shards, size_t max, size_t *n) {
+  PyObject *fn = s->prefetch_fn, *loader = NULL, *result = NULL, *it = NULL;
+  int rc = -1;
+  if (atomic_load(&s->closed) || atomic_load(&s->prefetch_mode) != BCPY_PREFETCH_PYTHON ||
+      fn == NULL || s->loader == NULL)
+    return 0;
+  Py_INCREF(fn);
+  loader = PyWeakref_GetObject(s->loader);
+  if (loader == NULL || loader == Py_None) {
+    rc = loader == NULL ? -1 : 0;
+    loader = NULL;
+    goto done;
+  }
+  Py_INCREF(loader);
+  result = PyObject_CallFunction(fn, "OK", loader, (unsigned long long)index);
+  if (result == NULL || result == Py_None) {
+    rc = result == NULL ? -1 : 0;
+    goto done;
+  }
+  if ((it = PyObject_GetIter(result)) == NULL) goto done;
+  PyObject *group;
+  bool more = true;
+  while (more && (group = PyIter_Next(it)) != NULL) {
+    if (PyIndex_Check(group)) {
+      PyObject *num = PyNumber_Index(group);
+      more = num != NULL && add_index(num, R, shards, n, max);
+      Py_XDECREF(num);
+    } else {
+      PyObject *git = PyObject_GetIter(group);
+      PyObject *item;
+      while (more && git != NULL && (item = PyIter_Next(git)) != NULL) {
+        PyObject *num = PyNumber_Index(item);
+        Py_DECREF(item);
+        more = num != NULL && add_index(num, R, shards, n, max);
+        Py_XDECREF(num);
+      }
+      if (git == NULL) more = false;
+      Py_XDECREF(git);
+    }
+    Py_DECREF(group);
+  }
+  rc = PyErr_Occurred() ? -1 : 0;
+done:
+  Py_XDECREF(it);
+  Py_XDECREF(result);
+  Py_XDECREF(loader);
+  if (rc < 0) PyErr_WriteUnraisable(fn); /* advice only: reported, dropped */
+  Py_DECREF(fn);
+  return rc;
+}
+
+size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_records,
+                            uint64_t *shards, size_t max) {
+  bcpy_source *s = payload;
+  uint64_t R = shard_records ? shard_records : 1;
+  size_t n = 0;
+  switch (atomic_load(&s->prefetch_mode)) {
+    case BCPY_PREFETCH_NEXT: {
+      int ahead = atomic_load(&s->prefetch_ahead);
+      for (int k = 1; k <= ahead && n < max; k++) shards[n++] = index / R + (uint64_t)k;
+      return n;
+    }
+    case BCPY_PREFETCH_PYTHON: {
+      if (finalizing()) return 0;
+      PyGILState_STATE gil = gil_enter();
+      if (python_policy(s, index, R, shards, max, &n) < 0) n = 0;
+      gil_leave(gil);
+      return n;
+    }
+    default:
+      return 0;
+  }
+}

@@ -1,0 +1,59 @@
+"""Sources and models shared by the LoadIt tests.
+
+Everything here is importable by name, so it pickles into spawned
+processes.  `item(i)` is the model: record i of every source below."""
+
+import os
+import time
+
+
+def item(i):
+    """Record i: a dict with an int, a str and bytes of varying length."""
+    return {"i": i, "label": f"item_{i}", "data": bytes([i % 251]) * (i % 37)}
+
+
+class Source:
+    """create_iter yielding item(0..n-1), optionally sleeping `delay` before
+    each item from `slow_from` on, optionally raising ValueError("boom at
+    K") when item K is due while the flag file `fail_flag` exists, and
+    counting passes in `passes`."""
+
+    def __init__(self, n, delay=0.0, fail_at=None, fail_flag=None, slow_from=0):
+        self.n = n
+        self.delay = delay
+        self.slow_from = slow_from
+        self.fail_at = fail_at
+        self.fail_flag = fail_flag
+        self.passes = 0
+
+    def __call__(self):
+        self.passes += 1
+        return self._gen()
+
+    def _gen(self):
+        for i in range(self.n):
+            if i == self.fail_at and (self.fail_flag is None or os.path.exists(self.fail_flag)):
+                raise ValueError(f"boom at {i}")
+            if self.delay and i >= self.slow_from:
+                time.sleep(self.delay)
+            yield item(i)
+
+
+class Shifted:
+    """A nondeterministic source: item(i + shift) where shift is read from a
+    file at each pass."""
+
+    def __init__(self, n, shift_file):
+        self.n = n
+        self.shift_file = shift_file
+
+    def __call__(self):
+        with open(self.shift_file) as f:
+            shift = int(f.read())
+        return (item(i + shift) for i in range(self.n))
+
+
+def shard_bytes(root):
+    """Total size of the files in root/shards/ (what the disk limit bounds)."""
+    d = os.path.join(root, "shards")
+    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))

@@ -1,0 +1,635 @@
+"""LoadIt: loadit's README examples, first pass and reuse, disk limits,
+failing and nondeterministic iterators, info, threads, views against a
+list model, pickling, options, and Ctrl-C."""
+
+import ast
+import gc
+import os
+import weakref
+import pathlib
+import pickle
+import random
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import bagcache
+from bagcache import LoadIt
+
+from loadit_helpers import Shifted, Source, item, shard_bytes
+
+
+def model(n):
+    return [item(i) for i in range(n)]
+
+
+# ---- loadit's README, example by example (the import changed to bagcache) ----
+
+
+def test_readme_usage(tmp_path):
+    root = str(tmp_path / "cache")
+
+    def my_iterator():
+        for i in range(100):
+            yield {"n": i}
+
+    loader = LoadIt(my_iterator, root_dir=root)  # README form: callable first
+    assert [x for x in loader] == [{"n": i} for i in range(100)]
+    assert [loader[i] for i in range(10)] == [{"n": i} for i in range(10)]
+    idx = [2, 4, 9, 10, 32, 4, 6]
+    assert [loader[i] for i in idx] == [{"n": i} for i in idx]
+
+    def another_iterator():
+        return iter(range(1000, 1057))
+
+    loader = LoadIt(another_iterator, root_dir=str(tmp_path / "cache2"))
+    assert [loader[i] for i in range(len(loader))] == list(range(1000, 1057))
+    assert loader[-2] == 1055
+    assert loader[-10] == 1047
+    loader.set_info({"url": "www.mydataset.com/data", "contact": "Tarzan"})
+    assert loader.info() == {"url": "www.mydataset.com/data", "contact": "Tarzan"}
+
+
+def test_readme_signature_order(tmp_path):
+    # The code's order (root_dir first) works as well as the README's.
+    a = LoadIt(str(tmp_path / "a"), lambda: iter(range(5)))
+    b = LoadIt(root_dir=str(tmp_path / "b"), create_iter=lambda: iter(range(5)))
+    c = LoadIt(lambda: iter(range(5)), str(tmp_path / "c"))
+    assert list(a) == list(b) == list(c) == [0, 1, 2, 3, 4]
+    with pytest.raises(TypeError):
+        LoadIt(lambda: iter(range(5)), create_iter=lambda: iter(range(5)), root_dir="x")
+    with pytest.raises(TypeError):
+        LoadIt(lambda: iter(range(5)))  # no root_dir
+
+
+def test_readme_memory_limit(tmp_path):
+    def fn_that_creates_new_iterators():
+        return iter(range(12000))
+
+    loader = LoadIt(fn_that_creates_new_iterators, root_dir=str(tmp_path),
+                    memory_limit=16 * 2**30)  # 16 GB on-disk cache
+    assert list(loader) == list(range(12000))
+    assert (loader[11030], loader[11193], loader[10500]) == (11030, 11193, 10500)
+    assert loader.stats()["disk_limit"] == 16 * 2**30
+
+
+def test_readme_preload_all(tmp_path):
+    data = list(range(3000))
+    create = lambda: iter(data)  # noqa: E731
+    # The README passes max_workers=2 without iterator_thread_safe: loadit
+    # refuses that (README bug), and so does bagcache.
+    with pytest.raises(ValueError, match="iterator_thread_safe"):
+        LoadIt(create, root_dir=str(tmp_path), memory_limit=None, max_workers=2,
+               preload_all_async=True)
+    loader = LoadIt(create, root_dir=str(tmp_path), memory_limit=None, max_workers=2,
+                    iterator_thread_safe=True, preload_all_async=True,
+                    max_shard_length=100)
+    assert loader[5] == 5
+    loader.all_cached_to_disk()  # may be either while the preload runs
+    assert loader.wait_until_all_cached() is True
+    assert loader.all_cached_to_disk()
+    st = loader.stats()
+    assert st["length_final"] and st["length"] == 3000 and st["shards_present"] == 30
+
+
+def test_readme_goodies_over_a_loader(tmp_path):
+    # The README's "other goodies" take any sequence; a LoadIt is one.
+    loader = LoadIt(Source(300), root_dir=str(tmp_path), max_shard_length=32)
+    shuffled = bagcache.chunk_shuffle(loader, chunk_size=128, length=256, seed=3)
+    got = [x["i"] for x in shuffled]
+    assert sorted(got[:128]) == list(range(128))
+    assert sorted(got[128:]) == list(range(128, 256))
+    view = bagcache.SequenceView(loader, [2, 3, 1, 2])
+    assert view[1] == item(3)
+
+
+# ---- first pass, reuse ----------------------------------------------------------
+
+
+def test_first_pass_then_reuse_read_only(tmp_path):
+    n = 1000
+    src = Source(n)
+    loader = LoadIt(src, root_dir=str(tmp_path), max_shard_length=64, preload_fn=None)
+    assert list(loader) == model(n)
+    st = loader.stats()
+    assert (st["length"], st["length_final"], st["shards_present"]) == (n, True, 16)
+    assert st["fills"] == 16 and st["regenerations"] == 0
+    assert st["passes_opened"] == 1  # one pass of the iterator did it all
+    assert src.passes == 1 and len(loader) == n
+    with pytest.raises(IndexError):
+        loader[n]
+    assert src.passes == 1  # the end is known: no new pass to find out
+    loader.close()
+    with pytest.raises(ValueError, match="closed"):
+        loader[0]
+
+    again = LoadIt(str(tmp_path), None)  # no iterator: reads the cache
+    assert len(again) == n and again[-1] == item(n - 1)
+    assert again.read_indices([5, 999, -3]) == [item(5), item(999), item(n - 3)]
+    assert list(again) == model(n)
+    assert again.all_cached_to_disk()
+
+
+def test_partial_cache_without_source(tmp_path):
+    loader = LoadIt(Source(500), root_dir=str(tmp_path), max_shard_length=50, preload_fn=None)
+    assert loader[10] == item(10) and loader[120] == item(120)  # shards 0 and 2
+    assert loader.worker_positions() == [150]  # one pass, kept where it stopped
+    loader.close()
+    ro = LoadIt(str(tmp_path))
+    assert ro[49] == item(49) and ro[100] == item(100)
+    with pytest.raises(bagcache.NotCachedError) as e:
+        ro[60]
+    assert isinstance(e.value, IndexError)  # what loadit raised
+    it = iter(ro)
+    assert [next(it) for _ in range(50)] == model(50)
+    with pytest.raises(bagcache.NotCachedError):  # loadit would stop silently
+        next(it)
+    with pytest.raises(bagcache.NotCachedError):
+        len(ro)
+    with pytest.raises(FileNotFoundError):
+        LoadIt(str(tmp_path / "nothing_here"))
+    assert not os.path.exists(tmp_path / "nothing_here")
+
+
+def test_known_length_and_len_keeps_data(tmp_path):
+    src = Source(300)
+    loader = LoadIt(src, root_dir=str(tmp_path / "a"), max_shard_length=40, length=300)
+    assert len(loader) == 300 and src.passes == 0  # given: nothing drained
+    assert loader[-1] == item(299)
+    src2 = Source(300)
+    other = LoadIt(src2, root_dir=str(tmp_path / "b"), max_shard_length=40, preload_fn=None)
+    assert len(other) == 300  # drains once ...
+    assert other.stats()["shards_present"] == 8  # ... and keeps what it read
+    assert list(other) == model(300) and src2.passes == 1
+
+
+def test_disk_limit_holds(tmp_path):
+    n, msl = 400, 10
+    root = str(tmp_path)
+    probe = LoadIt(Source(n), root_dir=str(tmp_path / "probe"), max_shard_length=msl,
+                   preload_fn=None)
+    probe[0]
+    one_shard = probe.shards()[0]["bytes"]
+    limit = 5 * one_shard + one_shard // 2
+    # No background fills: the files are listed while nothing changes them.
+    loader = LoadIt(Source(n), root_dir=root, max_shard_length=msl, memory_limit=limit,
+                    max_cache_size=3, preload_fn=None)
+    rng = random.Random(7)
+    for k in range(150):
+        i = rng.randrange(n)
+        assert loader[i] == item(i)
+        if k % 10 == 0:
+            assert shard_bytes(root) <= limit
+    assert list(loader) == model(n)
+    assert shard_bytes(root) <= limit
+    st = loader.stats()
+    assert st["bytes_on_disk"] <= limit and st["evictions"] > 0 and st["regenerations"] > 0
+    assert loader.shards.size() == st["bytes_on_disk"]
+    # Under a limit that cannot hold everything, waiting returns (loadit hangs).
+    assert loader.wait_until_all_cached() is False
+
+
+# ---- errors from the iterator -----------------------------------------------------
+
+
+def test_failing_iterator_raises_its_exception_then_retries(tmp_path):
+    flag = tmp_path / "fail"
+    flag.write_text("")
+    src = Source(100, fail_at=48, fail_flag=str(flag))
+    loader = LoadIt(src, root_dir=str(tmp_path / "c"), max_shard_length=10, preload_fn=None)
+    assert loader[5] == item(5)
+    with pytest.raises(ValueError, match="^boom at 48$") as e:
+        loader[45]
+    frames = []
+    tb = e.value.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert "_gen" in frames  # the generator's own traceback came along
+    with pytest.raises(ValueError, match="boom at 48"):  # still failing: same error
+        loader[47]
+    flag.unlink()
+    assert loader[45] == item(45)  # retried, no wedged state
+    assert len(loader) == 100  # and the length is not cut at the failure (loadit B8)
+    assert list(loader) == model(100)
+
+
+def test_failing_iterator_during_iteration_and_threads(tmp_path):
+    flag = tmp_path / "fail"
+    flag.write_text("")
+    loader = LoadIt(Source(100, fail_at=48, fail_flag=str(flag)), root_dir=str(tmp_path / "c"),
+                    max_shard_length=10)
+    got = []
+    with pytest.raises(ValueError, match="boom at 48"):
+        for x in loader:
+            got.append(x)
+    assert got == model(40)  # every shard before the failing one
+    errors = []
+
+    def reader():
+        try:
+            loader[44]
+        except ValueError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == ["boom at 48"] * 4  # every waiting thread gets it
+
+
+def test_failing_create_iter(tmp_path):
+    def create():
+        raise KeyError("no such dataset")
+
+    with pytest.raises(KeyError, match="no such dataset"):  # the estimate runs it
+        LoadIt(create, root_dir=str(tmp_path / "a"))
+    loader = LoadIt(create, root_dir=str(tmp_path / "b"), max_shard_length=5)
+    with pytest.raises(KeyError, match="no such dataset"):
+        loader[0]
+
+
+def test_nondeterministic_iterator_names_the_shard(tmp_path):
+    shift = tmp_path / "shift"
+    shift.write_text("0")
+    root = str(tmp_path / "c")
+    loader = LoadIt(Shifted(50, str(shift)), root_dir=root, max_shard_length=10,
+                    preload_fn=None)
+    assert [loader[i] for i in (0, 15, 25)] == [item(0), item(15), item(25)]
+    loader.close()
+    os.remove(os.path.join(root, "shards", "10.20.bag"))  # shard 1 must be regenerated
+    shift.write_text("1")  # ... by an iterator that now gives other records
+    again = LoadIt(Shifted(50, str(shift)), root_dir=root, max_shard_length=10,
+                   preload_fn=None)
+    with pytest.raises(bagcache.NondeterministicError, match=r"shard 1 \(records 10\.\.20\)"):
+        again[12]
+    assert again[25] == item(25)  # untouched shards still read
+
+
+def test_raw_serializer_and_bad_records(tmp_path):
+    data = [b"rec%d" % i * (i % 5) for i in range(60)]
+    loader = LoadIt(lambda: iter(data), root_dir=str(tmp_path / "a"), max_shard_length=8,
+                    serializer="raw")
+    assert list(loader) == data and loader[-1] == data[-1]
+    bad = LoadIt(lambda: iter([b"ok", "not bytes"]), root_dir=str(tmp_path / "b"),
+                 max_shard_length=8, serializer="raw")
+    with pytest.raises(TypeError, match="bytes-like"):
+        bad[0]
+
+
+def test_custom_serializer(tmp_path):
+    class Upper:
+        @staticmethod
+        def dumps(s):
+            return s.encode()
+
+        @staticmethod
+        def loads(b):
+            return bytes(b).decode().upper()
+
+    loader = LoadIt(lambda: iter(["a", "bc"] * 10), root_dir=str(tmp_path),
+                    max_shard_length=4, serializer=Upper)
+    assert list(loader) == ["A", "BC"] * 10
+
+
+# ---- info, options, loadit internals --------------------------------------------
+
+
+def test_info_round_trip_across_reopen(tmp_path):
+    root = str(tmp_path)
+    loader = LoadIt(Source(20), root_dir=root, info={"v": [1, 2], "s": "x"})
+    assert loader.info() == {"v": [1, 2], "s": "x"}
+    other = LoadIt(root)  # a live second instance sees changes at once
+    loader.set_info({"changed": True})
+    assert other.info() == {"changed": True}
+    loader.close()
+    other.close()
+    assert LoadIt(root).info() == {"changed": True}  # info=None keeps it
+    assert LoadIt(root, info=[3]).info() == [3]  # a new one replaces it
+
+
+def test_options(tmp_path):
+    with pytest.raises(ValueError):
+        LoadIt(str(tmp_path / "a"), Source(5), max_workers=3)
+    for bad in ("1.5mb", "1tb", "mb", "0mb"):
+        with pytest.raises(ValueError):
+            LoadIt(str(tmp_path / "a"), Source(5), max_shard_length=bad)
+    with pytest.raises(ValueError, match="compression"):
+        LoadIt(str(tmp_path / "a"), Source(5), compression="gzip")
+    with pytest.raises(TypeError, match="only once"):
+        LoadIt(str(tmp_path / "a"), iter(range(5)))
+    # "64MB" like loadit; a list is accepted as a re-iterable source.
+    loader = LoadIt(str(tmp_path / "b"), list(range(40)), max_shard_length="1KB")
+    assert list(loader) == list(range(40)) and loader.shards.max_shard_length > 1
+    z = LoadIt(str(tmp_path / "z"), Source(100), max_shard_length=30, compression="zstd",
+               mode=0o600)
+    assert list(z) == model(100)
+    files = sorted(os.listdir(tmp_path / "z" / "shards"))
+    assert files == ["0.30.bagz", "30.60.bagz", "60.90.bagz", "90.100.bagz"]
+    assert oct(os.stat(tmp_path / "z" / "shards" / files[0]).st_mode & 0o777) == "0o600"
+    # A shard is a standard Bagz file of pickles.
+    shard = bagcache.Reader(str(tmp_path / "z" / "shards" / files[1]))
+    assert [pickle.loads(r) for r in shard] == model(100)[30:60]
+
+
+def test_loadit_internals(tmp_path):
+    loader = LoadIt(str(tmp_path), Source(100), max_shard_length=16, max_workers=4,
+                    iterator_thread_safe=True, preload_fn=None)
+    assert loader.max_workers == 4 and loader.shards.max_shard_length == 16
+    for i in range(0, 16 * 3, 16):
+        loader[i]
+    assert loader.shards._cache_miss_count == 3
+    infos = sorted(loader.shards.get_all_shards(), key=lambda s: s.start)
+    assert [(s.start, s.end) for s in infos] == [(0, 16), (16, 32), (32, 48)]
+    assert all(os.path.getsize(s.path) == s.size for s in infos)
+    assert loader.shards.size() == sum(s.size for s in infos)
+    loader.shards.observer.unschedule_all()
+    loader.shards.observer.stop()
+    loader.shards.observer.join()
+    loader.finalize()  # no-op
+    assert len(loader) == 100
+
+
+def test_preload_policies(tmp_path):
+    msl = 10
+    calls = []
+
+    def my_preload(loader, idx):
+        calls.append(idx)
+        return [[idx + 3 * msl]]  # loadit's format: lists of indices
+
+    loader = LoadIt(str(tmp_path / "a"), Source(200), max_shard_length=msl,
+                    preload_fn=my_preload)
+    assert loader[5] == item(5)
+    deadline = time.time() + 10
+    while loader.stats()["shards_present"] < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    assert calls == [0]  # called once per shard opened, with its first index
+    assert [s["start"] for s in loader.shards()] == [0, 30]
+    assert loader[15] == item(15)
+    deadline = time.time() + 10
+    while loader.stats()["shards_present"] < 4 and time.time() < deadline:
+        time.sleep(0.01)
+    assert calls == [0, 10] and [s["start"] for s in loader.shards()] == [0, 10, 30, 40]
+    loader.preload_fn = None  # loadit's tests reassign it
+    loader[100]
+    time.sleep(0.1)
+    assert [s["start"] for s in loader.shards()] == [0, 10, 30, 40, 100] and calls == [0, 10]
+
+    default = LoadIt(str(tmp_path / "b"), Source(200), max_shard_length=msl)
+    default[0]  # the next shard follows in the background
+    deadline = time.time() + 10
+    while default.stats()["shards_present"] < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    assert [s["start"] for s in default.shards()] == [0, 10]
+    assert bagcache.preload_next_shard(default, 25) == [[30]]
+
+
+# ---- threads, views, pickling ---------------------------------------------------------
+
+
+def test_threads_share_one_loader(tmp_path):
+    n = 2000
+    loader = LoadIt(str(tmp_path), Source(n), max_shard_length=50, memory_limit=None)
+    failures = []
+
+    def work(seed):
+        rng = random.Random(seed)
+        try:
+            for _ in range(300):
+                i = rng.randrange(-n, n)
+                if loader[i] != item(i % n):
+                    failures.append(i)
+            if seed == 0 and list(loader) != model(n):
+                failures.append("iteration")
+            v = loader[seed::7]
+            if list(v) != model(n)[seed::7]:
+                failures.append(("view", seed))
+        except Exception as e:  # reported below
+            failures.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert loader.stats()["passes_opened"] >= 1
+
+
+SLICES = [slice(None), slice(3, 70), slice(5, None, 4), slice(None, None, -1),
+          slice(-10, None), slice(-30, -5, 3), slice(80, 10, -7), slice(150, 200),
+          slice(None, 0), slice(5, 0), slice(35, 1000), slice(-1000, 4), slice(None, None, -9)]
+
+
+def test_views_match_a_list_model(tmp_path):
+    n = 120
+    ref = model(n)
+    rng = random.Random(11)
+    loader = LoadIt(str(tmp_path), Source(n), max_shard_length=16)
+    # Lazy views built before the length is known.
+    lazy = loader[5:50:2]
+    assert loader._known_length() == (0, False)
+    assert list(lazy) == ref[5:50:2] and len(lazy) == len(ref[5:50:2])
+    for s in SLICES:
+        v = loader[s]
+        m = ref[s]
+        assert len(v) == len(m), s
+        assert list(v) == m, s
+        for s2 in (slice(None, None, -1), slice(1, None, 2), slice(-3, None)):
+            assert list(v[s2]) == m[s2], (s, s2)
+        if m:
+            assert v[0] == m[0] and v[-1] == m[-1]
+    for _ in range(40):
+        idx = [rng.randrange(-n, n) for _ in range(rng.randrange(0, 20))]
+        for key in (idx, tuple(idx), np.array(idx, dtype=np.int64), np.array(idx, dtype=np.int32)):
+            v = loader[key]
+            m = [ref[i] for i in idx]
+            assert len(v) == len(m) and list(v) == m
+            assert v.read_indices(range(len(m))) == m
+            if m:
+                j = rng.randrange(len(m))
+                assert v[j] == m[j] and v[j - len(m)] == m[j]
+                sub = v[1::2]
+                assert list(sub) == m[1::2]
+                again = sub[[0, -1]] if len(m[1::2]) else None
+                if again is not None:
+                    assert list(again) == [m[1::2][0], m[1::2][-1]]
+    assert list(loader[3, 4]) == [ref[3], ref[4]]  # tuple indexing, as loadit
+    assert list(loader[range(10, 0, -3)]) == [ref[i] for i in range(10, 0, -3)]
+    with pytest.raises(IndexError):
+        loader[[0, n]][1]
+    with pytest.raises(IndexError):
+        loader[10:20][10]
+    with pytest.raises(TypeError):
+        loader[1.5]
+    with pytest.raises(TypeError):
+        loader["abc"]
+    with pytest.raises(ValueError):
+        loader[::0]
+    assert isinstance(loader[1:3], bagcache.LoadItView)
+    assert bagcache.LoadItView.__name__ in repr(loader[1:3])
+    assert loader.index(item(7)) == 7 and item(8) in loader and loader.count(item(9)) == 1
+
+
+def test_pickling_round_trip(tmp_path):
+    n = 90
+    loader = LoadIt(str(tmp_path / "a"), Source(n), max_shard_length=16)
+    assert loader[3] == item(3)
+    copy = pickle.loads(pickle.dumps(loader))
+    assert copy.root_dir == loader.root_dir and list(copy) == model(n)
+    assert copy.preload_fn is bagcache.preload_next_shard
+    loader.preload_fn = None
+    assert pickle.loads(pickle.dumps(loader)).preload_fn is None
+    views = [loader[10:40:3], loader[[5, -1, 7]], loader[::-1][5:20], loader[2:][[0, 3]][::-1]]
+    for v in views:
+        w = pickle.loads(pickle.dumps(v))
+        assert type(w) is bagcache.LoadItView and list(w) == list(v)
+    # An unpicklable create_iter: the copy reads what is cached.
+    lam = LoadIt(str(tmp_path / "b"), lambda: iter(range(50)), max_shard_length=10,
+                 preload_fn=None)
+    assert lam[15] == 15
+    ro = pickle.loads(pickle.dumps(lam))
+    assert ro[12] == 12
+    with pytest.raises(bagcache.NotCachedError):
+        ro[30]
+
+
+def test_bool_empty_and_cycles(tmp_path):
+    src = Source(500)
+    loader = LoadIt(str(tmp_path / "a"), src, max_shard_length=10, preload_fn=None)
+    assert bool(loader) and loader.stats()["shards_present"] == 1  # no drain
+    assert len(loader[[]]) == 0 and list(loader[[]]) == [] and not loader[[]]
+    assert not loader[600:] and list(loader[600:]) == []
+    empty = LoadIt(str(tmp_path / "e"), lambda: iter(()), max_shard_length=10)
+    assert not empty and len(empty) == 0 and list(empty) == []
+    with pytest.raises(IndexError):
+        empty[0]
+
+    class Dataset:  # create_iter is a bound method: a reference cycle
+        def __init__(self, root):
+            self.loader = LoadIt(root, self.records, max_shard_length=10)
+
+        def records(self):
+            return iter(range(30))
+
+    ds = Dataset(str(tmp_path / "d"))
+    assert ds.loader[25] == 25
+    ref = weakref.ref(ds.loader)
+    core = weakref.ref(ds.loader._core)
+    del ds
+    gc.collect()
+    assert ref() is None and core() is None
+    assert LoadIt(str(tmp_path / "d"))[25] == 25  # closed cleanly, data kept
+
+
+def _collecting_numbers(n, collect_at, go):
+    for i in range(n):
+        if i == collect_at:
+            go.wait(10)
+            gc.collect()  # runs in the fill worker that called next()
+        yield i
+
+
+def test_loader_collected_inside_its_own_fill(tmp_path):
+    # A loader in a reference cycle, found garbage by a collection that runs
+    # in its own background fill: its teardown must not close the cache
+    # from inside that fill (a helper does it), and the source's objects
+    # must not be used once the collector may clear them.
+    go = threading.Event()
+
+    class Dataset:
+        def __init__(self, root):
+            self.loader = LoadIt(root, self.records, max_shard_length=10,
+                                 preload_all_async=True)
+
+        def records(self):
+            return _collecting_numbers(300, 150, go)
+
+    ds = Dataset(str(tmp_path))
+    collected_in = []
+    ref = weakref.ref(ds.loader, lambda r: collected_in.append(threading.get_ident()))
+    del ds
+    go.set()
+    deadline = time.time() + 20
+    while not collected_in and time.time() < deadline:  # the callback comes last
+        time.sleep(0.01)
+    assert ref() is None
+    assert collected_in and collected_in[0] != threading.get_ident()  # in the worker
+    reopened = LoadIt(str(tmp_path), lambda: iter(range(300)), max_shard_length=10)
+    assert list(reopened) == list(range(300))
+
+
+# ---- Ctrl-C ---------------------------------------------------------------------------
+
+
+def interrupt_after(seconds):
+    """Sends SIGINT to this process after `seconds` (KeyboardInterrupt in
+    the main thread); returns the timer."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    t = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("how", ["item", "iterate", "len", "wait", "prefetched"])
+def test_ctrl_c_interrupts_a_slow_fill(tmp_path, how):
+    root = str(tmp_path / "c")
+    n = 400
+    # A slow shard takes 4 s, the whole source 8 s.  "prefetched": shard 0
+    # is quick, and reading it starts a background fill of shard 1, which
+    # the main thread then waits for.
+    slow = Source(n, delay=0.02, slow_from=200 if how == "prefetched" else 0)
+    loader = LoadIt(root, slow, max_shard_length=200)
+    if how == "prefetched":
+        assert loader[0] == item(0)
+        time.sleep(0.1)
+    start = time.time()
+    timer = interrupt_after(0.3)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if how in ("item", "prefetched"):
+                loader[250]
+            elif how == "iterate":
+                for _ in loader:
+                    pass
+            elif how == "len":
+                len(loader)
+            else:
+                loader.wait_until_all_cached()
+    finally:
+        timer.cancel()
+    assert time.time() - start < 2.0  # promptly, not after the fill
+    loader.close()
+    # The cache is consistent: a reopen (fast iterator) reads correct data.
+    fresh = LoadIt(root, Source(n), max_shard_length=200)
+    assert list(fresh) == model(n)
+    assert os.listdir(os.path.join(root, "scratch")) == []
+
+
+# ---- API surface ------------------------------------------------------------------------
+
+
+def test_public_api_documented_and_stubbed():
+    stub = pathlib.Path(bagcache.__file__).with_name("__init__.pyi")
+    tree = ast.parse(stub.read_text(encoding="utf-8"))
+    members = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            members[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            members[node.name] |= {n.target.id for n in node.body
+                                   if isinstance(n, ast.AnnAssign)}
+    for cls in (bagcache.LoadIt, bagcache.LoadItView):
+        assert cls.__doc__
+        public = {n for n in dir(cls) if not n.startswith("_")} - {"count", "index"}
+        for name in public:
+            assert getattr(cls, name).__doc__, f"{cls.__name__}.{name}"
+        assert public <= members[cls.__name__], sorted(public - members[cls.__name__])
+    for name in ("NotCachedError", "SourceError", "NondeterministicError"):
+        assert getattr(bagcache, name).__doc__ and name in members
+    assert issubclass(bagcache.NotCachedError, IndexError)

@@ -1,0 +1,453 @@
+#!/usr/bin/env python3
+"""python_bench - the cost of bagcache's Python layer over its C library,
+and of LoadIt over the plain code it replaces.  Prints a table; it is not a
+test and never fails on timings (exit 1 only if Python and C disagree about
+the bytes, 2 on bad usage).
+
+    cd build && PYTHONPATH=python/pkg python3 ../tests/bench/python_bench.py
+    python3 tests/bench/python_bench.py --build build [--quick]
+
+Options: --build DIR (the build tree: python/pkg and .libs/libbagcache.so;
+default $BC_BUILDDIR or the current directory), --records N (200,000),
+--reads N (1,000,000), --loadit-reads N (200,000), --repeat R (5),
+--dir DIR (where the data goes; default a new temporary directory),
+--only KEY,... (rows: get view-get read-indices indices-iter
+loadit-get loadit-fill), --quick (tiny sizes).
+
+Data: N records of 1,024 bytes of word salad (the C benchmark's 32 words),
+written with bagcache.Writer to DIR/data.bag; `--reads` uniformly random
+indices (numpy, seed 42); page cache warm.  Each row runs R times,
+baseline and subject alternating; the table shows medians.
+
+Rows (doc/performance.md, section "Python", explains them):
+  r[i] loop     Python `for i in idx: r[i]` over a list of ints, against
+                the C library reading the same indices with bc_bag_get_many
+                on one thread (max_parallelism 1, calls of 1,024 indices
+                into 1,024 reused buffers: a bc_bag_get loop) through
+                ctypes from .libs/libbagcache.so.  Reported: the overhead
+                per record, (Python - C) / reads.
+  view[i] loop  the same loop over a view (a shuffle of a concatenation of
+                two halves of the Reader): the cost of a view, information.
+  read_indices  Reader.read_indices(numpy int64 array) against one
+                bc_bag_get_many call for the same array with the Reader's
+                own parallelism (min(100, 4 x CPUs)): into new buffers (C
+                allocates every record, as Python allocates bytes objects),
+                and into buffers reused from run to run (no allocation).
+  indices_iter  for x in Reader.read_indices_iter(array), against
+                read_indices of the same array.
+  LoadIt get    warm random access loader[i] to 1 KiB pickled dicts,
+                against pickle.loads(reader[i]) on a bag of the same
+                pickles (what a hand-made cache would do).
+  LoadIt fill   for x in LoadIt(new_dir, gen): a first pass that caches
+                everything, against for x in gen(): pickle.dumps(x).
+"""
+
+import argparse
+import ctypes
+import os
+import pickle
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+WORDS = (
+    "the record between through because another example important different "
+    "following without against government information number problem sequence "
+    "iterator dataset training storage memory random access reader writer "
+    "stream people world water place group"
+).split()
+
+RECORD_SIZE = 1024
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", default=os.environ.get("BC_BUILDDIR", "."))
+    p.add_argument("--records", type=int, default=200_000)
+    p.add_argument("--reads", type=int, default=1_000_000)
+    p.add_argument("--loadit-reads", type=int, default=200_000)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--dir")
+    p.add_argument("--only", default="")
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args()
+    if a.quick:
+        a.records, a.reads, a.loadit_reads, a.repeat = 20_000, 100_000, 20_000, 3
+    if min(a.records, a.reads, a.loadit_reads, a.repeat) < 1:
+        p.error("sizes must be >= 1")
+    return a
+
+
+# ---- the C library through ctypes -----------------------------------------------
+
+
+class BcBuf(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("size", ctypes.c_size_t),
+                ("capacity", ctypes.c_size_t)]
+
+
+class BcReaderOptions(ctypes.Structure):
+    _fields_ = [
+        ("sharding_layout", ctypes.c_int),
+        ("limits_placement", ctypes.c_int),
+        ("limits_storage", ctypes.c_int),
+        ("compression", ctypes.c_int),
+        ("dictionary", ctypes.c_void_p),
+        ("dictionary_size", ctypes.c_size_t),
+        ("access_pattern", ctypes.c_int),
+        ("cache_policy", ctypes.c_int),
+        ("max_parallelism", ctypes.c_int),
+        ("max_record_size", ctypes.c_uint64),
+    ]
+
+
+class CBag:
+    """bc_bag_open / bc_bag_get_many / bc_bag_close through ctypes."""
+
+    def __init__(self, lib_path, spec, parallelism):
+        lib = ctypes.CDLL(lib_path)
+        lib.bc_bag_open.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
+                                    ctypes.POINTER(BcReaderOptions)]
+        lib.bc_bag_get_many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                        ctypes.POINTER(BcBuf)]
+        lib.bc_buf_release.argtypes = [ctypes.POINTER(BcBuf)]
+        lib.bc_bag_close.argtypes = [ctypes.c_void_p]
+        lib.bc_errmsg.restype = ctypes.c_char_p
+        self.lib = lib
+        opts = BcReaderOptions()  # zeros = BC_READER_OPTIONS_INIT
+        opts.max_parallelism = parallelism
+        self.bag = ctypes.c_void_p()
+        if lib.bc_bag_open(ctypes.byref(self.bag), spec.encode(), ctypes.byref(opts)) != 0:
+            raise RuntimeError("bc_bag_open: " + lib.bc_errmsg().decode())
+
+    def get_many(self, indices, outs, count=None):
+        """indices: a C-contiguous uint64 numpy array (or its address)."""
+        count = len(indices) if count is None else count
+        addr = indices if isinstance(indices, int) else indices.ctypes.data
+        if self.lib.bc_bag_get_many(self.bag, addr, count, outs) != 0:
+            raise RuntimeError("bc_bag_get_many: " + self.lib.bc_errmsg().decode())
+
+    def release(self, outs):
+        for k in range(len(outs)):
+            self.lib.bc_buf_release(ctypes.byref(outs[k]))
+
+    def close(self):
+        self.lib.bc_bag_close(self.bag)
+
+
+def record_bytes(buf):
+    return ctypes.string_at(buf.data, buf.size)
+
+
+# ---- data -------------------------------------------------------------------------
+
+
+def word_salad(np, count, seed):
+    """`count` records of RECORD_SIZE bytes: windows of one long salad text."""
+    rng = np.random.default_rng(seed)
+    words = rng.integers(0, len(WORDS), size=2_000_000)
+    text = " ".join(WORDS[w] for w in words).encode()
+    starts = rng.integers(0, len(text) - RECORD_SIZE, size=count)
+    return [text[s:s + RECORD_SIZE] for s in starts]
+
+
+# ---- timing -----------------------------------------------------------------------
+
+
+def measure(repeat, baseline, subject, self_timed_baseline=False, after_baseline=None):
+    """Medians of baseline() and subject() times, run alternately.  A
+    self-timed baseline returns its own time (to leave setup out)."""
+    tb, ts = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        keep = baseline()
+        tb.append(keep if self_timed_baseline else time.perf_counter() - t0)
+        del keep
+        if after_baseline is not None:
+            after_baseline()
+        t0 = time.perf_counter()
+        keep = subject()
+        ts.append(time.perf_counter() - t0)
+        del keep  # freeing results is not timed
+    return statistics.median(tb), statistics.median(ts)
+
+
+def fmt_time(t):
+    if t >= 1:
+        return f"{t:.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.1f} ms"
+    return f"{t * 1e6:.1f} us"
+
+
+def fmt_per(t, n):
+    return f"{t / n * 1e9:.0f} ns"
+
+
+ROWS = []
+
+
+def row(name, t, base_name, tb, n, result, target, ok):
+    ROWS.append((name, fmt_time(t), fmt_per(t, n), base_name, fmt_time(tb), fmt_per(tb, n),
+                 result, target, "ok" if ok else "below"))
+    print(f"  {name}: {fmt_time(t)} vs {base_name} {fmt_time(tb)} -> {result}", file=sys.stderr)
+
+
+def skipped(name, base_name, why):
+    ROWS.append((name, "", "", base_name, "", "", why, "", ""))
+
+
+def print_table():
+    head = ("operation", "median", "per record", "baseline", "median", "per record",
+            "result", "target", "ok")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in ROWS:
+        print("| " + " | ".join(r) + " |")
+
+
+# ---- the rows ---------------------------------------------------------------------
+
+
+def bench_reader(a, np, bagcache, lib_path, path, idx):
+    only = set(a.only.split(",")) if a.only else None
+    reader = bagcache.Reader(path)
+    parallelism = min(100, 4 * (os.cpu_count() or 1))
+    idx_u64 = np.ascontiguousarray(idx, dtype=np.uint64)
+    idx_list = idx.tolist()
+    n = len(idx)
+
+    # The same bytes from both sides (a sample), or the numbers mean nothing.
+    c1 = CBag(lib_path, path, 1)
+    sample = idx_u64[:1000]
+    outs = (BcBuf * len(sample))()
+    c1.get_many(sample, outs)
+    if [record_bytes(b) for b in outs] != reader.read_indices(sample):
+        print("python_bench: Python and C read different bytes", file=sys.stderr)
+        sys.exit(1)
+    c1.release(outs)
+
+    if only is None or "get" in only:
+        chunk = 1024
+        outs = (BcBuf * chunk)()
+        base = idx_u64.ctypes.data
+
+        def c_loop():
+            for off in range(0, n, chunk):
+                c1.get_many(base + off * 8, outs, min(chunk, n - off))
+
+        def py_loop():
+            for i in idx_list:
+                reader[i]
+
+        tb, t = measure(a.repeat, c_loop, py_loop)
+        c1.release(outs)
+        over = (t - tb) / n * 1e9
+        row("r[i] random loop", t, "C bc_bag_get loop (1 thread)", tb, n,
+            f"+{over:.0f} ns/record", "<= +250 ns", over <= 250)
+
+    if only is None or "view-get" in only:
+        view = bagcache.shuffle(bagcache.ConcatableSequence(reader[: len(reader) // 2],
+                                                            reader[len(reader) // 2:]), 3)
+
+        def py_loop():
+            for i in idx_list:
+                reader[i]
+
+        def view_loop():
+            for i in idx_list:
+                view[i]
+
+        tb, t = measure(a.repeat, py_loop, view_loop)
+        over = (t - tb) / n * 1e9
+        row("view[i] random loop (shuffle of concat)", t, "r[i] random loop", tb, n,
+            f"+{over:.0f} ns/record", "", True)
+
+    if only is None or "read-indices" in only:
+        cp = CBag(lib_path, path, parallelism)
+
+        def py_many():
+            return reader.read_indices(idx)
+
+        # Fresh buffers: the C library allocates every record, as
+        # read_indices allocates its bytes objects (freeing is not timed).
+        fresh = []
+
+        def c_fresh():
+            outs = (BcBuf * n)()
+            fresh.append(outs)
+            t0 = time.perf_counter()
+            cp.get_many(idx_u64, outs)
+            return time.perf_counter() - t0
+
+        tb, t = measure(a.repeat, c_fresh, py_many, self_timed_baseline=True,
+                        after_baseline=lambda: cp.release(fresh.pop()))
+        row(f"read_indices(np, {n:,})", t, f"C bc_bag_get_many, {parallelism} threads, "
+            "new buffers", tb, n, f"{tb / t:.2f}x", ">= 0.8x", tb / t >= 0.8)
+
+        outs = (BcBuf * n)()
+        cp.get_many(idx_u64, outs)  # the buffers reach their capacity once
+
+        def c_reused():
+            cp.get_many(idx_u64, outs)
+
+        tb, t = measure(a.repeat, c_reused, py_many)
+        cp.release(outs)
+        del outs
+        cp.close()
+        row(f"read_indices(np, {n:,})", t, f"C bc_bag_get_many, {parallelism} threads, "
+            "reused buffers", tb, n, f"{tb / t:.2f}x", ">= 0.8x", tb / t >= 0.8)
+
+    if only is None or "indices-iter" in only:
+        def py_many():
+            return reader.read_indices(idx)
+
+        def py_iter():
+            for _ in reader.read_indices_iter(idx):
+                pass
+
+        tb, t = measure(a.repeat, py_many, py_iter)
+        row("read_indices_iter(np)", t, "read_indices(np)", tb, n,
+            f"{tb / t:.2f}x", ">= 0.5x", tb / t >= 0.5)
+    c1.close()
+
+
+def bench_loadit(a, np, bagcache, tmp, texts):
+    only = set(a.only.split(",")) if a.only else None
+    want_get = only is None or "loadit-get" in only
+    want_fill = only is None or "loadit-fill" in only
+    if not (want_get or want_fill):
+        return
+    LoadIt = getattr(bagcache, "LoadIt", None)
+    if LoadIt is None:
+        if want_get:
+            skipped("LoadIt get (warm, random)", "Reader get + pickle.loads", "n/a (LoadIt missing)")
+        if want_fill:
+            skipped("LoadIt first pass", "generator + pickle.dumps", "n/a (LoadIt missing)")
+        return
+    m = len(texts)
+
+    def gen():
+        for k in range(m):
+            yield {"id": k, "text": texts[k]}
+
+    protocol = pickle.HIGHEST_PROTOCOL
+    if want_get:
+        root = os.path.join(tmp, "loadit-warm")
+        loader = LoadIt(root, gen)
+        count = sum(1 for _ in loader)  # first pass: everything cached
+        assert count == m
+        pickles = os.path.join(tmp, "pickles.bag")
+        with bagcache.Writer(pickles) as w:
+            for item in gen():
+                w.write(pickle.dumps(item, protocol=protocol))
+        reader = bagcache.Reader(pickles)
+        rng = np.random.default_rng(7)
+        idx = rng.integers(0, m, size=a.loadit_reads).tolist()
+        loads = pickle.loads
+        if [loader[i] for i in idx[:100]] != [loads(reader[i]) for i in idx[:100]]:
+            print("python_bench: LoadIt and the Reader disagree", file=sys.stderr)
+            sys.exit(1)
+
+        def base():
+            for i in idx:
+                loads(reader[i])
+
+        def sub():
+            for i in idx:
+                loader[i]
+
+        tb, t = measure(a.repeat, base, sub)
+        loader.close()
+        row("LoadIt get (warm, random)", t, "Reader get + pickle.loads", tb, len(idx),
+            f"{t / tb:.2f}x time", "<= 1.2x", t / tb <= 1.2)
+
+    if want_fill:
+        roots = []
+
+        def base():
+            dumps = pickle.dumps
+            for x in gen():
+                dumps(x, protocol=protocol)
+
+        def sub():
+            root = os.path.join(tmp, f"loadit-fill-{len(roots)}")
+            roots.append(root)
+            with LoadIt(root, gen) as loader:
+                for _ in loader:
+                    pass
+            shutil.rmtree(root)  # inside the timing: a fresh root each run
+
+        tb, t = measure(a.repeat, base, sub)
+        row("LoadIt first pass", t, "generator + pickle.dumps", tb, m,
+            f"{t / tb:.2f}x time", "<= 1.15x", t / tb <= 1.15)
+
+
+def ensure_static_tls():
+    """Re-executes with more static TLS for dlopen.
+
+    libbagcache's TLS block (about 1 KiB: the thread's error message) is
+    in the initial-exec model (src/common/guard.c), so every copy of it a
+    process dlopens takes static TLS, of which glibc reserves about 1.6 KiB
+    for dlopen by default.  The extension (which links the library in) and
+    libbagcache.so loaded through ctypes need two copies: without more room
+    ctypes fails with "cannot allocate memory in static TLS block"."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if "glibc.rtld.optional_static_tls" in tunables or not sys.platform.startswith("linux"):
+        return
+    extra = "glibc.rtld.optional_static_tls=16384"
+    os.environ["GLIBC_TUNABLES"] = f"{tunables}:{extra}" if tunables else extra
+    os.execv(sys.executable, [sys.executable] + sys.argv)
+
+
+def main():
+    a = parse_args()
+    ensure_static_tls()
+    build = os.path.abspath(a.build)
+    pkg = os.path.join(build, "python", "pkg")
+    if os.path.isdir(pkg):
+        sys.path.insert(0, pkg)
+    lib_path = os.path.join(build, ".libs", "libbagcache.so")
+    try:
+        import numpy as np
+
+        import bagcache
+    except ImportError as e:
+        print(f"python_bench: {e} (run from the build tree, or --build DIR)", file=sys.stderr)
+        return 2
+    if not os.path.exists(lib_path):
+        print(f"python_bench: {lib_path} is missing (--build DIR)", file=sys.stderr)
+        return 2
+
+    tmp = a.dir or tempfile.mkdtemp(prefix="bagcache-pybench.")
+    os.makedirs(tmp, exist_ok=True)
+    try:
+        print(f"python_bench: {a.records:,} records x {RECORD_SIZE} B, {a.reads:,} reads, "
+              f"repeat {a.repeat}, in {tmp}", file=sys.stderr)
+        records = word_salad(np, a.records, 1)
+        path = os.path.join(tmp, "data.bag")
+        with bagcache.Writer(path) as w:
+            for r in records:
+                w.write(r)
+        with open(path, "rb") as f:  # page cache warm
+            while f.read(1 << 24):
+                pass
+        idx = np.random.default_rng(42).integers(0, a.records, size=a.reads, dtype=np.int64)
+        bench_reader(a, np, bagcache, lib_path, path, idx)
+        texts = [r[:1000].decode() for r in records]
+        del records
+        bench_loadit(a, np, bagcache, tmp, texts)
+    finally:
+        if not a.dir:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"bagcache {bagcache.__version__}, Python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs; medians of {a.repeat}")
+    print()
+    print_table()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
