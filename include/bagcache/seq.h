@@ -246,11 +246,13 @@ typedef struct bc_readahead bc_readahead;
 typedef int (*bc_index_stream_fn)(void *payload, uint64_t *index);
 
 typedef struct bc_readahead_options {
-  size_t window; /* records kept in flight or ready (>= 1); default 64 */
+  size_t window; /* records kept in flight or ready (>= 1); default 1024.
+                    Memory is window x record size.  Small windows cost CPU:
+                    threads hand over work once per quarter window */
   int threads;   /* worker threads fetching them (>= 1); default 2 */
 } bc_readahead_options;
 
-#define BC_READAHEAD_OPTIONS_INIT {64, 2}
+#define BC_READAHEAD_OPTIONS_INIT {1024, 2}
 
 /* Reads seq at the indices the stream yields, `window` records ahead, on
  * `threads` worker threads, delivering in stream order.  Memory is bounded
