@@ -26,6 +26,7 @@ BC_PY_C_SOURCES = \
 	python/src/writer.c \
 	python/src/index.c \
 	python/src/views.c \
+	python/src/indices.c \
 	python/src/loadit.h \
 	python/src/loadit.c \
 	python/src/loadit_source.c \

@@ -134,4 +134,19 @@ PyObject *bcpy_source_exception(const char *message);
 /* Adds _CacheCore, _CacheSeq, _CacheIter and the exceptions above. */
 int bcpy_loadit_init(PyObject *mod);
 
+/* indices.c: a growable array of int64 indices (free v with PyMem_RawFree). */
+typedef struct bcpy_ivec {
+  int64_t *v;
+  size_t n, cap;
+} bcpy_ivec;
+
+/* Appends x; -1 with MemoryError set. */
+int bcpy_ivec_push(bcpy_ivec *a, int64_t x);
+
+/* Appends the integers of `obj` (a 1-D native integer buffer, or any
+ * iterable of integers; str/bytes and boolean masks are TypeErrors, other
+ * dimensions ValueError, out-of-int64 IndexError naming the position).
+ * 0, or -1 with an exception set. */
+int bcpy_indices_from_object(PyObject *obj, bcpy_ivec *a);
+
 #endif /* BCPY_H */

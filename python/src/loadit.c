@@ -950,99 +950,6 @@ static PyObject *get_slice(bcpy_lobj *self, PyObject *key) {
   return new_view(self, out, key, self->resolve_safe);
 }
 
-/* Growable int64 array. */
-typedef struct {
-  int64_t *v;
-  size_t n, cap;
-} ivec;
-
-static int ivec_push(ivec *a, int64_t x) {
-  if (a->n == a->cap) {
-    size_t cap = a->cap ? 2 * a->cap : 64;
-    int64_t *v = PyMem_RawRealloc(a->v, cap * sizeof *v);
-    if (v == NULL) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    a->v = v;
-    a->cap = cap;
-  }
-  a->v[a->n++] = x;
-  return 0;
-}
-
-/* A 1-D buffer of native integers: 1 converted, 0 not such a buffer. */
-static int indices_from_buffer(PyObject *obj, ivec *a) {
-  Py_buffer view;
-  if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) ||
-      !PyObject_CheckBuffer(obj))
-    return 0;
-  if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
-    PyErr_Clear();
-    return 0;
-  }
-  int result = 0;
-  const char *f = view.format != NULL ? view.format : "B";
-  if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
-  if (view.ndim != 1 || f[0] == '\0' || f[1] != '\0' || strchr("bBhHiIlLqQnN", f[0]) == NULL ||
-      (view.itemsize != 1 && view.itemsize != 2 && view.itemsize != 4 && view.itemsize != 8))
-    goto done; /* anything else is iterated */
-  bool is_unsigned = strchr("BHILQN", f[0]) != NULL;
-  const char *p = view.buf;
-  for (Py_ssize_t k = 0; k < view.shape[0]; k++, p += view.strides[0]) {
-    int64_t s = 0;
-    uint64_t u = 0;
-    switch (view.itemsize) {
-      case 1: if (is_unsigned) u = *(const uint8_t *)p; else s = *(const int8_t *)p; break;
-      case 2: { uint16_t x; memcpy(&x, p, 2); if (is_unsigned) u = x; else s = (int16_t)x; break; }
-      case 4: { uint32_t x; memcpy(&x, p, 4); if (is_unsigned) u = x; else s = (int32_t)x; break; }
-      default: { uint64_t x; memcpy(&x, p, 8); if (is_unsigned) u = x; else s = (int64_t)x; break; }
-    }
-    if (is_unsigned) {
-      if (u > (uint64_t)INT64_MAX) {
-        PyErr_Format(PyExc_IndexError, "index %llu out of range", (unsigned long long)u);
-        result = -1;
-        goto done;
-      }
-      s = (int64_t)u;
-    }
-    if (ivec_push(a, s) < 0) {
-      result = -1;
-      goto done;
-    }
-  }
-  result = 1;
-done:
-  PyBuffer_Release(&view);
-  return result;
-}
-
-/* Indices from a buffer of integers or any iterable of integers. */
-static int indices_from_object(PyObject *obj, ivec *a) {
-  int r = indices_from_buffer(obj, a);
-  if (r != 0) return r < 0 ? -1 : 0;
-  PyObject *it = PyObject_GetIter(obj);
-  if (it == NULL) return -1;
-  PyObject *item;
-  while ((item = PyIter_Next(it)) != NULL) {
-    PyObject *num = PyNumber_Index(item);
-    Py_DECREF(item);
-    if (num == NULL) break;
-    long long v = PyLong_AsLongLong(num);
-    Py_DECREF(num);
-    if (v == -1 && PyErr_Occurred()) {
-      if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_IndexError, "indices[%zu] out of range", a->n);
-      }
-      break;
-    }
-    if (ivec_push(a, v) < 0) break;
-  }
-  Py_DECREF(it);
-  return PyErr_Occurred() ? -1 : 0;
-}
-
 /* self[indices]: a view of the records at those positions (checked when
  * read); key is kept as int64 bytes for pickling. */
 static PyObject *get_take(bcpy_lobj *self, PyObject *key) {
@@ -1052,8 +959,8 @@ static PyObject *get_take(bcpy_lobj *self, PyObject *key) {
                  "of integers, not %.200s", Py_TYPE(key)->tp_name);
     return NULL;
   }
-  ivec a = {NULL, 0, 0};
-  if (indices_from_object(key, &a) < 0) {
+  bcpy_ivec a = {NULL, 0, 0};
+  if (bcpy_indices_from_object(key, &a) < 0) {
     PyMem_RawFree(a.v);
     if (PyErr_ExceptionMatches(PyExc_TypeError) && !PySequence_Check(key)) {
       PyErr_Clear();
@@ -1100,8 +1007,8 @@ static PyObject *lobj_sq_item(bcpy_lobj *self, Py_ssize_t i) {
 
 static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
   if (lobj_check(self) < 0) return NULL;
-  ivec a = {NULL, 0, 0};
-  if (indices_from_object(indices, &a) < 0) {
+  bcpy_ivec a = {NULL, 0, 0};
+  if (bcpy_indices_from_object(indices, &a) < 0) {
     PyMem_RawFree(a.v);
     return NULL;
   }

@@ -464,139 +464,6 @@ static PyObject *install(bcpy_view *self, bc_seq *seq, unsigned kinds) {
   Py_RETURN_NONE;
 }
 
-/* A growable array of int64 indices. */
-typedef struct {
-  int64_t *v;
-  size_t n, cap;
-} ivec;
-
-static int ivec_push(ivec *a, int64_t x) {
-  if (a->n == a->cap) {
-    size_t cap = a->cap ? 2 * a->cap : 64;
-    int64_t *v = PyMem_RawRealloc(a->v, cap * sizeof *v);
-    if (v == NULL) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    a->v = v;
-    a->cap = cap;
-  }
-  a->v[a->n++] = x;
-  return 0;
-}
-
-static int index_value(PyObject *item, size_t pos, int64_t *out) {
-  PyObject *num = PyNumber_Index(item);
-  if (num == NULL) {
-    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-      PyErr_Clear();
-      PyErr_Format(PyExc_TypeError, "indices[%zu] must be an integer, not %.200s", pos,
-                   Py_TYPE(item)->tp_name);
-    }
-    return -1;
-  }
-  int overflow;
-  long long v = PyLong_AsLongLongAndOverflow(num, &overflow);
-  Py_DECREF(num);
-  if (v == -1 && PyErr_Occurred()) return -1;
-  if (overflow != 0) {
-    PyErr_Format(PyExc_IndexError, "indices[%zu] is out of range", pos);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
-/* Integers from a 1-D buffer of native integers (numpy, array.array):
- * 1 converted, 0 not such a buffer, -1 error. */
-static int indices_from_buffer(PyObject *obj, ivec *a) {
-  Py_buffer view;
-  if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) ||
-      !PyObject_CheckBuffer(obj))
-    return 0;
-  if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
-    PyErr_Clear();
-    return 0;
-  }
-  int result = 0;
-  const char *f = view.format != NULL ? view.format : "B";
-  if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
-  if (f[0] == '?' && f[1] == '\0') {
-    PyErr_SetString(PyExc_TypeError, "boolean masks are not indices");
-    result = -1;
-    goto cleanup;
-  }
-  if (f[0] == '\0' || f[1] != '\0' || strchr("bBhHiIlLqQnN", f[0]) == NULL) goto cleanup;
-  if (view.ndim != 1) {
-    PyErr_Format(PyExc_ValueError, "indices must be a 1-D array, not %d-D", view.ndim);
-    result = -1;
-    goto cleanup;
-  }
-  bool is_unsigned = strchr("BHILQN", f[0]) != NULL;
-  Py_ssize_t n = view.shape[0], stride = view.strides[0];
-  const char *p = view.buf;
-  a->v = PyMem_RawMalloc((n > 0 ? (size_t)n : 1) * sizeof *a->v);
-  if (a->v == NULL) {
-    PyErr_NoMemory();
-    result = -1;
-    goto cleanup;
-  }
-  a->cap = n > 0 ? (size_t)n : 1;
-  for (Py_ssize_t k = 0; k < n; k++, p += stride) {
-    int64_t s = 0;
-    uint64_t u = 0;
-    switch (view.itemsize) {
-      case 1: if (is_unsigned) u = *(const uint8_t *)p; else s = *(const int8_t *)p; break;
-      case 2: { uint16_t x; memcpy(&x, p, 2); if (is_unsigned) u = x; else s = (int16_t)x; break; }
-      case 4: { uint32_t x; memcpy(&x, p, 4); if (is_unsigned) u = x; else s = (int32_t)x; break; }
-      case 8: { uint64_t x; memcpy(&x, p, 8); if (is_unsigned) u = x; else s = (int64_t)x; break; }
-      default:
-        PyMem_RawFree(a->v);
-        a->v = NULL;
-        a->cap = 0;
-        goto cleanup; /* unusual item size: iterate instead */
-    }
-    if (is_unsigned) {
-      if (u > (uint64_t)INT64_MAX) {
-        PyErr_Format(PyExc_IndexError, "indices[%zd] is out of range", k);
-        result = -1;
-        goto cleanup;
-      }
-      s = (int64_t)u;
-    }
-    a->v[a->n++] = s;
-  }
-  result = 1;
-cleanup:
-  PyBuffer_Release(&view);
-  return result;
-}
-
-/* Any sequence or iterable of integers -> ivec. */
-static int indices_from_object(PyObject *obj, ivec *a) {
-  int rc = indices_from_buffer(obj, a);
-  if (rc != 0) return rc < 0 ? -1 : 0;
-  if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "indices must be integers, not %.200s",
-                 Py_TYPE(obj)->tp_name);
-    return -1;
-  }
-  PyObject *it = PyObject_GetIter(obj);
-  if (it == NULL) return -1;
-  PyObject *item;
-  while ((item = PyIter_Next(it)) != NULL) {
-    int64_t v;
-    int r = index_value(item, a->n, &v);
-    Py_DECREF(item);
-    if (r < 0 || ivec_push(a, v) < 0) {
-      Py_DECREF(it);
-      return -1;
-    }
-  }
-  Py_DECREF(it);
-  return PyErr_Occurred() ? -1 : 0;
-}
-
 /* The length of a tree as far as it is known without blocking on I/O
  * (with the GIL released when the tree may block). */
 static int known_length(bcpy_view *self, bc_seq *seq, bool exact, bc_len *out) {
@@ -609,7 +476,7 @@ static int known_length(bcpy_view *self, bc_seq *seq, bool exact, bc_len *out) {
 
 /* Checks take indices against a child of exact length now, so a bad index
  * fails at construction (naming its position), not when read. */
-static int check_indices(const ivec *a, bc_seq *child, unsigned kinds) {
+static int check_indices(const bcpy_ivec *a, bc_seq *child, unsigned kinds) {
   bc_len l;
   int rc;
   GIL_RELEASE_IF(kinds & VK_NATIVE)
@@ -633,7 +500,7 @@ static int check_indices(const ivec *a, bc_seq *child, unsigned kinds) {
 }
 
 /* take over an adopted child. */
-static bc_seq *make_take(bc_seq *child, unsigned kinds, const ivec *a) {
+static bc_seq *make_take(bc_seq *child, unsigned kinds, const bcpy_ivec *a) {
   if (check_indices(a, child, kinds) < 0) return NULL;
   bc_seq *out = NULL;
   int rc = bc_seq_take(&out, child, a->v, a->n);
@@ -650,9 +517,9 @@ static PyObject *view_init_take(bcpy_view *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OO:_init_take", &obj, &indices)) return NULL;
   if (check_fresh(self) < 0) return NULL;
   unsigned kinds = 0;
-  ivec a = {0};
+  bcpy_ivec a = {0};
   bc_seq *child = adopt(obj, &kinds), *seq = NULL;
-  if (child != NULL && indices_from_object(indices, &a) == 0)
+  if (child != NULL && bcpy_indices_from_object(indices, &a) == 0)
     seq = make_take(child, kinds, &a);
   bc_seq_unref(child);
   PyMem_RawFree(a.v);
@@ -1080,7 +947,7 @@ static PyObject *get_slice(bcpy_view *self, PyObject *key) {
 
 /* The indices as an array('q'): what pickling keeps of a take (a snapshot,
  * so a view does not follow later changes of a list it was given). */
-static PyObject *indices_array(const ivec *a) {
+static PyObject *indices_array(const bcpy_ivec *a) {
   PyObject *array_mod = PyImport_ImportModule("array");
   if (array_mod == NULL) return NULL;
   PyObject *bytes = PyBytes_FromStringAndSize((const char *)a->v,
@@ -1096,16 +963,16 @@ static PyObject *indices_array(const ivec *a) {
  * iterable or integer buffer of indices. */
 static PyObject *view_indices_array(PyObject *unused, PyObject *indices) {
   (void)unused;
-  ivec a = {0};
-  PyObject *r = indices_from_object(indices, &a) == 0 ? indices_array(&a) : NULL;
+  bcpy_ivec a = {0};
+  PyObject *r = bcpy_indices_from_object(indices, &a) == 0 ? indices_array(&a) : NULL;
   PyMem_RawFree(a.v);
   return r;
 }
 
 /* view[indices]: a take view. */
 static PyObject *get_take(bcpy_view *self, PyObject *key) {
-  ivec a = {0};
-  if (indices_from_object(key, &a) < 0) {
+  bcpy_ivec a = {0};
+  if (bcpy_indices_from_object(key, &a) < 0) {
     PyMem_RawFree(a.v);
     return NULL;
   }
