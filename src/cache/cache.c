@@ -87,6 +87,7 @@ static void after_fork_child(void) {
     c->qlen = 0;
     c->drain_requested = false;
     c->nworkers = 0; /* the parent's threads: nothing to join here */
+    bc__slots_after_fork_child(&c->slots);
     pthread_cond_init(&c->cond, NULL);
     pthread_mutex_unlock(&c->lock);
   }
@@ -150,20 +151,20 @@ static int cache_get_record(bc_seq *self, uint64_t index, bc_buf *out) {
                      "%s: nothing is cached yet and the cache has no source",
                      c->root);
   uint64_t shard = index / c->R;
-  bc__reader *r;
+  bc__reader r;
   int rc = bc__reader_acquire(c, shard, &r);
   if (rc != 0) return rc;
-  uint64_t local = index - r->start;
-  if (local >= bc_bag_len(r->bag)) {
+  uint64_t local = index - r.start;
+  if (local >= bc_bag_len(r.bag)) {
     /* The last shard is short: the source ended before index. */
-    uint64_t end = r->start + bc_bag_len(r->bag);
-    bc__reader_release(c, r);
+    uint64_t end = r.start + bc_bag_len(r.bag);
+    bc__reader_release(c, &r);
     return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
                      c->root, (unsigned long long)index,
                      (unsigned long long)end);
   }
-  rc = bc_bag_get(r->bag, local, out);
-  bc__reader_release(c, r);
+  rc = bc_bag_get(r.bag, local, out);
+  bc__reader_release(c, &r);
   return rc;
 }
 
@@ -327,6 +328,9 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   c->opts.info_json = NULL; /* applied below; the caller's string is not kept */
   c->mode = opts->file_mode ? opts->file_mode : 0644;
   c->self = bc__owner_self();
+  static _Atomic uint64_t next_serial = 1;
+  c->serial = atomic_fetch_add(&next_serial, 1);
+  bc__slots_init();
   atomic_init(&c->known_length, 0);
   atomic_init(&c->final, false);
   atomic_init(&c->drain_next, 0);
@@ -477,7 +481,7 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   st->length_final = atomic_load(&c->final);
   st->shard_records = c->R;
   st->disk_limit = have_limit ? limit : c->opts.disk_limit;
-  st->hits = atomic_load(&c->stats.hits);
+  st->hits = bc__readers_hits(c);
   st->shard_opens = atomic_load(&c->stats.shard_opens);
   st->fills = atomic_load(&c->stats.fills);
   st->regenerations = atomic_load(&c->stats.regenerations);

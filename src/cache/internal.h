@@ -28,6 +28,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "cache/slots.h"
+
 #include "common/internal.h"
 
 #define BC_CACHE_FORMAT_VERSION 1
@@ -144,16 +146,14 @@ typedef struct {
   bool busy;     /* leased to a filler */
 } bc__pass;
 
-/* A shard file open for reading (the per-process LRU of max_open_shards). */
+/* A shard reader in use: held by the thread's hazard (reg set), pinned in
+ * its slot (slot set, reg NULL), or opened for one read and closed by
+ * bc__reader_release (both NULL). */
 typedef struct bc__reader {
-  uint64_t shard, start;
   bc_bag *bag;
-  int users;                 /* readers using it now (cache->lock) */
-  bool orphan;               /* dropped from the LRU while in use: the last
-                                user closes it */
-  double touched;            /* when the shared access clock was last bumped */
-  struct bc__reader *hnext;  /* hash chain */
-  struct bc__reader *prev, *next; /* LRU list, most recent first */
+  uint64_t start; /* the shard's first record */
+  bc__slot *slot;
+  bc__treg *reg;
 } bc__reader;
 
 /* A shard this process is filling, so its other threads wait for it (in
@@ -166,14 +166,6 @@ typedef struct bc__filling {
   int refs; /* the filler + waiters (registry lock) */
   struct bc__filling *next;
 } bc__filling;
-
-#define BC__READER_BUCKETS 1024
-
-static inline uint64_t bc__mix_for_buckets(uint64_t x) {
-  x ^= x >> 31;
-  x *= 0x7fb5d329728ea185ULL;
-  return x ^ (x >> 27);
-}
 
 struct bc_cache {
   bc_seq base; /* first: the cache is a sequence leaf */
@@ -194,9 +186,11 @@ struct bc_cache {
    * transactions, source callbacks or file I/O. */
   pthread_mutex_t lock;
   pthread_cond_t cond; /* passes released, fills done, queue changed */
-  bc__reader *buckets[BC__READER_BUCKETS];
-  bc__reader *lru_head, *lru_tail;
-  size_t nreaders;
+  uint64_t serial;       /* unique in the process, never reused */
+  bc__slot_table slots; /* lookups lock-free; growth under lock */
+  bc__slot **open;      /* slots with OPEN set (their readers count
+                           against max_open_shards) */
+  size_t nopen, open_cap, hand; /* hand: the CLOCK trim position */
   bc__pass *passes;
   size_t max_passes;
   struct bc_cache *next_open; /* the process's list of open caches (fork) */
@@ -213,7 +207,7 @@ struct bc_cache {
   int nworkers;
 
   struct {
-    atomic_uint_fast64_t hits, shard_opens, fills, regenerations, evictions,
+    atomic_uint_fast64_t shard_opens, fills, regenerations, evictions,
         passes_opened, records_skipped, waits;
   } stats;
 };
@@ -229,9 +223,11 @@ int bc__cache_load_length(bc_cache *c, MDB_txn *t);
 
 /* readers.c: an open reader of shard s (filling it if needed); release it
  * when done. */
-int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out);
+int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader *out);
 void bc__reader_release(bc_cache *c, bc__reader *r);
 void bc__readers_close_all(bc_cache *c);
+/* Reads served from open readers, summed over the threads' records. */
+uint64_t bc__readers_hits(bc_cache *c);
 /* Drops this process's readers of shards that were just evicted, so their
  * unlinked files are closed (and their disk space freed) as soon as they
  * are unused. */

@@ -4,6 +4,8 @@ BC_CACHE_SOURCES = \
 	src/cache/meta.c \
 	src/cache/state.c \
 	src/cache/cache.c \
+	src/cache/slots.h \
+	src/cache/slots.c \
 	src/cache/readers.c \
 	src/cache/fill.c \
 	src/cache/maint.c \

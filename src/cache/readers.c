@@ -1,22 +1,34 @@
 /*
- * The per-process LRU of open shard readers (at most max_open_shards).
+ * This process's open shard readers: at most max_open_shards, each in its
+ * shard's slot (slots.h), trimmed by a CLOCK hand.
  *
- * A hit costs one lock/unlock (lookup, users++, move to front); release is
- * one more.  A reader is closed only when it is unused (users == 0), under
- * the lock, so a reader in use is never closed.  The shared access clock in
- * LMDB is bumped when a shard is opened, and on hits at most once a second
- * per shard (LRU eviction works at shard granularity).
+ * A hit takes no lock and no atomic read-modify-write: find the slot, set
+ * the thread's hazard on it, check it is open, read, clear the hazard
+ * (slots.h); a thread already inside a read (whose hazard is busy) pins
+ * instead.  The hit is counted in the thread's record, marks the slot
+ * referenced (the CLOCK hand's second chance) and, at most once a second
+ * per shard, bumps the shared access clock in LMDB (LRU eviction works at
+ * shard granularity).  The time is read once every 16 hits of a thread (a
+ * clock read costs as much as the rest of a hit), so a bump may come up to
+ * 16 of its reads late.
+ *
+ * The cache lock guards the open list, the CLOCK hand, installs and the
+ * growth of the slot table: an open takes it once, a hit never.  A reader
+ * is closed when it has been dropped (trimmed, or its shard evicted) and
+ * its last user is done, by whoever finishes last: a reader in use is
+ * never closed.
  *
  * Readers of evicted shards are dropped: at once for shards this process
  * evicted; for shards other processes evicted, within a second of use (the
  * access-clock bump finds the shard gone) or when this process next opens
- * a shard (idle readers are checked then).  A dropped reader still in use
- * is closed by its last user.
+ * a shard (idle readers are checked then).
  *
  * A miss obtains the shard (fill / wait / take over, fill.c) with no lock
  * held, opens it, and checks it against its recorded size and record count;
  * a missing file (evicted by another process meanwhile) is obtained again,
  * a damaged one is forgotten and refilled, or reported without a source.
+ * If the slot still holds an older reader that is dropped but in use, the
+ * new one serves this read alone and is closed after it.
  */
 #include "config.h"
 
@@ -27,77 +39,102 @@
 
 #include "cache/internal.h"
 
-#define TOUCH_INTERVAL 1.0 /* seconds between access-clock bumps per shard */
+#define TOUCH_INTERVAL_MS 1000 /* between access-clock bumps per shard */
+#define CLOCK_EVERY 16         /* hits of a thread per clock read */
+#define TRIM_BATCH 16          /* readers closed per trim, at most */
 
-static size_t bucket_of(uint64_t shard) {
-  return (size_t)(bc__mix_for_buckets(shard) & (BC__READER_BUCKETS - 1));
+/* ---- the open list and its CLOCK hand (cache lock held) ---------------- */
+
+static int open_list_add(bc_cache *c, bc__slot *s) {
+  if (c->nopen == c->open_cap) {
+    size_t cap = c->open_cap ? 2 * c->open_cap : 64;
+    bc__slot **grown = realloc(c->open, cap * sizeof *grown);
+    if (grown == NULL) return BC_ENOMEM;
+    c->open = grown;
+    c->open_cap = cap;
+  }
+  s->open_index = c->nopen;
+  c->open[c->nopen++] = s;
+  return 0;
 }
 
-static bc__reader *lookup(bc_cache *c, uint64_t shard) {
-  for (bc__reader *r = c->buckets[bucket_of(shard)]; r; r = r->hnext)
-    if (r->shard == shard) return r;
-  return NULL;
+static void open_list_remove(bc_cache *c, bc__slot *s) {
+  size_t i = s->open_index;
+  if (i == SIZE_MAX) return;
+  c->open[i] = c->open[--c->nopen];
+  c->open[i]->open_index = i;
+  s->open_index = SIZE_MAX;
+  if (c->hand >= c->nopen) c->hand = 0;
 }
 
-static void lru_unlink(bc_cache *c, bc__reader *r) {
-  if (r->prev) r->prev->next = r->next; else c->lru_head = r->next;
-  if (r->next) r->next->prev = r->prev; else c->lru_tail = r->prev;
-  r->prev = r->next = NULL;
+/* Drops slot s from the open list: no new pins; closed by its last user,
+ * or by the caller's bc__slot_try_close after unlocking. */
+static void drop_slot(bc_cache *c, bc__slot *s) {
+  open_list_remove(c, s);
+  bc__slot_drop(s);
 }
 
-static void lru_push_front(bc_cache *c, bc__reader *r) {
-  r->prev = NULL;
-  r->next = c->lru_head;
-  if (c->lru_head) c->lru_head->prev = r; else c->lru_tail = r;
-  c->lru_head = r;
-}
-
-static void table_remove(bc_cache *c, bc__reader *r) {
-  for (bc__reader **p = &c->buckets[bucket_of(r->shard)]; *p; p = &(*p)->hnext)
-    if (*p == r) {
-      *p = r->hnext;
-      break;
-    }
-  lru_unlink(c, r);
-  c->nreaders--;
-}
-
-/* Unlinks unused readers beyond the limit (lock held); returns them as a
- * list to close after unlocking. */
-static bc__reader *trim(bc_cache *c) {
+/* Drops unused readers beyond max_open_shards, least recently used first
+ * by the CLOCK hand: a referenced slot loses its mark and is passed over
+ * once.  Slots in use are skipped.  Stores up to TRIM_BATCH dropped slots
+ * in out[] (to try_close after unlocking) and returns how many. */
+static size_t trim(bc_cache *c, bc__slot **out) {
   size_t max = c->opts.max_open_shards ? (size_t)c->opts.max_open_shards : 128;
-  bc__reader *closing = NULL;
-  for (bc__reader *r = c->lru_tail; r && c->nreaders > max;) {
-    bc__reader *prev = r->prev;
-    if (r->users == 0) {
-      table_remove(c, r);
-      r->hnext = closing;
-      closing = r;
+  size_t n = 0;
+  for (size_t steps = 2 * c->nopen + 1;
+       c->nopen > max && n < TRIM_BATCH && steps > 0; steps--) {
+    if (c->hand >= c->nopen) c->hand = 0;
+    bc__slot *s = c->open[c->hand];
+    if (bc__slot_pins(s) > 0) {
+      c->hand++;
+    } else if (atomic_exchange_explicit(&s->referenced, false,
+                                        memory_order_relaxed)) {
+      c->hand++;
+    } else {
+      drop_slot(c, s); /* the last slot moves into the hand's place */
+      out[n++] = s;
     }
-    r = prev;
   }
-  return closing;
+  return n;
 }
 
-static void close_list(bc__reader *r) {
-  while (r) {
-    bc__reader *next = r->hnext;
-    bc_bag_close(r->bag);
-    free(r);
-    r = next;
-  }
+static void close_dropped(bc_cache *c, bc__slot **slots, size_t n) {
+  for (size_t i = 0; i < n; i++) bc__slot_try_close(&c->slots, slots[i]);
 }
 
-/* Unlinks a reader from the table and LRU (lock held); an unused one is
- * returned for closing, one in use is left to its last user. */
-static bc__reader *drop_reader(bc_cache *c, bc__reader *r) {
-  table_remove(c, r);
-  if (r->users > 0) {
-    r->orphan = true;
-    return NULL;
+/* The coarse time in milliseconds for the hit path, read from the clock
+ * once every CLOCK_EVERY hits of a thread: under random access a clock
+ * read costs more than the rest of a hit (its vDSO pages drop out of the
+ * TLB), and so does the TSC in a virtual machine. */
+static int64_t hit_time_ms(bc__treg *g) {
+  if (g->countdown == 0) {
+    g->countdown = CLOCK_EVERY;
+    g->ms = (int64_t)(bc__coarse_now() * 1000.0);
   }
-  r->hnext = NULL;
-  return r;
+  g->countdown--;
+  return g->ms;
+}
+
+/* The calling thread's record in c: a small per-thread cache of the last
+ * few caches used (keyed by serial number, which is never reused, so an
+ * entry of a destroyed cache is never followed), else the table's list. */
+static bc__treg *my_reg(bc_cache *c) {
+  static _Thread_local struct {
+    uint64_t serial;
+    bc__treg *reg;
+  } recent[4];
+  static _Thread_local unsigned next_victim;
+  for (int i = 0; i < 4; i++)
+    if (recent[i].serial == c->serial) return recent[i].reg;
+  pthread_mutex_lock(&c->lock);
+  bc__treg *g = bc__treg_get(&c->slots);
+  pthread_mutex_unlock(&c->lock);
+  if (g != NULL) {
+    unsigned i = next_victim++ % 4;
+    recent[i].serial = c->serial;
+    recent[i].reg = g;
+  }
+  return g;
 }
 
 /* Bumps the shard's access clock in the shared state.  Returns false when
@@ -158,8 +195,8 @@ static void sweep_evicted(bc_cache *c) {
   uint64_t idle[128];
   size_t n = 0;
   pthread_mutex_lock(&c->lock);
-  for (bc__reader *r = c->lru_head; r && n < 128; r = r->next)
-    if (r->users == 0) idle[n++] = r->shard;
+  for (size_t i = 0; i < c->nopen && n < 128; i++)
+    if (bc__slot_pins(c->open[i]) == 0) idle[n++] = c->open[i]->shard;
   pthread_mutex_unlock(&c->lock);
   if (n == 0) return;
   uint64_t gone[128];
@@ -177,31 +214,46 @@ static void sweep_evicted(bc_cache *c) {
   if (ngone > 0) bc__readers_forget(c, gone, ngone);
 }
 
-int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out) {
-  pthread_mutex_lock(&c->lock);
-  bc__reader *r = lookup(c, shard);
-  if (r != NULL) {
-    r->users++;
-    if (c->lru_head != r) {
-      lru_unlink(c, r);
-      lru_push_front(c, r);
-    }
-    double now = bc__coarse_now();
-    bool bump = now - r->touched > TOUCH_INTERVAL;
-    if (bump) r->touched = now;
+/* The hit path's bookkeeping: count it, mark the slot referenced, and
+ * bump the shared access clock if the last bump is a second old. */
+static void note_hit(bc_cache *c, bc__treg *g, bc__slot *s) {
+  atomic_store_explicit(&g->hits,
+                        atomic_load_explicit(&g->hits, memory_order_relaxed) + 1,
+                        memory_order_relaxed); /* the owner alone writes */
+  if (!atomic_load_explicit(&s->referenced, memory_order_relaxed))
+    atomic_store_explicit(&s->referenced, true, memory_order_relaxed);
+  int64_t now = hit_time_ms(g);
+  int64_t last = atomic_load_explicit(&s->touched_ms, memory_order_relaxed);
+  if (now - last < TOUCH_INTERVAL_MS ||
+      !atomic_compare_exchange_strong_explicit(&s->touched_ms, &last, now,
+                                               memory_order_relaxed,
+                                               memory_order_relaxed))
+    return;
+  if (!touch(c, s->shard)) {
+    /* Evicted elsewhere: finish this read from the old mapping (same
+     * bytes; our hazard or pin keeps it), but let the next one find the
+     * shard anew. */
+    pthread_mutex_lock(&c->lock);
+    if (s->open_index != SIZE_MAX) drop_slot(c, s);
     pthread_mutex_unlock(&c->lock);
-    atomic_fetch_add_explicit(&c->stats.hits, 1, memory_order_relaxed);
-    if (bump && !touch(c, shard)) {
-      /* Evicted elsewhere: finish this read from the old mapping (same
-       * bytes), but let the next one find the shard anew. */
-      pthread_mutex_lock(&c->lock);
-      if (!r->orphan) drop_reader(c, r); /* in use by us: not closed here */
-      pthread_mutex_unlock(&c->lock);
-    }
-    *out = r;
-    return 0;
   }
-  pthread_mutex_unlock(&c->lock);
+}
+
+int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader *out) {
+  bc__treg *g = my_reg(c);
+  bc__slot *s = bc__slots_find(&c->slots, shard);
+  if (s != NULL && g != NULL) {
+    /* One hazard per thread: a thread already inside a read (a nested
+     * one) pins instead. */
+    bool busy = atomic_load_explicit(&g->hazard, memory_order_relaxed) != NULL;
+    if (busy ? bc__slot_pin(s) : bc__slot_enter(g, s)) {
+      note_hit(c, g, s);
+      *out = (bc__reader){atomic_load_explicit(&s->bag, memory_order_relaxed),
+                          shard * c->R, s, busy ? NULL : g};
+      return 0;
+    }
+    if (busy) bc__slot_unpin(&c->slots, s);
+  }
 
   bc_bag *bag = NULL;
   int rc = 0;
@@ -231,78 +283,80 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader **out) {
   touch(c, shard);
   sweep_evicted(c);
 
-  r = calloc(1, sizeof *r);
-  if (r == NULL) {
-    bc_bag_close(bag);
-    return bc__error(BC_ENOMEM, "out of memory");
-  }
-  r->shard = shard;
-  r->start = shard * c->R;
-  r->bag = bag;
-  r->users = 1;
-  r->touched = bc__coarse_now();
+  bc__slot *closing[TRIM_BATCH];
+  size_t nclosing = 0;
+  *out = (bc__reader){bag, shard * c->R, NULL, NULL}; /* alone unless
+                                                          installed */
   pthread_mutex_lock(&c->lock);
-  bc__reader *other = lookup(c, shard);
-  if (other != NULL) { /* another thread opened it meanwhile: use that one */
-    other->users++;
+  s = bc__slots_get(&c->slots, shard);
+  if (s != NULL && bc__slot_pin(s)) {
+    /* Another thread opened it meanwhile (an open slot is only dropped
+     * under the lock we hold): use that one. */
     pthread_mutex_unlock(&c->lock);
-    close_list(r);
-    *out = other;
+    bc_bag_close(bag);
+    *out = (bc__reader){atomic_load_explicit(&s->bag, memory_order_relaxed),
+                        shard * c->R, s, NULL};
     return 0;
   }
-  r->hnext = c->buckets[bucket_of(shard)];
-  c->buckets[bucket_of(shard)] = r;
-  lru_push_front(c, r);
-  c->nreaders++;
-  bc__reader *closing = trim(c);
+  if (s != NULL) {
+    bc__slot_unpin(&c->slots, s); /* the failed pin above; may close an old
+                                     reader */
+    if (bc__slot_install(s, bag)) {
+      if (open_list_add(c, s) != 0) {
+        bc__slot_drop(s); /* no room in the list: serve this read alone */
+      } else {
+        atomic_store_explicit(&s->touched_ms,
+                              (int64_t)(bc__coarse_now() * 1000.0),
+                              memory_order_relaxed);
+        atomic_store_explicit(&s->referenced, true, memory_order_relaxed);
+        nclosing = trim(c, closing);
+      }
+      out->slot = s;
+    }
+  }
   pthread_mutex_unlock(&c->lock);
-  close_list(closing);
+  close_dropped(c, closing, nclosing);
   bc__prefetch_after(c, shard * c->R);
-  *out = r;
   return 0;
 }
 
 void bc__reader_release(bc_cache *c, bc__reader *r) {
-  pthread_mutex_lock(&c->lock);
-  r->users--;
-  bc__reader *closing = NULL;
-  if (r->users == 0) {
-    if (r->orphan) {
-      r->hnext = NULL;
-      closing = r;
-    } else {
-      closing = trim(c);
-    }
-  }
-  pthread_mutex_unlock(&c->lock);
-  close_list(closing);
+  if (r->reg != NULL)
+    bc__slot_exit(&c->slots, r->reg, r->slot);
+  else if (r->slot != NULL)
+    bc__slot_unpin(&c->slots, r->slot);
+  else
+    bc_bag_close(r->bag);
 }
 
 void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n) {
-  bc__reader *closing = NULL;
-  pthread_mutex_lock(&c->lock);
   for (size_t i = 0; i < n; i++) {
-    bc__reader *r = lookup(c, shards[i]);
-    if (r == NULL) continue;
-    bc__reader *dropped = drop_reader(c, r);
-    if (dropped) {
-      dropped->hnext = closing;
-      closing = dropped;
-    }
+    bc__slot *s = bc__slots_find(&c->slots, shards[i]);
+    if (s == NULL) continue;
+    pthread_mutex_lock(&c->lock);
+    if (s->open_index != SIZE_MAX) drop_slot(c, s);
+    pthread_mutex_unlock(&c->lock);
+    bc__slot_try_close(&c->slots, s);
   }
+}
+
+uint64_t bc__readers_hits(bc_cache *c) {
+  uint64_t hits = 0;
+  pthread_mutex_lock(&c->lock);
+  for (bc__treg *g = c->slots.regs; g != NULL; g = g->next)
+    hits += atomic_load_explicit(&g->hits, memory_order_relaxed);
   pthread_mutex_unlock(&c->lock);
-  close_list(closing);
+  return hits;
 }
 
 void bc__readers_close_all(bc_cache *c) {
-  bc__reader *r = c->lru_head;
-  while (r) {
-    bc__reader *next = r->next;
-    bc_bag_close(r->bag);
-    free(r);
-    r = next;
+  for (bc__slot *s = c->slots.all; s != NULL; s = s->next_all) {
+    uint64_t v = atomic_load_explicit(&s->word, memory_order_relaxed);
+    if (v & BC__SLOT_HASBAG)
+      bc_bag_close(atomic_load_explicit(&s->bag, memory_order_relaxed));
   }
-  c->lru_head = c->lru_tail = NULL;
-  memset(c->buckets, 0, sizeof c->buckets);
-  c->nreaders = 0;
+  bc__slots_free(&c->slots);
+  free(c->open);
+  c->open = NULL;
+  c->nopen = c->open_cap = c->hand = 0;
 }

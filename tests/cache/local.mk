@@ -11,7 +11,8 @@ BC_CACHE_TESTS = \
 	tests/cache/test_cache_procs \
 	tests/cache/test_cache_threads \
 	tests/cache/test_cache_crash \
-	tests/cache/test_cache_damage
+	tests/cache/test_cache_damage \
+	tests/cache/test_slots
 
 if BC_TESTS
 check_PROGRAMS += $(BC_CACHE_TESTS)
@@ -72,3 +73,7 @@ tests_cache_test_cache_damage_SOURCES = tests/cache/test_cache_damage.c \
 	$(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_damage_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_damage_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_slots_SOURCES = tests/cache/test_slots.c $(BC_CACHE_TEST_UTIL)
+tests_cache_test_slots_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_slots_LDADD = $(BC_CACHE_TEST_LDADD)

@@ -242,6 +242,47 @@ static void test_two_caches_one_root(void **state) {
   cu_check_shards(f->root, false, false);
 }
 
+/* Four threads read random records of a filled cache that may keep only
+ * two shard readers open, so readers are dropped while other threads have
+ * them pinned, closed by their last user, and reopened (in the same slot)
+ * all the time: every read is right, each read is exactly one hit or one
+ * shard open, and afterwards at most two shard files stay mapped. */
+static void test_reader_churn(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(400);
+  f->sh = ts_shared_new(&cfg);
+  assert_non_null(f->sh);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 10;
+  o.prefetch_shards = -1;
+  o.max_open_shards = 2;
+  CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
+  CU_OK(bc_cache_fill_all(f->c));
+  bc_cache_stats before;
+  CU_OK(bc_cache_stats_get(f->c, &before));
+  job jobs[NTHREADS];
+  memset(jobs, 0, sizeof jobs);
+  int reads = CU_SANITIZED ? 400 : 4000;
+  for (int k = 0; k < NTHREADS; k++)
+    jobs[k] = (job){.c = f->c, .n = 400, .id = k, .fixed_index = -1,
+                    .reads = reads};
+  /* Half of the threads hammer one record, so its shard is hot while the
+   * others churn the rest. */
+  jobs[0].fixed_index = 7;
+  run(jobs);
+  for (int k = 0; k < NTHREADS; k++)
+    if (jobs[k].rc != 0) fail_msg("thread %d: %s", k, jobs[k].error);
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  assert_int_equal((st.hits - before.hits) + (st.shard_opens - before.shard_opens),
+                   (uint64_t)NTHREADS * (uint64_t)reads);
+  assert_true(st.shard_opens - before.shard_opens > 40);
+  assert_int_equal(st.fills, 40);
+  assert_int_equal(st.regenerations, 0);
+  assert_true(cu_mapped(f->shards) <= 2);
+  assert_int_equal(cu_deleted_held(f->shards), 0);
+}
+
 int main(void) {
   bc_set_notice_handler(NULL, NULL);
   const struct CMUnitTest tests[] = {
@@ -252,6 +293,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_two_caches_one_root, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_reader_churn, setup, teardown),
   };
   return cmocka_run_group_tests_name("cache threads", tests, NULL, NULL);
 }

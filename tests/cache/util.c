@@ -180,8 +180,8 @@ void cu_check_shards(const char *root, bool fixed, bool zstd) {
 }
 
 /* Counts lines of /proc/self/maps, and links in /proc/self/fd, that name a
- * file under dir/ and end in " (deleted)". */
-size_t cu_deleted_held(const char *dir) {
+ * file under dir/ (only those ending in " (deleted)" if deleted_only). */
+static size_t mapped_in(const char *dir, bool deleted_only) {
   size_t n = 0, dlen = strlen(dir);
   char line[8192];
   FILE *maps = fopen("/proc/self/maps", "r");
@@ -189,7 +189,7 @@ size_t cu_deleted_held(const char *dir) {
     while (fgets(line, sizeof line, maps) != NULL) {
       char *path = strchr(line, '/');
       if (path != NULL && strncmp(path, dir, dlen) == 0 && path[dlen] == '/' &&
-          strstr(path, " (deleted)") != NULL)
+          (!deleted_only || strstr(path, " (deleted)") != NULL))
         n++;
     }
     fclose(maps);
@@ -204,13 +204,17 @@ size_t cu_deleted_held(const char *dir) {
       if (len <= 0) continue;
       line[len] = '\0';
       if (strncmp(line, dir, dlen) == 0 && line[dlen] == '/' &&
-          strstr(line, " (deleted)") != NULL)
+          (!deleted_only || strstr(line, " (deleted)") != NULL))
         n++;
     }
     closedir(d);
   }
   return n;
 }
+
+size_t cu_deleted_held(const char *dir) { return mapped_in(dir, true); }
+
+size_t cu_mapped(const char *dir) { return mapped_in(dir, false); }
 
 int cu_get_cmp(bc_cache *c, int64_t i, bool fixed, bc_buf *buf) {
   int rc = bc_cache_get(c, i, buf);

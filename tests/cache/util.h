@@ -75,6 +75,8 @@ void cu_check_shards(const char *root, bool fixed, bool zstd);
 /* Number of this process's mappings and open descriptors of files under
  * `dir` that were deleted (disk space an unlinked shard still holds). */
 size_t cu_deleted_held(const char *dir);
+/* The same for every file under `dir`, deleted or not (open shards). */
+size_t cu_mapped(const char *dir);
 
 /* Reads record i from the cache and compares it with the model: 0 when it
  * matches, the error code when the get failed, 1 when the bytes differ. */
