@@ -405,6 +405,9 @@ void bc_cache_close(bc_cache *c) {
 bc_seq *bc_cache_seq(bc_cache *c) { return &c->base; }
 
 int bc_cache_get(bc_cache *c, int64_t index, bc_buf *out) {
+  /* A cache is a leaf: a non-negative index needs no resolving, and
+   * cache_get_record checks it against the length. */
+  if (index >= 0) return cache_get_record(&c->base, (uint64_t)index, out);
   return bc_seq_get(&c->base, index, out);
 }
 
