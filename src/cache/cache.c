@@ -240,6 +240,60 @@ static int check_options(const bc_cache_options *o, const bc_source *src) {
   return 0;
 }
 
+/* metadata.json is missing (new root, or lost).  Shard files left in
+ * shards/ are the truth: their layout replaces the options'.  Whatever
+ * the shared state remembers was recorded under a layout nobody can vouch
+ * for any more (records, checksums: a shard refilled under another layout
+ * must not be compared with them), so it is dropped and rebuilt from the
+ * files (bc__rebuild_state); the disk limit and the access clock stay.
+ * Called in the write transaction that creates metadata.json. */
+static int recover_layout(bc_cache *c, MDB_txn *t, bc__meta *m) {
+  bc__layout l;
+  int rc = bc__infer_layout(c, &l);
+  if (rc != 0) return rc;
+  if (l.files > 0) {
+    bc__notice("%s: metadata.json is missing; rebuilt from %zu shard files "
+               "(%llu records per shard, %s)", c->root, l.files,
+               (unsigned long long)l.shard_records, l.zstd ? "zstd" : "none");
+    m->shard_records = l.shard_records;
+    m->zstd = l.zstd;
+    if (!m->length_final || m->length < l.length) {
+      m->length = l.length;
+      m->length_final = false;
+    }
+  }
+  MDB_dbi meta = bc__dbi_meta(c->env);
+  uint64_t ready = 0;
+  bool stale = false;
+  if ((rc = bc__u64_get(t, meta, "ready", &ready, &stale)) != 0) return rc;
+  MDB_dbi dbs[2] = {bc__dbi_shard(c->env), bc__dbi_sum(c->env)};
+  for (size_t i = 0; i < 2 && !stale; i++) {
+    MDB_val k, v;
+    MDB_cursor *cur;
+    int mrc = mdb_cursor_open(t, dbs[i], &cur);
+    if (mrc != 0) return bc__mdb_error(mrc, "cache state");
+    stale = mdb_cursor_get(cur, &k, &v, MDB_FIRST) == 0;
+    mdb_cursor_close(cur);
+  }
+  if (!stale) return 0;
+  for (size_t i = 0; i < 2; i++) {
+    int mrc = mdb_drop(t, dbs[i], 0);
+    if (mrc != 0) return bc__mdb_error(mrc, "cache state");
+  }
+  static const char *const keys[] = {"bytes", "length", "final", "ready"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    MDB_val key = {strlen(keys[i]), (void *)keys[i]};
+    int mrc = mdb_del(t, meta, &key, NULL);
+    if (mrc != 0 && mrc != MDB_NOTFOUND) return bc__mdb_error(mrc, "cache state");
+  }
+  atomic_store(&c->known_length, 0);
+  atomic_store(&c->final, false);
+  if (l.files == 0)
+    bc__notice("%s: metadata.json and the shard files are missing; the shared "
+               "state starts afresh", c->root);
+  return 0;
+}
+
 /* Reads metadata.json, or creates it from the options and the shard length
  * `estimated` from the source (0: none).  Creation runs under the LMDB write lock so two
  * processes creating one root agree on one metadata.json. */
@@ -266,6 +320,7 @@ static int load_or_create_meta(bc_cache *c, uint64_t estimated) {
         m.length_final = true;
       }
       rc = m.info_json ? 0 : bc__error(BC_ENOMEM, "out of memory");
+      if (rc == 0) rc = recover_layout(c, t, &m);
       write = true;
     } else if (rc == 0 && m.shard_records == 0 && records != 0) {
       m.shard_records = records;

@@ -252,6 +252,13 @@ void bc__drain_join(bc_cache *c, bool join);
 void bc__passes_close_all(bc_cache *c);
 
 /* maint.c */
+typedef struct {
+  size_t files;           /* shard files found (0: nothing inferred) */
+  uint64_t shard_records; /* R */
+  bool zstd;
+  uint64_t length;        /* the highest end: a lower bound */
+} bc__layout;
+int bc__infer_layout(bc_cache *c, bc__layout *out);
 /* Removes every file of shard `shard` from shards/ (whatever its end). */
 void bc__unlink_shard_files(bc_cache *c, uint64_t shard);
 int bc__rebuild_state(bc_cache *c);

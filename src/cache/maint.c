@@ -47,6 +47,48 @@ void bc__unlink_shard_files(bc_cache *c, uint64_t shard) {
   closedir(d);
 }
 
+/* Infers the shard length, compression and known length from the files
+ * in shards/ (metadata.json is gone but shards remain).  Every shard but
+ * the last one of a source is full, so the length of any file that is not
+ * the highest is R.  A lone file is taken as full (R = its length) when
+ * its start allows, else R = its start: never shorter than a shard that
+ * may be full, so no record it holds is taken for the end of the source.
+ * Files of the other compression than the majority, or that do not fit R,
+ * are left to the rebuild (which leaves them alone with a notice). */
+int bc__infer_layout(bc_cache *c, bc__layout *out) {
+  memset(out, 0, sizeof *out);
+  DIR *d = opendir(c->shards_dir);
+  if (d == NULL)
+    return errno == ENOENT ? 0 : bc__error_errno(errno, "%s", c->shards_dir);
+  uint64_t top_start = 0, top_len = 0, full = 0;
+  size_t nzstd = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    uint64_t start, end;
+    bool zstd;
+    if (!parse_shard_name(e->d_name, &start, &end, &zstd)) continue;
+    out->files++;
+    nzstd += zstd;
+    if (end > out->length) out->length = end;
+    if (out->files == 1 || start > top_start) {
+      if (out->files > 1 && top_len > full) full = top_len; /* not the top */
+      top_start = start;
+      top_len = end - start;
+    } else if (end - start > full) {
+      full = end - start;
+    }
+  }
+  closedir(d);
+  if (out->files == 0) return 0;
+  out->zstd = 2 * nzstd > out->files;
+  uint64_t r = full > top_len ? full : top_len;
+  if (top_start % r != 0)
+    r = top_start; /* a lone short file: its start is a shard length that
+                      holds it (one shard before it) */
+  out->shard_records = r;
+  return 0;
+}
+
 /* Builds the state from a scan of shards/ when it is new (first open, or
  * lost, or discarded as corrupt).  "ready" marks it built. */
 int bc__rebuild_state(bc_cache *c) {

@@ -123,6 +123,97 @@ static void test_locks_deleted(void **state) {
   check_rebuilt(f);
 }
 
+/* metadata.json lost, shards kept: the layout comes back from the file
+ * names (over the options given), the state is rebuilt from the files, and
+ * every record is served without a source.  The end is unknown until a
+ * source finds it, without filling anything. */
+static void test_metadata_lost(void **state) {
+  fixture *f = *state;
+  char *meta = cu_path(f->root, "metadata.json");
+  assert_int_equal(unlink(meta), 0);
+  f->o.shard_records = 7;
+  open_bare(f);
+  assert_true(cu_notice_seen("rebuilt from 10 shard files (10 records per shard"));
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.shard_records, R);
+  assert_int_equal(st.shards_present, N / R);
+  cu_check_all(f->c, N, false);
+  uint64_t len = 0;
+  assert_int_equal(bc_cache_len(f->c, &len), BC_ENOTCACHED);
+  close_cache(f);
+  struct stat sb;
+  assert_int_equal(stat(meta, &sb), 0); /* written again */
+  open_source(f);
+  CU_OK(bc_cache_len(f->c, &len));
+  assert_int_equal(len, N);
+  st = stats_of(f->c);
+  assert_int_equal(st.fills + st.regenerations, 0);
+  assert_int_equal(st.shard_records, R);
+  free(meta);
+}
+
+/* metadata.json and every shard lost, the LMDB state kept: a new layout
+ * (7 records per shard) starts afresh.  Without dropping the old state,
+ * shard 0 refilled with 7 records would be compared with the checksum of
+ * the old 10-record shard 0 and called nondeterministic. */
+static void test_metadata_and_shards_lost(void **state) {
+  fixture *f = *state;
+  char *meta = cu_path(f->root, "metadata.json");
+  assert_int_equal(unlink(meta), 0);
+  cu_rm_rf(f->shards);
+  assert_int_equal(mkdir(f->shards, 0755), 0);
+  f->o.shard_records = 7;
+  open_source(f);
+  assert_true(cu_notice_seen("starts afresh"));
+  cu_check_all(f->c, N, false);
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.shard_records, 7);
+  assert_int_equal(st.fills, (N + 6) / 7);
+  assert_int_equal(st.regenerations, 0);
+  size_t files = 0;
+  assert_int_equal(st.bytes_on_disk, cu_dir_bytes(f->shards, &files));
+  assert_int_equal(files, (N + 6) / 7);
+  free(meta);
+}
+
+/* One short shard left (the source's last one, 95.100 of a 100-record
+ * source with 5 records at the end): a lone file whose start its length
+ * does not divide is taken with R = its start, so none of its records is
+ * mistaken for the end. */
+static void test_metadata_lost_lone_short_shard(void **state) {
+  fixture *f = *state;
+  char *meta = cu_path(f->root, "metadata.json");
+  assert_int_equal(unlink(meta), 0);
+  cu_rm_rf(f->shards);
+  assert_int_equal(mkdir(f->shards, 0755), 0);
+  cu_rm_rf(f->locks);
+  /* A cache of 97 records in 10-record shards ends with 90.97. */
+  ts_config cfg97 = ts_config_default(97);
+  ts_shared *sh97 = ts_shared_new(&cfg97);
+  assert_non_null(sh97);
+  char *other = cu_path(f->dir, "other");
+  bc_cache *c = NULL;
+  CU_OK(cu_open(&c, other, &cfg97, sh97, &f->o));
+  CU_OK(bc_cache_fill_all(c));
+  bc_cache_close(c);
+  char *from = cu_path(other, "shards/90.97.bag");
+  char *to = cu_path(f->shards, "90.97.bag");
+  assert_int_equal(rename(from, to), 0);
+  open_bare(f);
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.shard_records, 90);
+  assert_int_equal(st.shards_present, 1);
+  bc_buf b = BC_BUF_INIT;
+  for (int64_t i = 90; i < 97; i++) assert_int_equal(cu_get_cmp(f->c, i, false, &b), 0);
+  assert_int_equal(bc_cache_get(f->c, 5, &b), BC_ENOTCACHED);
+  bc_buf_release(&b);
+  ts_shared_free(sh97);
+  free(from);
+  free(to);
+  free(other);
+  free(meta);
+}
+
 /* Overwrites a file with garbage, keeping its size. */
 static void scribble(const char *path) {
   struct stat st;
@@ -357,6 +448,11 @@ int main(void) {
   bc_set_notice_handler(NULL, NULL);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_locks_deleted, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_metadata_lost, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_metadata_and_shards_lost, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_metadata_lost_lone_short_shard,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_data_mdb_garbage, setup, teardown),
       cmocka_unit_test_setup_teardown(test_data_mdb_empty, setup, teardown),
       cmocka_unit_test_setup_teardown(test_truncated_shard, setup, teardown),
