@@ -75,6 +75,9 @@ typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
                                  uint64_t shard_records, uint64_t *shards,
                                  size_t max);
 
+/* disk_limit: no limit, and none stored for the processes that follow. */
+#define BC_CACHE_NO_LIMIT UINT64_MAX
+
 typedef struct bc_cache_options {
   /* Records per shard.  0: derive it from shard_bytes, estimated from the
    * first records of the source, and recorded once in metadata.json. */
@@ -87,7 +90,8 @@ typedef struct bc_cache_options {
   uint64_t disk_limit;    /* bytes in shards/ at most; 0 = the limit stored
                              in the root by an earlier open, or none.  A
                              non-zero limit is stored in the root's shared
-                             state and enforced by every process */
+                             state and enforced by every process;
+                             BC_CACHE_NO_LIMIT removes the stored one */
   bc_compression compression; /* NONE (default, .bag) or ZSTD (.bagz) */
   int zstd_level;         /* with ZSTD; 0 = zstd's default (3) */
   /* When a shard is opened, fill what this returns next (no lock held).

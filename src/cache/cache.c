@@ -232,7 +232,8 @@ static int check_options(const bc_cache_options *o, const bc_source *src) {
     return bc__error(BC_EINVAL, "cache options: zstd level %d outside [%d, %d]",
                      o->zstd_level, ZSTD_minCLevel(), ZSTD_maxCLevel());
   uint64_t target = o->shard_bytes ? o->shard_bytes : (uint64_t)64 << 20;
-  if (o->disk_limit != 0 && o->shard_records == 0 && o->disk_limit < target)
+  if (o->disk_limit != 0 && o->disk_limit != BC_CACHE_NO_LIMIT &&
+      o->shard_records == 0 && o->disk_limit < target)
     return bc__error(BC_EINVAL,
                      "cache options: disk limit %llu bytes is smaller than one "
                      "shard (%llu bytes)", (unsigned long long)o->disk_limit,
@@ -427,10 +428,12 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   if ((rc = load_or_create_meta(c, estimated)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;
   if (opts->disk_limit != 0) {
-    /* Every process enforces the limit stored here at each publish. */
+    /* Every process enforces the limit stored here at each publish; a
+     * stored 0 is no limit (BC_CACHE_NO_LIMIT). */
+    if (opts->disk_limit == BC_CACHE_NO_LIMIT) c->opts.disk_limit = 0;
     MDB_txn *t;
     if ((rc = bc__txn_begin(c->env, true, &t)) != 0) goto fail;
-    rc = bc__u64_put(t, bc__dbi_meta(c->env), "limit", opts->disk_limit);
+    rc = bc__u64_put(t, bc__dbi_meta(c->env), "limit", c->opts.disk_limit);
     if (rc == 0) rc = bc__txn_commit(t);
     else mdb_txn_abort(t);
     if (rc != 0) goto fail;

@@ -62,7 +62,8 @@ static const char fill_usage[] =
     "                            evicting the least recently used; the limit\n"
     "                            is stored with the cache and kept by every\n"
     "                            process that uses it (default: the stored\n"
-    "                            limit, if any)\n"
+    "                            limit, if any); none removes the stored\n"
+    "                            limit\n"
     "      --level N             compress shards with zstd at level N\n"
     "                            (-131072 to 22; 0 = zstd's default, 3);\n"
     "                            without it shards are not compressed\n"
@@ -124,6 +125,10 @@ static int fill_option(void *ctx, int option, const char *arg) {
       cmd->size_given = true;
       return CLI_OK;
     case CLI_OPT_LIMIT:
+      if (strcmp(arg, "none") == 0) {
+        cmd->opts.disk_limit = BC_CACHE_NO_LIMIT;
+        return CLI_OK;
+      }
       if (!cli_parse_size(arg, &size))
         return cli_usage_error("invalid limit '%s' (expected bytes, e.g. 10G)",
                                arg);

@@ -359,6 +359,39 @@ static void test_evicted_readers_released(void **state) {
   assert_int_equal(cu_deleted_held(f->shards), 0);
 }
 
+/* A limit stored by one open holds for the next opens that pass none, and
+ * BC_CACHE_NO_LIMIT removes it: then everything is kept. */
+static void test_limit_removed(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  uint64_t limit = 3 * sizes[0] + sizes[0] / 2;
+  bc_cache_options o = limited(10, limit);
+  open_with(f, &cfg, &o);
+  bc_cache_close(f->c);
+  f->c = NULL;
+  o.disk_limit = 0; /* the stored limit applies */
+  open_with(f, &cfg, &o);
+  assert_int_equal(stats_of(f->c).disk_limit, limit);
+  for (int64_t i = 0; i < 100; i += 10) get_ok(f->c, i, true);
+  assert_int_equal(stats_of(f->c).shards_present, 3);
+  bc_cache_close(f->c);
+  f->c = NULL;
+  o.disk_limit = BC_CACHE_NO_LIMIT;
+  open_with(f, &cfg, &o);
+  bc_cache_close(f->c);
+  f->c = NULL;
+  o.disk_limit = 0; /* nothing stored any more */
+  open_with(f, &cfg, &o);
+  assert_int_equal(stats_of(f->c).disk_limit, 0);
+  for (int64_t i = 0; i < 100; i += 10) get_ok(f->c, i, true);
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.shards_present, 10);
+  assert_int_equal(st.evictions, 0);
+  assert_int_equal(st.bytes_on_disk, cu_dir_bytes(f->shards, NULL));
+}
+
 int main(void) {
   bc_set_notice_handler(NULL, NULL);
   const struct CMUnitTest tests[] = {
@@ -374,6 +407,7 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_evicted_readers_released, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_limit_removed, setup, teardown),
   };
   return cmocka_run_group_tests_name("cache disk limit", tests, NULL, NULL);
 }

@@ -176,6 +176,15 @@ bc cache fill lim -v -- seq 1 1000
 want_rc 0
 want_out "lim: 1000 records, $present shard$([ "$present" -eq 1 ] || echo s) present ($on_disk bytes, limit 2048); this run: 0 filled, 0 regenerated, 0 evicted, 0 passes\n"
 
+t "--limit none removes the stored limit; the next fill keeps everything"
+bc cache fill lim --limit none -v -- seq 1 1000
+want_rc 0
+check grep -q '^lim: 1000 records, 16 shards present (.* bytes); this run: .* 0 evicted, 1 pass' out
+bc cache info lim
+want_rc 0
+check grep -q '^disk limit: none$' out
+check [ "$(ls lim/shards | wc -l)" -eq 16 ]
+
 t "a limit smaller than one shard is refused"
 bc cache fill tiny --limit 1K -- seq 1 10
 want_rc 1
