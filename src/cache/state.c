@@ -9,7 +9,11 @@
  * pid and reopens the environment in a new process.  On open, slots of dead
  * readers are freed (mdb_reader_check).  An environment LMDB reports as
  * corrupt (or of another version) is moved aside and recreated; the caller
- * is told it is fresh and rebuilds it from a scan of shards/.
+ * is told it is fresh and rebuilds it from a scan of shards/.  Only when no
+ * other process has it open: every process holds a shared flock(2) on
+ * locks/users for as long as it has the environment open, and the repair
+ * needs it exclusively (moving the files aside under a process still using
+ * them would leave two states that do not know of each other).
  *
  * Lock order: registry_lock, then an environment's fills.lock (only across
  * fork); LMDB calls made under registry_lock are open/close only.
@@ -20,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +37,7 @@ struct bc__env {
   int refs;           /* registry_lock */
   pid_t pid;          /* process that opened `env` */
   MDB_env *env;
+  int users_fd;       /* locks/users, flock(LOCK_SH) while open */
   MDB_dbi shard, sum, meta;
   pthread_mutex_t reopen_lock; /* serialises the reopen after fork */
   bc__fill_registry fills;
@@ -143,19 +150,40 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
     pthread_mutex_init(&e->fills.lock, NULL);
     pthread_cond_init(&e->fills.cond, NULL);
     char data[4200];
+    snprintf(data, sizeof data, "%s/users", real);
+    e->users_fd = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
+    if (e->users_fd < 0 || flock(e->users_fd, LOCK_SH) != 0) {
+      rc = bc__error_errno(errno, "%s", data);
+      if (e->users_fd >= 0) close(e->users_fd);
+      free(e->dir);
+      free(e);
+      goto cleanup;
+    }
     snprintf(data, sizeof data, "%s/data.mdb", real);
     *fresh = access(data, F_OK) != 0;
     int mrc = env_open_raw(e);
     if (mrc == MDB_INVALID || mrc == MDB_CORRUPTED || mrc == MDB_VERSION_MISMATCH ||
         mrc == MDB_PAGE_NOTFOUND) {
+      if (flock(e->users_fd, LOCK_EX | LOCK_NB) != 0) {
+        rc = bc__error(BC_ECORRUPT, "%s: the shared state is damaged (%s) and "
+                       "other processes still have it open; it is rebuilt "
+                       "from the shard files by the first open after they "
+                       "close it", real, mdb_strerror(mrc));
+        close(e->users_fd);
+        free(e->dir);
+        free(e);
+        goto cleanup;
+      }
       bc__notice("%s: the shared state is damaged (%s); rebuilding it from "
                  "the shard files", real, mdb_strerror(mrc));
       env_discard_files(real);
       *fresh = true;
       mrc = env_open_raw(e);
+      flock(e->users_fd, LOCK_SH); /* a conversion: never blocks on others */
     }
     if (mrc != 0) {
       rc = bc__mdb_error(mrc, real);
+      close(e->users_fd);
       free(e->dir);
       free(e);
       goto cleanup;
@@ -179,6 +207,7 @@ void bc__env_release(bc__env *e) {
         break;
       }
     if (e->env && e->pid == getpid()) mdb_env_close(e->env);
+    close(e->users_fd); /* a forked parent or child keeps its own lock */
     pthread_mutex_destroy(&e->reopen_lock);
     pthread_mutex_destroy(&e->fills.lock);
     pthread_cond_destroy(&e->fills.cond);

@@ -241,6 +241,50 @@ static void test_data_mdb_garbage(void **state) {
   free(data);
 }
 
+/* data.mdb damaged while another process has the state open: it is not
+ * moved aside under that process (two states that do not know of each
+ * other); the open fails with a clear error, and the first open after the
+ * other process is gone rebuilds it. */
+static void test_data_mdb_garbage_in_use(void **state) {
+  fixture *f = *state;
+  int go[2], ready[2];
+  assert_int_equal(pipe(go), 0);
+  assert_int_equal(pipe(ready), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    bc_cache *c = NULL;
+    char byte = cu_open(&c, f->root, NULL, NULL, &f->o) == 0 ? 'y' : 'n';
+    if (write(ready[1], &byte, 1) != 1 || read(go[0], &byte, 1) != 1) _exit(2);
+    bc_cache_close(c);
+    _exit(0);
+  }
+  char byte = 0;
+  assert_int_equal(read(ready[0], &byte, 1), 1);
+  assert_int_equal(byte, 'y');
+  char *data = cu_path(f->locks, "data.mdb");
+  scribble(data);
+  assert_int_equal(cu_open(&f->c, f->root, NULL, NULL, &f->o), BC_ECORRUPT);
+  assert_non_null(strstr(bc_errmsg(), "other processes still have it open"));
+  char *aside = cu_path(f->locks, "data.mdb.damaged");
+  struct stat sb;
+  assert_int_not_equal(stat(aside, &sb), 0); /* nothing moved */
+  assert_int_equal(write(go[1], "x", 1), 1);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  open_bare(f);
+  assert_true(cu_notice_seen("damaged"));
+  assert_int_equal(stat(aside, &sb), 0);
+  check_rebuilt(f);
+  for (int k = 0; k < 2; k++) {
+    close(go[k]);
+    close(ready[k]);
+  }
+  free(aside);
+  free(data);
+}
+
 static void test_data_mdb_empty(void **state) {
   fixture *f = *state;
   char *data = cu_path(f->locks, "data.mdb");
@@ -454,6 +498,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_metadata_lost_lone_short_shard,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_data_mdb_garbage, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_data_mdb_garbage_in_use, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_data_mdb_empty, setup, teardown),
       cmocka_unit_test_setup_teardown(test_truncated_shard, setup, teardown),
       cmocka_unit_test_setup_teardown(test_truncated_shard_verify, setup, teardown),
