@@ -366,6 +366,10 @@ static PyObject *to_record(bcpy_core *c, bc_buf *b) {
   PyObject *mv = PyMemoryView_FromMemory((char *)data, (Py_ssize_t)b->size, PyBUF_READ);
   if (mv == NULL) return NULL;
   PyObject *r = call1(c->loads, mv);
+  if (Py_REFCNT(mv) == 1) { /* nobody kept it: freeing it releases it */
+    Py_DECREF(mv);
+    return r;
+  }
   PyObject *released = PyObject_CallMethod(mv, "release", NULL);
   if (released == NULL) {
     PyErr_Clear();
@@ -799,8 +803,12 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
   int rc;
   for (int attempt = 0;; attempt++) {
     if (direct) {
+      /* The cache itself: its own entry skips the sequence layer.  Safe
+       * against a close meanwhile: closing drops the handle, not the
+       * object, which this object's sequence reference keeps. */
+      bc_cache *leaf = seq == core->seq && at >= 0 ? core->cache : NULL;
       Py_BEGIN_ALLOW_THREADS
-      rc = bc_seq_get(seq, at, &buf);
+      rc = leaf != NULL ? bc_cache_get(leaf, at, &buf) : bc_seq_get(seq, at, &buf);
       if (rc != 0) snprintf(msg, sizeof msg, "%s", bc_errmsg());
       Py_END_ALLOW_THREADS
     } else {
