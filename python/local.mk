@@ -20,6 +20,7 @@
 BC_PY_C_SOURCES = \
 	python/src/bcpy.h \
 	python/src/module.c \
+	python/src/scratch.c \
 	python/src/seq.c \
 	python/src/bulk.c \
 	python/src/iterator.c \

@@ -50,6 +50,14 @@ extern PyObject *bcpy_InvalidSliceError;
 /* The number of records a bulk call reads between GIL hand-offs. */
 #define BCPY_CHUNK 8192
 
+/* ---- the thread's read buffer (scratch.c) ------------------------------ */
+
+/* Takes the calling thread's reusable buffer (or, out of memory,
+ * `fallback`, which must be BC_BUF_INIT); give it back when done.  Taking
+ * twice in one thread gives two different buffers. */
+bc_buf *bcpy_scratch_take(bc_buf *fallback);
+void bcpy_scratch_give(bc_buf *b, bc_buf *fallback);
+
 /* ---- sequences (seq.c) ----------------------------------------------- */
 
 typedef struct {
@@ -142,6 +150,11 @@ typedef struct bcpy_ivec {
 
 /* Appends x; -1 with MemoryError set. */
 int bcpy_ivec_push(bcpy_ivec *a, int64_t x);
+
+/* Integers from a 1-D buffer of native integers (numpy, array.array) into
+ * an empty `a`: 1 converted, 0 not such a buffer, -1 error (an unsigned
+ * value beyond int64: IndexError naming the position). */
+int bcpy_indices_from_buffer(PyObject *obj, bcpy_ivec *a);
 
 /* Appends the integers of `obj` (a 1-D native integer buffer, or any
  * iterable of integers; str/bytes and boolean masks are TypeErrors, other

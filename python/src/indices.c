@@ -45,9 +45,7 @@ static int index_value(PyObject *item, size_t pos, int64_t *out) {
   return 0;
 }
 
-/* Integers from a 1-D buffer of native integers (numpy, array.array):
- * 1 converted, 0 not such a buffer, -1 error. */
-static int indices_from_buffer(PyObject *obj, bcpy_ivec *a) {
+int bcpy_indices_from_buffer(PyObject *obj, bcpy_ivec *a) {
   Py_buffer view;
   if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) ||
       !PyObject_CheckBuffer(obj))
@@ -112,7 +110,7 @@ cleanup:
 
 /* Any sequence or iterable of integers -> bcpy_ivec. */
 int bcpy_indices_from_object(PyObject *obj, bcpy_ivec *a) {
-  int rc = indices_from_buffer(obj, a);
+  int rc = bcpy_indices_from_buffer(obj, a);
   if (rc != 0) return rc < 0 ? -1 : 0;
   if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj)) {
     PyErr_Format(PyExc_TypeError, "indices must be integers, not %.200s",

@@ -7,6 +7,10 @@
  * takes up to `batch` records from the read-ahead window (waiting only as
  * long as the records are not ready), then hands them out one per call.
  *
+ * A 1-D buffer of native integers (a numpy array) is copied into a C array
+ * up front and streamed without the GIL; its out-of-range indices still
+ * end the iteration only after the records before them.
+ *
  * Index streams: bc_readahead pulls indices only inside bc_readahead_next,
  * i.e. in the thread that runs __next__ and has released the GIL; the
  * stream callback takes the GIL (PyGILState_Ensure) to call next() on the
@@ -35,6 +39,9 @@ typedef struct {
   PyObject_HEAD
   bc_readahead *ra;
   PyObject *source; /* iterator of indices, or NULL for a range */
+  bcpy_ivec array;  /* or the indices of a native integer buffer, read
+                       without the GIL (next: array_pos) */
+  size_t array_pos;
   PyObject *owner;  /* the sequence object the records come from */
   uint64_t len;     /* its length, for checking streamed indices */
   pid_t pid;        /* the process whose threads serve `ra` */
@@ -84,6 +91,8 @@ static bcpy_iter *iter_new(bcpy_seq *seq, size_t window) {
   if (it == NULL) return NULL;
   it->ra = NULL;
   it->source = NULL;
+  it->array = (bcpy_ivec){NULL, 0, 0};
+  it->array_pos = 0;
   Py_INCREF(seq);
   it->owner = (PyObject *)seq;
   it->len = seq->len;
@@ -170,25 +179,45 @@ done:
   return rc;
 }
 
+/* The stream of a C array of indices: no GIL needed. */
+static int array_stream(void *payload, uint64_t *index) {
+  bcpy_iter *it = payload;
+  if (it->array_pos == it->array.n) return 0;
+  int64_t v = it->array.v[it->array_pos++];
+  int64_t i = v < 0 ? v + (int64_t)it->len : v;
+  if (i < 0 || (uint64_t)i >= it->len)
+    return bc_set_errmsg(BC_ERANGE, "index %lld out of range [0, %llu)",
+                         (long long)v, (unsigned long long)it->len);
+  *index = (uint64_t)i;
+  return 1;
+}
+
 PyObject *bcpy_iter_indices(bcpy_seq *seq, PyObject *indices,
                             PyObject *read_ahead) {
   size_t window;
-  PyObject *source = PyObject_GetIter(indices);
-  if (source == NULL) return NULL;
-  if (window_size(seq, read_ahead, UINT64_MAX, &window) < 0) {
-    Py_DECREF(source);
+  bcpy_ivec array = {NULL, 0, 0};
+  PyObject *source = NULL;
+  int conv = bcpy_indices_from_buffer(indices, &array);
+  if (conv < 0) return NULL;
+  if (conv == 0 && (source = PyObject_GetIter(indices)) == NULL) return NULL;
+  if (window_size(seq, read_ahead, conv ? array.n : UINT64_MAX, &window) < 0) {
+    Py_XDECREF(source);
+    PyMem_RawFree(array.v);
     return NULL;
   }
   bcpy_iter *it = iter_new(seq, window);
-  if (it == NULL) {
-    Py_DECREF(source);
+  if (it == NULL) { /* freed on the way out: nothing of ours taken yet */
+    Py_XDECREF(source);
+    PyMem_RawFree(array.v);
     return NULL;
   }
   it->source = source;
+  it->array = array;
   bc_readahead_options o = BC_READAHEAD_OPTIONS_INIT;
   o.window = window;
   o.threads = seq->readahead_threads > 0 ? seq->readahead_threads : 2;
-  int rc = bc_readahead_open(&it->ra, seq->seq, index_stream, it, &o);
+  int rc = bc_readahead_open(&it->ra, seq->seq, conv ? array_stream : index_stream,
+                             it, &o);
   if (rc != 0) {
     bcpy_raise(rc, NULL);
     Py_DECREF(it);
@@ -297,6 +326,7 @@ static void iter_dealloc(bcpy_iter *it) {
   if (it->bufs != NULL)
     for (size_t k = 0; k < it->cap; k++) bc_buf_release(&it->bufs[k]);
   PyMem_RawFree(it->bufs);
+  PyMem_RawFree(it->array.v);
   free(it->end_msg);
   PyObject_GC_Del(it);
 }

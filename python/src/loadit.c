@@ -798,7 +798,8 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
       direct = direct || recent_has(core, shard);
     }
   }
-  bc_buf buf = BC_BUF_INIT;
+  bc_buf fallback = BC_BUF_INIT;
+  bc_buf *buf = bcpy_scratch_take(&fallback);
   char msg[1024] = "";
   int rc;
   for (int attempt = 0;; attempt++) {
@@ -808,18 +809,25 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
        * object, which this object's sequence reference keeps. */
       bc_cache *leaf = seq == core->seq && at >= 0 ? core->cache : NULL;
       Py_BEGIN_ALLOW_THREADS
-      rc = leaf != NULL ? bc_cache_get(leaf, at, &buf) : bc_seq_get(seq, at, &buf);
+      rc = leaf != NULL ? bc_cache_get(leaf, at, buf) : bc_seq_get(seq, at, buf);
       if (rc != 0) snprintf(msg, sizeof msg, "%s", bc_errmsg());
       Py_END_ALLOW_THREADS
     } else {
       get_job *j = job_new(sizeof *j, get_run, get_release);
-      if (j == NULL) return NULL;
+      if (j == NULL) {
+        bcpy_scratch_give(buf, &fallback);
+        return NULL;
+      }
       j->seq = bc_seq_ref(seq);
       j->index = at;
-      if (bcpy_run(&j->base, core->src) < 0) return NULL;
+      if (bcpy_run(&j->base, core->src) < 0) {
+        bcpy_scratch_give(buf, &fallback);
+        return NULL;
+      }
       rc = j->base.rc;
       if (rc == 0) {
-        buf = j->buf;
+        bc_buf_release(buf);
+        *buf = j->buf;
         j->buf = (bc_buf)BC_BUF_INIT;
       } else {
         memcpy(msg, j->base.msg, sizeof msg);
@@ -829,17 +837,17 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
     if (!cancelled_fill(rc, msg) || attempt == RETRIES) break;
     retry_pause();
     if (PyErr_CheckSignals() < 0) {
-      bc_buf_release(&buf);
+      bcpy_scratch_give(buf, &fallback);
       return NULL;
     }
   }
   if (rc != 0) {
-    bc_buf_release(&buf);
+    bcpy_scratch_give(buf, &fallback);
     return raise_rc(rc, msg);
   }
   if (shard != UINT64_MAX) recent_mark(core, shard);
-  PyObject *result = to_record(core, &buf);
-  bc_buf_release(&buf);
+  PyObject *result = to_record(core, buf);
+  bcpy_scratch_give(buf, &fallback);
   return result;
 }
 

@@ -124,16 +124,17 @@ static PyObject *get_item(bcpy_seq *self, Py_ssize_t index) {
                  (unsigned long long)self->len);
     return NULL;
   }
-  bc_buf buf = BC_BUF_INIT;
+  bc_buf fallback = BC_BUF_INIT;
+  bc_buf *buf = bcpy_scratch_take(&fallback);
   int rc;
   /* The read may touch the disk and decompress: no GIL. */
   Py_BEGIN_ALLOW_THREADS
-  rc = bc_seq_get(self->seq, (int64_t)i, &buf);
+  rc = bc_seq_get(self->seq, (int64_t)i, buf);
   Py_END_ALLOW_THREADS
   PyObject *result = rc != 0 ? bcpy_raise(rc, NULL)
-                             : PyBytes_FromStringAndSize((const char *)buf.data,
-                                                         (Py_ssize_t)buf.size);
-  bc_buf_release(&buf);
+                             : PyBytes_FromStringAndSize((const char *)buf->data,
+                                                         (Py_ssize_t)buf->size);
+  bcpy_scratch_give(buf, &fallback);
   return result;
 }
 
