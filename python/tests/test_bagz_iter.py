@@ -47,6 +47,36 @@ def test_read_range_iter_checks_eagerly(bag_path):
         reader.read_range_iter(0, 1, 4)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.int64, np.uint64])
+def test_read_indices_iter_numpy_array(bag_path, records, dtype):
+    """A numpy array is streamed from a copy of its indices (no GIL per
+    index): the same records, negative indices, and an out-of-range index
+    reported only after the records before it."""
+    reader = bagz.Reader(bag_path)
+    idx = np.array([5, 0, 19, 3, 3], dtype=dtype)
+    it = reader.read_indices_iter(idx, read_ahead=2)
+    idx[1] = 7  # the indices were copied when the iterator was made
+    assert list(it) == [records[i] for i in (5, 0, 19, 3, 3)]
+    if np.issubdtype(dtype, np.signedinteger):
+        neg = np.array([-1, -20, 4], dtype=dtype)
+        assert list(reader.read_indices_iter(neg)) == [records[-1], records[0], records[4]]
+        bad = np.array([2, 1, -21, 0], dtype=dtype)
+    else:
+        bad = np.array([2, 1, 20, 0], dtype=dtype)
+    it = reader.read_indices_iter(bad, read_ahead=3)
+    assert [next(it), next(it)] == [records[2], records[1]]
+    with pytest.raises(IndexError, match=r"out of range \[0, 20\)"):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+    assert list(reader.read_indices_iter(np.arange(0, 20, 7, dtype=dtype))) == [
+        records[0], records[7], records[14]]
+    with pytest.raises(TypeError, match="boolean"):
+        reader.read_indices_iter(np.ones(3, dtype=bool))
+    with pytest.raises(ValueError, match="1-D"):
+        reader.read_indices_iter(np.zeros((2, 2), dtype=np.int64))
+
+
 @pytest.mark.parametrize("read_ahead", READ_AHEADS)
 def test_read_indices_iter_shuffled(bag_path, records, read_ahead):
     reader = bagz.Reader(bag_path)
