@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TOKEN_PREFIX "[bagcache source exception #"
 #define KEEP_EXCEPTIONS 64
@@ -179,9 +180,20 @@ PyObject *bcpy_source_exception(const char *message) {
 
 /* ---- the source ------------------------------------------------------------- */
 
+/* Records a pass pulls from the iterator per GIL acquisition, at most, and
+ * for at most BATCH_NS: taking the GIL once per record from an engine
+ * thread while the reader's thread also wants it costs more than the
+ * record itself (the two threads hand the GIL back and forth). */
+#define BATCH 64
+#define BATCH_NS 1000000
+
 typedef struct {
   PyObject *it;          /* the pass's iterator */
   unsigned long generation;
+  bc_buf queue[BATCH];   /* records serialized ahead, [head, count) */
+  size_t head, count;
+  int end_rc;            /* after the queue: 0 = the end, < 0 an error, */
+  char *end_msg;         /* ... with this message; 1 = not reached */
 } pass;
 
 bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps) {
@@ -258,6 +270,7 @@ static int src_open(void *payload, void **out) {
   pass *p = PyMem_RawCalloc(1, sizeof *p);
   if (p == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
   p->generation = atomic_load(&s->generation);
+  p->end_rc = 1;
   int rc = 0;
   PyGILState_STATE gil = gil_enter();
   if (atomic_load(&s->closed) || s->create_iter == NULL) { /* closed meanwhile */
@@ -316,28 +329,16 @@ static int copy_record(PyObject *obj, bc_buf *out) {
   return 0;
 }
 
-static int src_next(void *payload, void *pass_, bc_buf *out) {
-  bcpy_source *s = payload;
-  pass *p = pass_;
-  if (finalizing()) return shutting_down();
-  if (p->generation != atomic_load(&s->generation)) return cancelled();
-  int rc;
-  PyGILState_STATE gil = gil_enter();
-  if (p->generation != atomic_load(&s->generation)) { /* cancelled meanwhile */
-    rc = cancelled();
-    goto done;
-  }
+/* One record from the iterator into out (GIL held): 1, 0 at the end, or
+ * an error (the exception kept). */
+static int pull_one(bcpy_source *s, pass *p, bc_buf *out) {
   PyObject *item = PyIter_Next(p->it);
-  if (item == NULL) {
-    rc = PyErr_Occurred() ? keep_exception("iterator") : 0; /* 0: the end */
-    goto done;
-  }
+  if (item == NULL) return PyErr_Occurred() ? keep_exception("iterator") : 0;
   if (p->generation != atomic_load(&s->generation)) {
     /* Cancelled while the iterator ran (by an interrupt, a close, or a
      * collection of the loader: then s's objects may be cleared). */
     Py_DECREF(item);
-    rc = cancelled();
-    goto done;
+    return cancelled();
   }
   if (s->dumps != NULL) {
     PyObject *dumps = s->dumps;
@@ -345,17 +346,60 @@ static int src_next(void *payload, void *pass_, bc_buf *out) {
     PyObject *b = call1(dumps, item);
     Py_DECREF(dumps);
     Py_DECREF(item);
-    if (b == NULL) {
-      rc = keep_exception("serializer");
-      goto done;
-    }
+    if (b == NULL) return keep_exception("serializer");
     item = b;
   }
-  rc = copy_record(item, out) < 0 ? keep_exception("serializer") : 1;
+  int rc = copy_record(item, out) < 0 ? keep_exception("serializer") : 1;
   Py_DECREF(item);
-done:
-  gil_leave(gil);
   return rc;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Fills the pass's queue with up to BATCH records under one GIL
+ * acquisition (fewer when the iterator is slow: BATCH_NS); an end or an
+ * error is kept for after the records before it. */
+static void refill(bcpy_source *s, pass *p) {
+  p->head = p->count = 0;
+  PyGILState_STATE gil = gil_enter();
+  uint64_t start = now_ns();
+  while (p->count < BATCH) {
+    if (p->generation != atomic_load(&s->generation)) { /* cancelled */
+      p->end_rc = cancelled();
+      break;
+    }
+    int rc = pull_one(s, p, &p->queue[p->count]);
+    if (rc != 1) {
+      p->end_rc = rc;
+      break;
+    }
+    p->count++;
+    if (now_ns() - start > BATCH_NS) break;
+  }
+  gil_leave(gil);
+  if (p->end_rc < 0) p->end_msg = strdup(bc_errmsg());
+}
+
+static int src_next(void *payload, void *pass_, bc_buf *out) {
+  bcpy_source *s = payload;
+  pass *p = pass_;
+  if (finalizing()) return shutting_down();
+  if (p->generation != atomic_load(&s->generation)) return cancelled();
+  if (p->head == p->count && p->end_rc == 1) refill(s, p);
+  if (p->head < p->count) {
+    /* Hand over the queued buffer; the queue keeps the caller's old one. */
+    bc_buf tmp = *out;
+    *out = p->queue[p->head];
+    p->queue[p->head++] = tmp;
+    return 1;
+  }
+  if (p->end_rc < 0)
+    return bc_set_errmsg(p->end_rc, "%s", p->end_msg ? p->end_msg : "");
+  return p->end_rc; /* 0: the end */
 }
 
 static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
@@ -364,6 +408,16 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
   if (finalizing()) return shutting_down();
   uint64_t k = 0;
   int rc = 0;
+  while (k < n && p->head < p->count) { /* the queue first */
+    p->head++;
+    k++;
+  }
+  if (k == n || p->end_rc != 1) { /* done, or the queue ended the pass */
+    if (k < n && p->end_rc < 0)
+      return bc_set_errmsg(p->end_rc, "%s", p->end_msg ? p->end_msg : "");
+    *skipped = k;
+    return 0;
+  }
   /* The GIL is held across the records; the interpreter still hands it to
    * other threads while the iterator's own Python code runs. */
   PyGILState_STATE gil = gil_enter();
@@ -404,6 +458,8 @@ static void src_close(void *payload, void *pass_) {
     PyErr_Restore(saved_type, saved_value, saved_tb);
     gil_leave(gil);
   }
+  for (size_t k = 0; k < BATCH; k++) bc_buf_release(&p->queue[k]);
+  free(p->end_msg);
   PyMem_RawFree(p);
 }
 

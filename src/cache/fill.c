@@ -603,6 +603,9 @@ int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *out) {
       memcpy(msg, f->msg, sizeof msg);
       filling_put(reg, f);
       pthread_mutex_unlock(&reg->lock);
+      /* A fill abandoned because its cache object is closing (another
+       * handle on this root) says nothing about this one: try again. */
+      if (frc == BC_ECLOSED && !atomic_load(&c->stop_fills)) continue;
       if (frc != 0) return bc__error(frc, "%s", msg);
       continue;
     }

@@ -242,6 +242,51 @@ static void test_two_caches_one_root(void **state) {
   cu_check_shards(f->root, false, false);
 }
 
+typedef struct close_job {
+  bc_seq *seq;
+  int rc;
+} close_job;
+
+static void *read_first(void *arg) {
+  close_job *j = arg;
+  bc_buf b = BC_BUF_INIT;
+  j->rc = bc_seq_get(j->seq, 0, &b);
+  if (j->rc == 0 && !ts_matches(0, false, &b)) j->rc = 1;
+  bc_buf_release(&b);
+  return NULL;
+}
+
+/* Two cache objects on one root: the first one's fill worker starts
+ * draining (shard 0 first), a thread reading record 0 through the second
+ * waits for that fill, and the first is closed meanwhile, which abandons
+ * its worker's fill with BC_ECLOSED.  The waiter must not take that error
+ * for its own: it fills the shard itself. */
+static void test_waiter_survives_other_close(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.delay_us = 2000; /* a shard of 50 records: 100 ms */
+  f->sh = ts_shared_new(&cfg);
+  assert_non_null(f->sh);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 50;
+  o.prefetch_shards = -1;
+  CU_OK(cu_open(&f->c2, f->root, &cfg, f->sh, &o));
+  o.preload_all = true;
+  CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, NULL); /* the worker is filling shard 0 */
+  close_job j = {bc_seq_ref(bc_cache_seq(f->c2)), 0};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, read_first, &j), 0);
+  nanosleep(&pause, NULL); /* the reader waits for the worker's fill */
+  bc_cache_close(f->c);
+  f->c = NULL;
+  pthread_join(t, NULL);
+  bc_seq_unref(j.seq);
+  if (j.rc != 0) fail_msg("the waiter failed: %s", bc_error_name(j.rc));
+  cu_check_shards(f->root, false, false);
+}
+
 /* Four threads read random records of a filled cache that may keep only
  * two shard readers open, so readers are dropped while other threads have
  * them pinned, closed by their last user, and reopened (in the same slot)
@@ -294,6 +339,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_two_caches_one_root, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_reader_churn, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_waiter_survives_other_close, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests_name("cache threads", tests, NULL, NULL);
 }
