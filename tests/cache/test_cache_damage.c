@@ -123,14 +123,23 @@ static void test_locks_deleted(void **state) {
   check_rebuilt(f);
 }
 
+/* Deletes metadata.json, and with `shards` every shard file too. */
+static void lose_metadata(fixture *f, bool shards) {
+  char *meta = cu_path(f->root, "metadata.json");
+  assert_int_equal(unlink(meta), 0);
+  free(meta);
+  if (!shards) return;
+  cu_rm_rf(f->shards);
+  assert_int_equal(mkdir(f->shards, 0755), 0);
+}
+
 /* metadata.json lost, shards kept: the layout comes back from the file
  * names (over the options given), the state is rebuilt from the files, and
  * every record is served without a source.  The end is unknown until a
  * source finds it, without filling anything. */
 static void test_metadata_lost(void **state) {
   fixture *f = *state;
-  char *meta = cu_path(f->root, "metadata.json");
-  assert_int_equal(unlink(meta), 0);
+  lose_metadata(f, false);
   f->o.shard_records = 7;
   open_bare(f);
   assert_true(cu_notice_seen("rebuilt from 10 shard files (10 records per shard"));
@@ -141,15 +150,16 @@ static void test_metadata_lost(void **state) {
   uint64_t len = 0;
   assert_int_equal(bc_cache_len(f->c, &len), BC_ENOTCACHED);
   close_cache(f);
+  char *meta = cu_path(f->root, "metadata.json");
   struct stat sb;
   assert_int_equal(stat(meta, &sb), 0); /* written again */
+  free(meta);
   open_source(f);
   CU_OK(bc_cache_len(f->c, &len));
   assert_int_equal(len, N);
   st = stats_of(f->c);
   assert_int_equal(st.fills + st.regenerations, 0);
   assert_int_equal(st.shard_records, R);
-  free(meta);
 }
 
 /* metadata.json and every shard lost, the LMDB state kept: a new layout
@@ -158,10 +168,7 @@ static void test_metadata_lost(void **state) {
  * the old 10-record shard 0 and called nondeterministic. */
 static void test_metadata_and_shards_lost(void **state) {
   fixture *f = *state;
-  char *meta = cu_path(f->root, "metadata.json");
-  assert_int_equal(unlink(meta), 0);
-  cu_rm_rf(f->shards);
-  assert_int_equal(mkdir(f->shards, 0755), 0);
+  lose_metadata(f, true);
   f->o.shard_records = 7;
   open_source(f);
   assert_true(cu_notice_seen("starts afresh"));
@@ -173,19 +180,15 @@ static void test_metadata_and_shards_lost(void **state) {
   size_t files = 0;
   assert_int_equal(st.bytes_on_disk, cu_dir_bytes(f->shards, &files));
   assert_int_equal(files, (N + 6) / 7);
-  free(meta);
 }
 
-/* One short shard left (the source's last one, 95.100 of a 100-record
- * source with 5 records at the end): a lone file whose start its length
+/* One short shard left, with metadata.json and the state lost: the last
+ * shard of a 97-record source, 90.97.  A lone file whose start its length
  * does not divide is taken with R = its start, so none of its records is
  * mistaken for the end. */
 static void test_metadata_lost_lone_short_shard(void **state) {
   fixture *f = *state;
-  char *meta = cu_path(f->root, "metadata.json");
-  assert_int_equal(unlink(meta), 0);
-  cu_rm_rf(f->shards);
-  assert_int_equal(mkdir(f->shards, 0755), 0);
+  lose_metadata(f, true);
   cu_rm_rf(f->locks);
   /* A cache of 97 records in 10-record shards ends with 90.97. */
   ts_config cfg97 = ts_config_default(97);
@@ -211,7 +214,6 @@ static void test_metadata_lost_lone_short_shard(void **state) {
   free(from);
   free(to);
   free(other);
-  free(meta);
 }
 
 /* Overwrites a file with garbage, keeping its size. */
