@@ -83,8 +83,8 @@ int bc__infer_layout(bc_cache *c, bc__layout *out) {
   out->zstd = 2 * nzstd > out->files;
   uint64_t r = full > top_len ? full : top_len;
   if (top_start % r != 0)
-    r = top_start; /* a lone short file: its start is a shard length that
-                      holds it (one shard before it) */
+    r = top_start; /* a lone short file (or names that do not agree): its
+                      start is a shard length that holds it */
   out->shard_records = r;
   return 0;
 }

@@ -19,9 +19,10 @@
  * never closed.
  *
  * Readers of evicted shards are dropped: at once for shards this process
- * evicted; for shards other processes evicted, within a second of use (the
- * access-clock bump finds the shard gone) or when this process next opens
- * a shard (idle readers are checked then).
+ * evicted; for shards other processes evicted, about a second after (the
+ * access-clock bump of a hit finds the shard gone, within 16 reads of the
+ * thread) or when this process next opens a shard (idle readers are
+ * checked then).
  *
  * A miss obtains the shard (fill / wait / take over, fill.c) with no lock
  * held, opens it, and checks it against its recorded size and record count;
@@ -74,9 +75,17 @@ static void drop_slot(bc_cache *c, bc__slot *s) {
   bc__slot_drop(s);
 }
 
+/* drop_slot for a caller without the lock, if nobody dropped it yet. */
+static void drop_if_open(bc_cache *c, bc__slot *s) {
+  pthread_mutex_lock(&c->lock);
+  if (s->open_index != SIZE_MAX) drop_slot(c, s);
+  pthread_mutex_unlock(&c->lock);
+}
+
 /* Drops unused readers beyond max_open_shards, least recently used first
  * by the CLOCK hand: a referenced slot loses its mark and is passed over
- * once.  Slots in use are skipped.  Stores up to TRIM_BATCH dropped slots
+ * once.  Pinned slots are skipped; a slot read through a hazard may be
+ * dropped (its reader closes it when done).  Stores up to TRIM_BATCH dropped slots
  * in out[] (to try_close after unlocking) and returns how many. */
 static size_t trim(bc_cache *c, bc__slot **out) {
   size_t max = c->opts.max_open_shards ? (size_t)c->opts.max_open_shards : 128;
@@ -106,10 +115,12 @@ static void close_dropped(bc_cache *c, bc__slot **slots, size_t n) {
  * once every CLOCK_EVERY hits of a thread: under random access a clock
  * read costs more than the rest of a hit (its vDSO pages drop out of the
  * TLB), and so does the TSC in a virtual machine. */
+static int64_t coarse_ms(void) { return (int64_t)(bc__coarse_now() * 1000.0); }
+
 static int64_t hit_time_ms(bc__treg *g) {
   if (g->countdown == 0) {
     g->countdown = CLOCK_EVERY;
-    g->ms = (int64_t)(bc__coarse_now() * 1000.0);
+    g->ms = coarse_ms();
   }
   g->countdown--;
   return g->ms;
@@ -233,9 +244,7 @@ static void note_hit(bc_cache *c, bc__treg *g, bc__slot *s) {
     /* Evicted elsewhere: finish this read from the old mapping (same
      * bytes; our hazard or pin keeps it), but let the next one find the
      * shard anew. */
-    pthread_mutex_lock(&c->lock);
-    if (s->open_index != SIZE_MAX) drop_slot(c, s);
-    pthread_mutex_unlock(&c->lock);
+    drop_if_open(c, s);
   }
 }
 
@@ -305,9 +314,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader *out) {
       if (open_list_add(c, s) != 0) {
         bc__slot_drop(s); /* no room in the list: serve this read alone */
       } else {
-        atomic_store_explicit(&s->touched_ms,
-                              (int64_t)(bc__coarse_now() * 1000.0),
-                              memory_order_relaxed);
+        atomic_store_explicit(&s->touched_ms, coarse_ms(), memory_order_relaxed);
         atomic_store_explicit(&s->referenced, true, memory_order_relaxed);
         nclosing = trim(c, closing);
       }
@@ -333,9 +340,7 @@ void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n) {
   for (size_t i = 0; i < n; i++) {
     bc__slot *s = bc__slots_find(&c->slots, shards[i]);
     if (s == NULL) continue;
-    pthread_mutex_lock(&c->lock);
-    if (s->open_index != SIZE_MAX) drop_slot(c, s);
-    pthread_mutex_unlock(&c->lock);
+    drop_if_open(c, s);
     bc__slot_try_close(&c->slots, s);
   }
 }

@@ -154,10 +154,7 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
     e->users_fd = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
     if (e->users_fd < 0 || flock(e->users_fd, LOCK_SH) != 0) {
       rc = bc__error_errno(errno, "%s", data);
-      if (e->users_fd >= 0) close(e->users_fd);
-      free(e->dir);
-      free(e);
-      goto cleanup;
+      goto discard;
     }
     snprintf(data, sizeof data, "%s/data.mdb", real);
     *fresh = access(data, F_OK) != 0;
@@ -169,10 +166,7 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
                        "other processes still have it open; it is rebuilt "
                        "from the shard files by the first open after they "
                        "close it", real, mdb_strerror(mrc));
-        close(e->users_fd);
-        free(e->dir);
-        free(e);
-        goto cleanup;
+        goto discard;
       }
       bc__notice("%s: the shared state is damaged (%s); rebuilding it from "
                  "the shard files", real, mdb_strerror(mrc));
@@ -183,15 +177,20 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
     }
     if (mrc != 0) {
       rc = bc__mdb_error(mrc, real);
-      close(e->users_fd);
-      free(e->dir);
-      free(e);
-      goto cleanup;
+      goto discard;
     }
     e->next = registry;
     registry = e;
   }
   *out = e;
+  goto cleanup;
+discard: /* a new environment that failed to open (rc set) */
+  if (e->users_fd >= 0) close(e->users_fd); /* drops its flock */
+  pthread_mutex_destroy(&e->reopen_lock);
+  pthread_mutex_destroy(&e->fills.lock);
+  pthread_cond_destroy(&e->fills.cond);
+  free(e->dir);
+  free(e);
 cleanup:
   pthread_mutex_unlock(&registry_lock);
   return rc;
