@@ -31,6 +31,7 @@ BC_PY_C_SOURCES = \
 	python/src/loadit.h \
 	python/src/loadit.c \
 	python/src/loadit_source.c \
+	python/src/loadit_tee.c \
 	python/src/loadit_runner.c
 
 BC_PY_TEST_FILES = \
@@ -59,6 +60,7 @@ dist_doc_DATA += doc/python.md
 BC_PY_LOADIT_TEST_FILES = \
 	python/tests/loadit_helpers.py \
 	python/tests/test_loadit.py \
+	python/tests/test_loadit_first_pass.py \
 	python/tests/test_loadit_procs.py
 
 EXTRA_DIST += \

@@ -333,6 +333,8 @@ static int core_check(bcpy_core *c) {
 static void core_close(bcpy_core *c) {
   bc_cache *cache = c->cache;
   if (cache == NULL) return;
+  /* A first pass that has met its end finishes writing what it read. */
+  bcpy_tee_settle(c->src);
   c->cache = NULL;
   /* A preload or prefetch in progress stops at its next record (otherwise
    * closing would wait for a whole drain), and nothing starts a new pass:
@@ -517,6 +519,7 @@ static int core_clear(bcpy_core *self) {
 static void core_dealloc(bcpy_core *self) {
   PyObject_GC_UnTrack(self);
   if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+  if (self->cache != NULL) bcpy_tee_settle(self->src);
   bcpy_source_close(self->src);
   bc_cache *cache = self->cache;
   bc_seq *seq = self->seq;
@@ -1318,7 +1321,8 @@ static void stop_readahead(bcpy_citer *it) {
   Py_END_ALLOW_THREADS
 }
 
-static PyObject *lobj_iter(bcpy_lobj *self) {
+/* The cache's iterator from position `from` (a view's positions). */
+static PyObject *cache_iter_at(bcpy_lobj *self, uint64_t from) {
   if (lobj_check(self) < 0) return NULL;
   bcpy_citer *it = PyObject_GC_New(bcpy_citer, &bcpy_CacheIter_Type);
   if (it == NULL) return NULL;
@@ -1329,7 +1333,7 @@ static PyObject *lobj_iter(bcpy_lobj *self) {
   it->busy = it->done = false;
   it->cap = ITER_BATCH;
   it->head = it->count = 0;
-  it->pulled = 0;
+  it->pulled = from;
   it->retries = 0;
   it->end_rc = 0;
   it->end_msg[0] = '\0';
@@ -1339,12 +1343,40 @@ static PyObject *lobj_iter(bcpy_lobj *self) {
     Py_DECREF(it);
     return PyErr_NoMemory();
   }
-  int rc = rstream_open(&it->rs, self->seq, 0);
+  int rc = rstream_open(&it->rs, self->seq, from);
   if (rc != 0) {
     Py_DECREF(it);
     return raise_rc(rc, NULL);
   }
   return (PyObject *)it;
+}
+
+PyObject *bcpy_cache_iter(PyObject *loader, uint64_t from) {
+  return cache_iter_at((bcpy_lobj *)loader, from);
+}
+
+/* Nothing of the loader is on disk (in any process) and no pass runs in
+ * this one: a first pass. */
+static bool first_pass(bcpy_lobj *self) {
+  bcpy_core *core = self->core;
+  if (self->seq != core->seq || core->src == NULL || core->R == 0 ||
+      atomic_load(&core->src->passes) != 0)
+    return false;
+  bc_cache_stats st;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_stats_get(core->cache, &st);
+  Py_END_ALLOW_THREADS
+  return rc == 0 && st.shards_present == 0;
+}
+
+static PyObject *lobj_iter(bcpy_lobj *self) {
+  if (lobj_check(self) < 0) return NULL;
+  if (first_pass(self)) {
+    PyObject *tee = bcpy_tee_start((PyObject *)self, self->core->src, self->seq, self->core->R);
+    if (tee != NULL || PyErr_Occurred()) return tee;
+  }
+  return cache_iter_at(self, 0);
 }
 
 static PyObject *citer_next(bcpy_citer *it) {
@@ -1491,7 +1523,8 @@ int bcpy_loadit_init(PyObject *mod) {
   if (bcpy_runner_init() < 0) return -1;
   if (add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
       add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
-      add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0)
+      add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0 ||
+      add_type(mod, &bcpy_TeeIter_Type, "_TeeIter") < 0)
     return -1;
   if (add_exception(mod, &bcpy_SourceError, "SourceError", PyExc_RuntimeError,
                     "A cache's source failed and its exception is not available "

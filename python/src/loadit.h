@@ -25,6 +25,7 @@
 
 #include "bcpy.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -46,6 +47,9 @@ typedef struct bcpy_source {
   atomic_int prefetch_ahead;
   PyObject *prefetch_fn; /* BCPY_PREFETCH_PYTHON: fn(loader, index) */
   PyObject *loader;      /* weak reference to the loader passed to it */
+  atomic_int passes;     /* passes open now */
+  struct bcpy_tee *tee;  /* the first pass in progress, if any (GIL) */
+  atomic_bool tee_active; /* tee != NULL: no prefetch meanwhile */
 } bcpy_source;
 
 enum { BCPY_PREFETCH_NONE = 0, BCPY_PREFETCH_NEXT = 1, BCPY_PREFETCH_PYTHON = 2 };
@@ -67,6 +71,16 @@ size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_record
                             uint64_t *shards, size_t max);
 /* Visits the Python objects of s (for a GC traverse). */
 int bcpy_source_traverse(bcpy_source *s, visitproc visit, void *arg);
+
+/* Takes the GIL for a source callback's Python calls from any thread
+ * (marking it as bcpy_in_callback), and gives it back. */
+PyGILState_STATE bcpy_gil_enter(void);
+void bcpy_gil_leave(PyGILState_STATE st);
+
+/* Stores the pending exception (GIL held, one set, taken) for the threads
+ * that meet the failure and returns BC_ESOURCE with a message naming it;
+ * `what` names the failing call. */
+int bcpy_keep_exception(const char *what);
 
 /* Non-zero while this thread runs Python code for a source callback (it
  * may be one of the engine's own threads, in the middle of a fill).  An
@@ -115,13 +129,48 @@ int bcpy_run_detached(bcpy_job *job);
 void bcpy_job_free(bcpy_job *job);
 /* True in the thread Python runs signal handlers in. */
 bool bcpy_is_main_thread(void);
+/* Changes in a child after fork(): a cheaper test than getpid() for
+ * objects that must not be used across one. */
+unsigned bcpy_forks(void);
+/* True when `thread` waits in bcpy_run now. */
+bool bcpy_thread_waits(pthread_t thread);
 /* Sets up the helper pool's fork handling and the main thread's identity. */
 int bcpy_runner_init(void);
+
+/* ---- the first pass over an empty cache (loadit_tee.c) ------------------ */
+
+typedef struct bcpy_tee bcpy_tee;
+
+/* The iterator of a first pass over the loader `loader` (whose sequence is
+ * `seq`, R records per shard): the iterator's own objects, stored on the
+ * way.  NULL with an exception when create_iter() failed; NULL without
+ * one when no such pass can start now (a pass is open, one runs already):
+ * the caller then iterates the cache. */
+PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *src, bc_seq *seq, uint64_t R);
+/* A pass being opened reads the first pass's records (GIL held): the tee,
+ * with a reference for the pass, or NULL. */
+bcpy_tee *bcpy_tee_attach(bcpy_source *s);
+/* The attached pass's next record (no GIL held): 1 with the record in *out
+ * (out NULL: skipped), 0 at the end, < 0 an error, or BCPY_TEE_GIVEN: the
+ * records are through and the iterator is the pass's now (*it, a new
+ * reference), to be read up to position *stop_at. */
+#define BCPY_TEE_GIVEN 2
+int bcpy_tee_next(bcpy_tee *t, const bcpy_source *s, unsigned long generation,
+                  bc_buf *out, PyObject **it, uint64_t *stop_at);
+/* The attached pass closes (GIL held); drops its reference. */
+void bcpy_tee_detach(bcpy_tee *t);
+/* A first pass that has met its end: waits until its last shard is written
+ * (GIL held, released meanwhile).  Called before the loader closes. */
+void bcpy_tee_settle(bcpy_source *s);
 
 /* ---- types (loadit.c) -------------------------------------------------------- */
 
 extern PyTypeObject bcpy_CacheCore_Type;
 extern PyTypeObject bcpy_CacheSeq_Type;
 extern PyTypeObject bcpy_CacheIter_Type;
+extern PyTypeObject bcpy_TeeIter_Type;
+
+/* An iterator over the cache of loader `loader` (a _CacheSeq) from `from`. */
+PyObject *bcpy_cache_iter(PyObject *loader, uint64_t from);
 
 #endif /* BCPY_LOADIT_H */

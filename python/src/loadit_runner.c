@@ -44,9 +44,40 @@ static pthread_t main_thread;
 
 bool bcpy_is_main_thread(void) { return pthread_equal(pthread_self(), main_thread); }
 
+/* The threads waiting in bcpy_run now (0: a free entry).  A first pass
+ * asks whether its reader's thread is one of them (loadit_tee.c); when the
+ * table is full a thread is simply not listed. */
+#define WAITERS 32
+static atomic_ulong waiters[WAITERS];
+
+static int waiter_add(void) {
+  unsigned long self = (unsigned long)pthread_self();
+  for (int k = 0; k < WAITERS; k++) {
+    unsigned long free_entry = 0;
+    if (atomic_compare_exchange_strong(&waiters[k], &free_entry, self)) return k;
+  }
+  return -1;
+}
+
+static void waiter_remove(int k) {
+  if (k >= 0) atomic_store(&waiters[k], 0);
+}
+
+bool bcpy_thread_waits(pthread_t thread) {
+  for (int k = 0; k < WAITERS; k++)
+    if (atomic_load(&waiters[k]) == (unsigned long)thread) return true;
+  return false;
+}
+
 static void before_fork(void) { pthread_mutex_lock(&pool.lock); }
 static void after_fork_parent(void) { pthread_mutex_unlock(&pool.lock); }
+/* Forks this process's line has been through (children count one more). */
+static atomic_uint forks;
+
+unsigned bcpy_forks(void) { return atomic_load_explicit(&forks, memory_order_relaxed); }
+
 static void after_fork_child(void) {
+  atomic_fetch_add(&forks, 1);
   /* No helper exists here; the parent's queued jobs are forgotten. */
   pthread_mutex_init(&pool.lock, NULL);
   pthread_cond_init(&pool.work, NULL);
@@ -54,6 +85,7 @@ static void after_fork_child(void) {
   pool.queue = pool.tail = NULL;
   pool.helpers = pool.idle = 0;
   main_thread = pthread_self();
+  for (int k = 0; k < WAITERS; k++) atomic_store(&waiters[k], 0);
 }
 
 int bcpy_runner_init(void) {
@@ -160,15 +192,26 @@ int bcpy_run_detached(bcpy_job *job) {
   return submit(job, 1); /* the helper's only: it frees the job */
 }
 
+static int wait_for(bcpy_job *job, bcpy_source *cancel);
+
 int bcpy_run(bcpy_job *job, bcpy_source *cancel) {
+  int waiter = waiter_add();
+  int result = 0;
   if (!bcpy_is_main_thread() || submit(job, 2) != 0) {
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = job->run(job);
     finish(job, rc);
     Py_END_ALLOW_THREADS
-    return 0;
+  } else {
+    result = wait_for(job, cancel);
   }
+  waiter_remove(waiter);
+  return result;
+}
+
+/* The main thread's wait for a submitted job (see bcpy_run). */
+static int wait_for(bcpy_job *job, bcpy_source *cancel) {
   for (;;) {
     bool done;
     Py_BEGIN_ALLOW_THREADS

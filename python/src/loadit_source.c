@@ -82,14 +82,13 @@ _Thread_local int bcpy_in_callback;
 
 static PyGILState_STATE gil_ensure(void);
 
-/* Takes the GIL for a callback's Python calls, and marks the thread. */
-static PyGILState_STATE gil_enter(void) {
+PyGILState_STATE bcpy_gil_enter(void) {
   PyGILState_STATE st = gil_ensure();
   bcpy_in_callback++;
   return st;
 }
 
-static void gil_leave(PyGILState_STATE st) {
+void bcpy_gil_leave(PyGILState_STATE st) {
   bcpy_in_callback--;
   PyGILState_Release(st);
 }
@@ -117,9 +116,7 @@ static PyObject *call1(PyObject *fn, PyObject *arg) {
 #endif
 }
 
-/* Stores the pending Python exception (GIL held, an exception set) and
- * returns BC_ESOURCE with a message naming it. */
-static int keep_exception(const char *what) {
+int bcpy_keep_exception(const char *what) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   PyErr_NormalizeException(&type, &value, &tb);
@@ -188,7 +185,10 @@ PyObject *bcpy_source_exception(const char *message) {
 #define BATCH_NS 1000000
 
 typedef struct {
-  PyObject *it;          /* the pass's iterator */
+  PyObject *it;          /* the pass's iterator (NULL while it reads a tee) */
+  bcpy_tee *tee;         /* the first pass it reads, if any (loadit_tee.c) */
+  uint64_t pos;          /* records given or skipped so far */
+  uint64_t stop_at;      /* no record at or past this (an abandoned tee's) */
   unsigned long generation;
   bc_buf queue[BATCH];   /* records serialized ahead, [head, count) */
   size_t head, count;
@@ -207,6 +207,8 @@ bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps) {
   atomic_init(&s->closed, false);
   atomic_init(&s->prefetch_mode, BCPY_PREFETCH_NONE);
   atomic_init(&s->prefetch_ahead, 1);
+  atomic_init(&s->passes, 0);
+  atomic_init(&s->tee_active, false);
   Py_INCREF(create_iter);
   s->create_iter = create_iter;
   Py_XINCREF(dumps);
@@ -217,12 +219,12 @@ bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps) {
 void bcpy_source_unref(bcpy_source *s) {
   if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1) return;
   if (!finalizing()) { /* at shutdown the objects are left to the runtime */
-    PyGILState_STATE gil = gil_enter();
+    PyGILState_STATE gil = bcpy_gil_enter();
     Py_XDECREF(s->create_iter);
     Py_XDECREF(s->dumps);
     Py_XDECREF(s->prefetch_fn);
     Py_XDECREF(s->loader);
-    gil_leave(gil);
+    bcpy_gil_leave(gil);
   }
   PyMem_RawFree(s);
 }
@@ -271,12 +273,14 @@ static int src_open(void *payload, void **out) {
   if (p == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
   p->generation = atomic_load(&s->generation);
   p->end_rc = 1;
+  p->stop_at = UINT64_MAX;
   int rc = 0;
-  PyGILState_STATE gil = gil_enter();
+  PyGILState_STATE gil = bcpy_gil_enter();
   if (atomic_load(&s->closed) || s->create_iter == NULL) { /* closed meanwhile */
     rc = bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the LoadIt was closed");
     goto done;
   }
+  if ((p->tee = bcpy_tee_attach(s)) != NULL) goto done; /* a first pass's records */
   /* A reference of our own for the call: the collector must never take
    * an object in use here for garbage (see bcpy_source_traverse). */
   PyObject *create = s->create_iter;
@@ -284,20 +288,37 @@ static int src_open(void *payload, void **out) {
   PyObject *iterable = PyObject_CallNoArgs(create);
   Py_DECREF(create);
   if (iterable == NULL) {
-    rc = keep_exception("create_iter()");
+    rc = bcpy_keep_exception("create_iter()");
     goto done;
   }
   p->it = PyObject_GetIter(iterable);
   Py_DECREF(iterable);
-  if (p->it == NULL) rc = keep_exception("iter(create_iter())");
+  if (p->it == NULL) rc = bcpy_keep_exception("iter(create_iter())");
 done:
-  gil_leave(gil);
+  bcpy_gil_leave(gil);
   if (rc != 0) {
     PyMem_RawFree(p);
     return rc;
   }
+  atomic_fetch_add(&s->passes, 1);
   *out = p;
   return 0;
+}
+
+/* The records of an abandoned first pass end here (see loadit_tee.c). */
+static int stopped(void) {
+  return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK
+                       " the first pass that was filling this shard was abandoned");
+}
+
+/* A pass reading a tee: its next record, or the iterator handed over (then
+ * 2 is returned and the pass reads p->it from now on). */
+static int tee_step(bcpy_source *s, pass *p, bc_buf *out) {
+  PyObject *it = NULL;
+  int rc = bcpy_tee_next(p->tee, s, p->generation, out, &it, &p->stop_at);
+  if (rc == BCPY_TEE_GIVEN) p->it = it;
+  else if (rc == 1) p->pos++;
+  return rc;
 }
 
 /* Copies a bytes-like object into out (GIL held).  -1 with an exception. */
@@ -333,7 +354,7 @@ static int copy_record(PyObject *obj, bc_buf *out) {
  * an error (the exception kept). */
 static int pull_one(bcpy_source *s, pass *p, bc_buf *out) {
   PyObject *item = PyIter_Next(p->it);
-  if (item == NULL) return PyErr_Occurred() ? keep_exception("iterator") : 0;
+  if (item == NULL) return PyErr_Occurred() ? bcpy_keep_exception("iterator") : 0;
   if (p->generation != atomic_load(&s->generation)) {
     /* Cancelled while the iterator ran (by an interrupt, a close, or a
      * collection of the loader: then s's objects may be cleared). */
@@ -346,10 +367,10 @@ static int pull_one(bcpy_source *s, pass *p, bc_buf *out) {
     PyObject *b = call1(dumps, item);
     Py_DECREF(dumps);
     Py_DECREF(item);
-    if (b == NULL) return keep_exception("serializer");
+    if (b == NULL) return bcpy_keep_exception("serializer");
     item = b;
   }
-  int rc = copy_record(item, out) < 0 ? keep_exception("serializer") : 1;
+  int rc = copy_record(item, out) < 0 ? bcpy_keep_exception("serializer") : 1;
   Py_DECREF(item);
   return rc;
 }
@@ -365,9 +386,10 @@ static uint64_t now_ns(void) {
  * error is kept for after the records before it. */
 static void refill(bcpy_source *s, pass *p) {
   p->head = p->count = 0;
-  PyGILState_STATE gil = gil_enter();
+  PyGILState_STATE gil = bcpy_gil_enter();
   uint64_t start = now_ns();
-  while (p->count < BATCH) {
+  uint64_t limit = p->stop_at - p->pos < BATCH ? p->stop_at - p->pos : BATCH;
+  while (p->count < limit) {
     if (p->generation != atomic_load(&s->generation)) { /* cancelled */
       p->end_rc = cancelled();
       break;
@@ -380,7 +402,7 @@ static void refill(bcpy_source *s, pass *p) {
     p->count++;
     if (now_ns() - start > BATCH_NS) break;
   }
-  gil_leave(gil);
+  bcpy_gil_leave(gil);
   if (p->end_rc < 0) p->end_msg = strdup(bc_errmsg());
 }
 
@@ -389,12 +411,20 @@ static int src_next(void *payload, void *pass_, bc_buf *out) {
   pass *p = pass_;
   if (finalizing()) return shutting_down();
   if (p->generation != atomic_load(&s->generation)) return cancelled();
-  if (p->head == p->count && p->end_rc == 1) refill(s, p);
+  if (p->it == NULL) { /* reading a tee */
+    int rc = tee_step(s, p, out);
+    if (rc != BCPY_TEE_GIVEN) return rc;
+  }
+  if (p->head == p->count && p->end_rc == 1) {
+    if (p->pos >= p->stop_at) return stopped();
+    refill(s, p);
+  }
   if (p->head < p->count) {
     /* Hand over the queued buffer; the queue keeps the caller's old one. */
     bc_buf tmp = *out;
     *out = p->queue[p->head];
     p->queue[p->head++] = tmp;
+    p->pos++;
     return 1;
   }
   if (p->end_rc < 0)
@@ -408,8 +438,21 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
   if (finalizing()) return shutting_down();
   uint64_t k = 0;
   int rc = 0;
+  while (k < n && p->it == NULL) { /* reading a tee */
+    if (p->generation != atomic_load(&s->generation)) return cancelled();
+    rc = tee_step(s, p, NULL);
+    if (rc == BCPY_TEE_GIVEN) break;
+    if (rc < 0) return rc;
+    if (rc == 0) { /* the end */
+      *skipped = k;
+      return 0;
+    }
+    k++;
+  }
+  rc = 0;
   while (k < n && p->head < p->count) { /* the queue first */
     p->head++;
+    p->pos++;
     k++;
   }
   if (k == n || p->end_rc != 1) { /* done, or the queue ended the pass */
@@ -420,33 +463,39 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
   }
   /* The GIL is held across the records; the interpreter still hands it to
    * other threads while the iterator's own Python code runs. */
-  PyGILState_STATE gil = gil_enter();
-  while (k < n) {
+  bool ended = false;
+  PyGILState_STATE gil = bcpy_gil_enter();
+  while (k < n && p->pos < p->stop_at) {
     if (p->generation != atomic_load(&s->generation)) {
       rc = cancelled();
       break;
     }
     PyObject *item = PyIter_Next(p->it);
     if (item == NULL) {
-      if (PyErr_Occurred()) rc = keep_exception("iterator");
+      if (PyErr_Occurred()) rc = bcpy_keep_exception("iterator");
+      ended = true;
       break;
     }
     Py_DECREF(item);
+    p->pos++;
     k++;
   }
-  gil_leave(gil);
+  bcpy_gil_leave(gil);
+  if (rc == 0 && k < n && !ended) rc = stopped();
   if (rc == 0) *skipped = k;
   return rc;
 }
 
 static void src_close(void *payload, void *pass_) {
-  (void)payload;
+  bcpy_source *s = payload;
   pass *p = pass_;
   if (p == NULL) return;
+  atomic_fetch_sub(&s->passes, 1);
   if (!finalizing()) {
-    PyGILState_STATE gil = gil_enter();
+    PyGILState_STATE gil = bcpy_gil_enter();
     PyObject *saved_type, *saved_value, *saved_tb;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    bcpy_tee_detach(p->tee);
     if (p->it != NULL) {
       /* A generator is closed now (its finally blocks run) rather than
        * whenever it is collected; an error there is nobody's to handle. */
@@ -456,7 +505,7 @@ static void src_close(void *payload, void *pass_) {
       Py_DECREF(p->it);
     }
     PyErr_Restore(saved_type, saved_value, saved_tb);
-    gil_leave(gil);
+    bcpy_gil_leave(gil);
   }
   for (size_t k = 0; k < BATCH; k++) bc_buf_release(&p->queue[k]);
   free(p->end_msg);
@@ -557,6 +606,7 @@ size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_record
   bcpy_source *s = payload;
   uint64_t R = shard_records ? shard_records : 1;
   size_t n = 0;
+  if (atomic_load(&s->tee_active)) return 0; /* a first pass asks for its shards */
   switch (atomic_load(&s->prefetch_mode)) {
     case BCPY_PREFETCH_NEXT: {
       int ahead = atomic_load(&s->prefetch_ahead);
@@ -565,9 +615,9 @@ size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_record
     }
     case BCPY_PREFETCH_PYTHON: {
       if (finalizing()) return 0;
-      PyGILState_STATE gil = gil_enter();
+      PyGILState_STATE gil = bcpy_gil_enter();
       if (python_policy(s, index, R, shards, max, &n) < 0) n = 0;
-      gil_leave(gil);
+      bcpy_gil_leave(gil);
       return n;
     }
     default:

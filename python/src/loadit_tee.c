@@ -1,0 +1,712 @@
+/*
+ * loadit_tee.c - the first pass over an empty cache: the reader's thread
+ * runs the iterator itself and yields its objects, and the records reach
+ * the cache through a ring the fill reads without the GIL.
+ *
+ * Without it, a first pass is two threads taking turns at the GIL: a fill
+ * thread calls the iterator and dumps, the reader waits for whole shards
+ * and calls loads on every record.  With it, the reader's thread does what
+ * a plain loop over the generator plus dumps would do, and the fill thread
+ * (another core) only copies bytes into the shard and writes it.
+ *
+ * Parties:
+ *   the consumer  the _TeeIter (one thread at a time, GIL held): pulls
+ *                 from the iterator, serializes, pushes, yields the object;
+ *   the pass      the source pass that attached to the ring (loadit_source.c,
+ *                 an engine thread, no GIL): reads records in order, so the
+ *                 engine writes shard after shard from them;
+ *   the driver    a helper job asking the engine for shard 0, 1, 2, ... so
+ *                 that somebody fills them (the consumer reads none).
+ *
+ * The ring is single-producer single-consumer: slots [head, tail) hold
+ * serialized records (bytes objects, one reference each) not yet read by
+ * the pass; the consumer owns `tail`, the pass `head`.  A slot the pass has
+ * read keeps its object until the consumer reclaims it (Py_DECREF needs the
+ * GIL): `held` counts the bytes of [reclaimed, tail), which bounds the
+ * memory, and a consumer over the bound waits.  The pass reads a bytes
+ * object without the GIL: it is immutable and the ring holds a reference.
+ *
+ * States (changed with the GIL AND the lock held; read with either, or
+ * atomically):
+ *   OPEN      the consumer pulls from the iterator;
+ *   ENDED     the consumer met the end (end_rc 0) or an error (end_rc < 0,
+ *             end_msg): after the ring, the pass returns that;
+ *   GIVEN     the pass owns the iterator: after the ring it pulls itself
+ *             (a regular pass), up to stop_at.  Entered when the consumer
+ *             is dropped mid-way (stop_at: the end of the shard it was in,
+ *             so work done is not wasted and nothing more is generated)
+ *             or when the pass found the ring empty while the consumer is
+ *             stuck (it waits for a fill itself, or nothing came for
+ *             STALL_NS): the consumer then continues from the cache;
+ *   DETACHED  the pass went away (its fill failed or the engine closed
+ *             it): the consumer continues from the cache.
+ * `in_next` (GIL) is true while the consumer is inside the iterator or
+ * dumps or waiting to push; the iterator is never taken from it then.
+ *
+ * Wake-ups: a party about to sleep sets its *_waiting flag, re-checks, and
+ * waits on `cond` under `lock` (timed, as a safety net); the other side
+ * publishes its index with a sequentially consistent store and then reads
+ * the flag (Dekker: one of the two sees the other), broadcasting under the
+ * lock when it is set.
+ *
+ * Lock order: GIL -> lock.  `lock` is a leaf: nothing is taken while it
+ * is held, and the GIL is never requested with it held.
+ */
+#include "loadit.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOTS 4096                    /* records in the ring at most */
+#define HELD_BYTES ((size_t)4 << 20)  /* bytes kept by the ring at most */
+#define RECLAIM_EVERY 32               /* pushes between reclaims */
+#define STALL_NS 1000000000ull         /* an idle consumer this long is stuck */
+#define WAIT_SLICE_NS 20000000ull      /* timed waits, to re-check */
+
+enum { TEE_OPEN, TEE_ENDED, TEE_GIVEN, TEE_DETACHED };
+
+struct bcpy_tee {
+  atomic_long refs; /* consumer, registration, pass, driver */
+  pid_t pid;
+  pthread_t consumer; /* the thread that made the iterator */
+  uint64_t R;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  PyObject **slots; /* SLOTS entries */
+
+  /* the consumer's side (GIL) */
+  _Alignas(64) atomic_uint_fast64_t tail;
+  uint64_t reclaimed; /* slots below this hold no object */
+  size_t held;        /* bytes of the objects in [reclaimed, tail) */
+  unsigned since_reclaim;
+  atomic_bool consumer_waiting;
+
+  /* the pass's side (no GIL) */
+  _Alignas(64) atomic_uint_fast64_t head;
+  uint64_t tail_seen;
+  atomic_bool pass_waiting;
+
+  /* shared state (see the header comment) */
+  _Alignas(64) atomic_int state;
+  bool attached; /* a pass reads the ring (GIL) */
+  bool in_next;  /* GIL */
+  bool driver_stop; /* GIVEN by a stuck consumer: it fills from the cache */
+  uint64_t stop_at; /* GIVEN: the pass fails at this position */
+  PyObject *it;     /* the iterator; the pass takes its own reference */
+  int end_rc;
+  char end_msg[1024];
+  /* the driver */
+  atomic_int fill_rc; /* its failure (not the source's): raised by the consumer */
+  char fill_msg[1024];
+  atomic_bool driver_done;
+};
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Waits on the tee's condition for at most WAIT_SLICE_NS (lock held). */
+static void wait_slice(bcpy_tee *t) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += (long)WAIT_SLICE_NS;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(&t->cond, &t->lock, &until);
+}
+
+static void wake(bcpy_tee *t) {
+  pthread_mutex_lock(&t->lock);
+  pthread_cond_broadcast(&t->cond);
+  pthread_mutex_unlock(&t->lock);
+}
+
+/* Changes the state (GIL held). */
+static void set_state(bcpy_tee *t, int state) {
+  pthread_mutex_lock(&t->lock);
+  atomic_store(&t->state, state);
+  pthread_cond_broadcast(&t->cond);
+  pthread_mutex_unlock(&t->lock);
+}
+
+static bcpy_tee *tee_ref(bcpy_tee *t) {
+  atomic_fetch_add(&t->refs, 1);
+  return t;
+}
+
+/* Drops a reference; the last frees the ring's objects and the iterator
+ * (GIL held). */
+static void tee_unref(bcpy_tee *t) {
+  if (t == NULL || atomic_fetch_sub(&t->refs, 1) != 1) return;
+  uint64_t tail = atomic_load(&t->tail);
+  for (uint64_t k = t->reclaimed; k < tail; k++) Py_XDECREF(t->slots[k % SLOTS]);
+  Py_XDECREF(t->it);
+  PyMem_RawFree(t->slots);
+  pthread_mutex_destroy(&t->lock);
+  pthread_cond_destroy(&t->cond);
+  free(t);
+}
+
+/* A zeroed tee, aligned for its cache-line-aligned members. */
+static bcpy_tee *tee_alloc(void) {
+  size_t size = (sizeof(bcpy_tee) + 63) / 64 * 64;
+  bcpy_tee *t = aligned_alloc(64, size);
+  if (t != NULL) memset(t, 0, size);
+  return t;
+}
+
+/* The shard end at or after position n. */
+static uint64_t shard_end(const bcpy_tee *t, uint64_t n) {
+  return (n + t->R - 1) / t->R * t->R;
+}
+
+/* ---- the consumer's side ---------------------------------------------------------- */
+
+/* Drops the objects the pass has read (GIL held). */
+static void reclaim(bcpy_tee *t) {
+  uint64_t head = atomic_load_explicit(&t->head, memory_order_acquire);
+  for (; t->reclaimed < head; t->reclaimed++) {
+    PyObject **slot = &t->slots[t->reclaimed % SLOTS];
+    t->held -= (size_t)PyBytes_GET_SIZE(*slot);
+    Py_CLEAR(*slot);
+  }
+  t->since_reclaim = 0;
+}
+
+static bool ring_full(bcpy_tee *t) {
+  uint64_t tail = atomic_load_explicit(&t->tail, memory_order_relaxed);
+  if (tail - t->reclaimed >= SLOTS) return true;
+  return t->held >= HELD_BYTES && tail != t->reclaimed;
+}
+
+/* Room for one more record, waiting for the pass if need be (GIL held).
+ * 0, 1 when the pass went away (DETACHED), -1 with an exception (a signal
+ * handler raised). */
+static int make_room(bcpy_tee *t) {
+  if (++t->since_reclaim >= RECLAIM_EVERY || ring_full(t)) reclaim(t);
+  while (ring_full(t)) {
+    if (atomic_load(&t->state) == TEE_DETACHED) return 1;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&t->lock);
+    atomic_store(&t->consumer_waiting, true);
+    uint64_t head = t->reclaimed;
+    if (atomic_load(&t->head) == head && atomic_load(&t->state) != TEE_DETACHED)
+      wait_slice(t);
+    atomic_store(&t->consumer_waiting, false);
+    pthread_mutex_unlock(&t->lock);
+    Py_END_ALLOW_THREADS
+    reclaim(t);
+    if (PyErr_CheckSignals() < 0) return -1;
+  }
+  return 0;
+}
+
+/* Appends a record (a bytes object; the reference is the ring's now). */
+static void push(bcpy_tee *t, PyObject *bytes) {
+  uint64_t tail = atomic_load_explicit(&t->tail, memory_order_relaxed);
+  t->slots[tail % SLOTS] = bytes;
+  t->held += (size_t)PyBytes_GET_SIZE(bytes);
+  atomic_store(&t->tail, tail + 1); /* seq_cst: then the flag (Dekker) */
+  if (atomic_load(&t->pass_waiting)) wake(t);
+}
+
+/* The consumer met the end (rc 0) or an error (rc < 0, bc_errmsg()). */
+static void end(bcpy_tee *t, int rc) {
+  pthread_mutex_lock(&t->lock);
+  if (atomic_load(&t->state) == TEE_OPEN) {
+    t->end_rc = rc;
+    if (rc < 0) snprintf(t->end_msg, sizeof t->end_msg, "%s", bc_errmsg());
+    atomic_store(&t->state, TEE_ENDED);
+  }
+  pthread_cond_broadcast(&t->cond);
+  pthread_mutex_unlock(&t->lock);
+}
+
+/* The consumer goes away mid-way (GIL held): the pass finishes the shard
+ * the consumer was in with the iterator, and stops there. */
+static void hand_over(bcpy_tee *t) {
+  pthread_mutex_lock(&t->lock);
+  if (atomic_load(&t->state) == TEE_OPEN) {
+    t->stop_at = shard_end(t, atomic_load(&t->tail));
+    atomic_store(&t->state, TEE_GIVEN);
+  }
+  pthread_cond_broadcast(&t->cond);
+  pthread_mutex_unlock(&t->lock);
+}
+
+/* ---- the pass's side ---------------------------------------------------------------- */
+
+bcpy_tee *bcpy_tee_attach(bcpy_source *s) {
+  bcpy_tee *t = s->tee;
+  if (t == NULL || t->pid != getpid() || t->attached || atomic_load(&t->head) != 0 ||
+      atomic_load(&t->state) == TEE_DETACHED)
+    return NULL;
+  t->attached = true;
+  return tee_ref(t);
+}
+
+void bcpy_tee_detach(bcpy_tee *t) {
+  if (t == NULL) return;
+  t->attached = false;
+  if (atomic_load(&t->state) == TEE_OPEN) set_state(t, TEE_DETACHED);
+  tee_unref(t);
+}
+
+/* The consumer cannot push now: it waits in a call that needs a fill. */
+static bool consumer_stuck(bcpy_tee *t) {
+  return pthread_equal(pthread_self(), t->consumer) || bcpy_thread_waits(t->consumer);
+}
+
+/* Takes the iterator from a stuck consumer (no GIL held; takes it).
+ * 0, or BC_ESOURCE when the consumer's own iterator asked for this fill
+ * (it would wait for itself). */
+static int take_over(bcpy_tee *t) {
+  int rc = 0;
+  PyGILState_STATE gil = bcpy_gil_enter();
+  pthread_mutex_lock(&t->lock);
+  if (atomic_load(&t->state) == TEE_OPEN && atomic_load(&t->tail) == atomic_load(&t->head)) {
+    if (!t->in_next) {
+      t->stop_at = UINT64_MAX;
+      t->driver_stop = true;
+      atomic_store(&t->state, TEE_GIVEN);
+      pthread_cond_broadcast(&t->cond);
+    } else if (pthread_equal(pthread_self(), t->consumer)) {
+      rc = bc_set_errmsg(BC_ESOURCE, "the LoadIt's iterator reads the LoadIt itself "
+                         "during its first pass, at a record not cached yet");
+    }
+  }
+  pthread_mutex_unlock(&t->lock);
+  bcpy_gil_leave(gil);
+  return rc;
+}
+
+/* Waits until the ring has a record, the state changes, or the consumer
+ * is stuck (no GIL held).  0, or an error. */
+static int wait_record(bcpy_tee *t, const bcpy_source *s, unsigned long generation) {
+  uint64_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
+  uint64_t start = now_ns();
+  for (;;) {
+    bool stuck = false;
+    pthread_mutex_lock(&t->lock);
+    atomic_store(&t->pass_waiting, true);
+    while (atomic_load(&t->tail) == head && atomic_load(&t->state) == TEE_OPEN &&
+           atomic_load(&s->generation) == generation) {
+      if (consumer_stuck(t) || now_ns() - start > STALL_NS) {
+        stuck = true;
+        break;
+      }
+      wait_slice(t);
+    }
+    atomic_store(&t->pass_waiting, false);
+    pthread_mutex_unlock(&t->lock);
+    if (!stuck) return 0;
+    int rc = take_over(t);
+    if (rc != 0) return rc;
+    start = now_ns();
+  }
+}
+
+int bcpy_tee_next(bcpy_tee *t, const bcpy_source *s, unsigned long generation,
+                  bc_buf *out, PyObject **it, uint64_t *stop_at) {
+  uint64_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
+  for (;;) {
+    if (head == t->tail_seen)
+      t->tail_seen = atomic_load_explicit(&t->tail, memory_order_acquire);
+    if (head != t->tail_seen) break;
+    /* Empty.  The state is read before the tail again: a record pushed
+     * before the state changed is seen. */
+    int state = atomic_load(&t->state);
+    t->tail_seen = atomic_load(&t->tail);
+    if (head != t->tail_seen) break;
+    if (atomic_load(&s->generation) != generation)
+      return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the fill was interrupted");
+    if (state == TEE_ENDED) {
+      if (t->end_rc < 0) return bc_set_errmsg(t->end_rc, "%s", t->end_msg);
+      return 0;
+    }
+    if (state == TEE_GIVEN) {
+      PyGILState_STATE gil = bcpy_gil_enter();
+      Py_INCREF(t->it);
+      *it = t->it;
+      *stop_at = t->stop_at;
+      bcpy_gil_leave(gil);
+      return BCPY_TEE_GIVEN;
+    }
+    int rc = wait_record(t, s, generation);
+    if (rc != 0) return rc;
+  }
+  if (out != NULL) {
+    PyObject *b = t->slots[head % SLOTS];
+    size_t n = (size_t)PyBytes_GET_SIZE(b);
+    if (n > out->capacity) {
+      unsigned char *data = realloc(out->data, n);
+      if (data == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
+      out->data = data;
+      out->capacity = n;
+    }
+    if (n > 0) memcpy(out->data, PyBytes_AS_STRING(b), n);
+    out->size = n;
+  }
+  atomic_store(&t->head, head + 1); /* seq_cst: then the flag (Dekker) */
+  if (atomic_load(&t->consumer_waiting)) wake(t);
+  return 1;
+}
+
+/* ---- the driver --------------------------------------------------------------------- */
+
+typedef struct {
+  bcpy_job base;
+  bcpy_tee *t;
+  bcpy_source *src;
+  bc_seq *seq;
+} driver_job;
+
+/* Whether shard `k` is the driver's to ask for. */
+static bool driver_wants(bcpy_tee *t, uint64_t k) {
+  uint64_t start = k * t->R;
+  pthread_mutex_lock(&t->lock);
+  bool yes;
+  switch (atomic_load(&t->state)) {
+    case TEE_OPEN: yes = true; break;
+    /* At the end, up to the shard that starts there if any: its fill
+     * finds the end at once and records the length as final. */
+    case TEE_ENDED: yes = start < atomic_load(&t->tail) ||
+                          (t->end_rc == 0 && start == atomic_load(&t->tail));
+      break;
+    case TEE_GIVEN: yes = !t->driver_stop && start < t->stop_at; break;
+    default: yes = false; break;
+  }
+  pthread_mutex_unlock(&t->lock);
+  return yes;
+}
+
+static int driver_run(bcpy_job *job) {
+  driver_job *j = (driver_job *)job;
+  bcpy_tee *t = j->t;
+  bc_buf buf = BC_BUF_INIT;
+  for (uint64_t k = 0; driver_wants(t, k); k++) {
+    int rc = bc_seq_get(j->seq, (int64_t)(k * t->R), &buf);
+    if (rc == BC_ERANGE) break; /* the end came at a shard boundary */
+    if (rc != 0) {
+      /* The source's failures are the consumer's own (it met them first),
+       * and cancelled fills are a close or an interrupt: not reported. */
+      if (rc != BC_ESOURCE && !atomic_load(&j->src->closed)) {
+        snprintf(t->fill_msg, sizeof t->fill_msg, "%s", bc_errmsg());
+        atomic_store(&t->fill_rc, rc);
+      }
+      break;
+    }
+  }
+  bc_buf_release(&buf);
+  return 0;
+}
+
+static void driver_release(bcpy_job *job) {
+  driver_job *j = (driver_job *)job;
+  bc_seq_unref(j->seq);
+  pthread_mutex_lock(&j->t->lock);
+  atomic_store(&j->t->driver_done, true);
+  pthread_cond_broadcast(&j->t->cond);
+  pthread_mutex_unlock(&j->t->lock);
+  PyGILState_STATE gil = bcpy_gil_enter();
+  if (j->src->tee == j->t) { /* the first pass is over: a new one may start */
+    j->src->tee = NULL;
+    atomic_store(&j->src->tee_active, false);
+    tee_unref(j->t);
+  }
+  tee_unref(j->t);
+  bcpy_gil_leave(gil);
+  bcpy_source_unref(j->src);
+}
+
+void bcpy_tee_settle(bcpy_source *s) {
+  bcpy_tee *t = s != NULL ? s->tee : NULL;
+  if (t == NULL || t->pid != getpid() || atomic_load(&t->state) != TEE_ENDED) return;
+  tee_ref(t);
+  Py_BEGIN_ALLOW_THREADS
+  pthread_mutex_lock(&t->lock);
+  while (!atomic_load(&t->driver_done)) wait_slice(t);
+  pthread_mutex_unlock(&t->lock);
+  Py_END_ALLOW_THREADS
+  tee_unref(t);
+}
+
+/* ---- _TeeIter ---------------------------------------------------------------------- */
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *loader;   /* for the fall-back */
+  bcpy_source *src;   /* own reference */
+  bcpy_tee *tee;      /* NULL once it is not read from any more */
+  PyObject *fallback; /* the cache's iterator, from where the ring stopped */
+  bool done;
+  unsigned forks; /* bcpy_forks() when made */
+} bcpy_teeiter;
+
+/* Leaves the ring (GIL held): a consumer that is not at the end hands
+ * the iterator over. */
+static void leave(bcpy_teeiter *self) {
+  bcpy_tee *t = self->tee;
+  if (t == NULL) return;
+  self->tee = NULL;
+  hand_over(t);
+  tee_unref(t);
+}
+
+/* Continues from the cache at the record after the last one pushed. */
+static PyObject *fall_back(bcpy_teeiter *self) {
+  uint64_t from = atomic_load(&self->tee->tail);
+  leave(self);
+  self->fallback = bcpy_cache_iter(self->loader, from);
+  if (self->fallback == NULL) {
+    self->done = true;
+    return NULL;
+  }
+  return Py_TYPE(self->fallback)->tp_iternext(self->fallback);
+}
+
+/* Ends the ring with the pending exception (kept for the fill's waiters)
+ * and leaves it set for the caller. */
+static void end_with_exception(bcpy_tee *t, const char *what) {
+  if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+    /* KeyboardInterrupt, SystemExit...: the fill is cancelled (its
+     * waiters retry), the exception is the consumer's alone. */
+    bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the first pass was interrupted");
+    end(t, BC_ESOURCE);
+    return;
+  }
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  Py_XINCREF(type);
+  Py_XINCREF(value);
+  Py_XINCREF(tb);
+  PyErr_Restore(type, value, tb);
+  end(t, bcpy_keep_exception(what)); /* takes the pending one */
+  PyErr_Restore(type, value, tb);
+}
+
+/* The record as stored: dumps(item), or item's bytes (new reference). */
+static PyObject *serialize(bcpy_source *s, PyObject *item) {
+  PyObject *b;
+  if (s->dumps != NULL) {
+    PyObject *dumps = s->dumps;
+    Py_INCREF(dumps);
+#if PY_VERSION_HEX >= 0x03090000
+    b = PyObject_CallOneArg(dumps, item);
+#else
+    b = PyObject_CallFunctionObjArgs(dumps, item, NULL);
+#endif
+    Py_DECREF(dumps);
+  } else {
+    Py_INCREF(item);
+    b = item;
+  }
+  if (b == NULL || PyBytes_CheckExact(b)) return b;
+  /* Another bytes-like object (it could change after this): a copy. */
+  PyObject *copy = NULL;
+  if ((PyUnicode_Check(b) || !PyObject_CheckBuffer(b)) && s->dumps != NULL) {
+    PyErr_Format(PyExc_TypeError, "the serializer returned %.200s, not a bytes-like object",
+                 Py_TYPE(b)->tp_name);
+  } else if (PyUnicode_Check(b) || !PyObject_CheckBuffer(b)) {
+    PyErr_Format(PyExc_TypeError, "a record must be a bytes-like object "
+                 "(serializer=\"raw\"), not %.200s", Py_TYPE(b)->tp_name);
+  } else {
+    copy = PyBytes_FromObject(b);
+  }
+  Py_DECREF(b);
+  return copy;
+}
+
+static PyObject *teeiter_next(bcpy_teeiter *self) {
+  if (self->fallback != NULL) return Py_TYPE(self->fallback)->tp_iternext(self->fallback);
+  if (self->done) return NULL;
+  if (self->forks != bcpy_forks()) {
+    PyErr_SetString(PyExc_RuntimeError, "the iterator was created before fork(); "
+                    "create a new one in this process");
+    return NULL;
+  }
+  bcpy_tee *t = self->tee;
+  bcpy_source *s = self->src;
+  if (t->in_next) {
+    PyErr_SetString(PyExc_RuntimeError, "the iterator is already running in another thread");
+    return NULL;
+  }
+  if (atomic_load(&s->closed)) {
+    self->done = true;
+    leave(self);
+    PyErr_SetString(PyExc_ValueError, "the LoadIt is closed");
+    return NULL;
+  }
+  int fill_rc = atomic_load(&t->fill_rc);
+  if (fill_rc != 0) { /* writing the cache failed: the pass cannot go on */
+    self->done = true;
+    PyObject *r = bcpy_raise(fill_rc, t->fill_msg);
+    leave(self);
+    return r;
+  }
+  if (atomic_load(&t->state) != TEE_OPEN) return fall_back(self);
+
+  t->in_next = true;
+  PyObject *item = PyIter_Next(t->it), *record = NULL;
+  if (item == NULL) {
+    self->done = true;
+    if (PyErr_Occurred()) end_with_exception(t, "iterator");
+    else end(t, 0);
+    goto out;
+  }
+  if (atomic_load(&t->state) != TEE_OPEN) { /* cannot happen while in_next */
+    Py_DECREF(item);
+    t->in_next = false;
+    return fall_back(self);
+  }
+  record = serialize(s, item);
+  if (record == NULL) {
+    self->done = true;
+    Py_CLEAR(item);
+    end_with_exception(t, "serializer");
+    goto out;
+  }
+  int room = make_room(t);
+  if (room < 0) { /* interrupted while the pass was busy: continue from the cache */
+    end_with_exception(t, "iterator");
+    Py_CLEAR(item);
+    Py_DECREF(record);
+    t->in_next = false;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    uint64_t from = atomic_load(&t->tail);
+    leave(self);
+    self->fallback = bcpy_cache_iter(self->loader, from);
+    if (self->fallback == NULL) {
+      PyErr_Clear();
+      self->done = true;
+    }
+    PyErr_Restore(type, value, tb);
+    return NULL;
+  }
+  if (room > 0) { /* the pass went away: this record and the next from the cache */
+    Py_DECREF(item);
+    Py_DECREF(record);
+    t->in_next = false;
+    return fall_back(self);
+  }
+  if (s->dumps == NULL) { /* raw: what the cache will give back */
+    Py_DECREF(item);
+    Py_INCREF(record);
+    item = record;
+  }
+  push(t, record);
+out:
+  t->in_next = false;
+  if (self->done) leave(self);
+  return item;
+}
+
+static int teeiter_traverse(bcpy_teeiter *self, visitproc visit, void *arg) {
+  Py_VISIT(self->loader);
+  Py_VISIT(self->fallback);
+  return 0;
+}
+
+static void teeiter_dealloc(bcpy_teeiter *self) {
+  PyObject_GC_UnTrack(self);
+  leave(self);
+  Py_CLEAR(self->fallback);
+  Py_CLEAR(self->loader);
+  bcpy_source_unref(self->src);
+  PyObject_GC_Del(self);
+}
+
+PyTypeObject bcpy_TeeIter_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bagcache._bagcache._TeeIter",
+    .tp_basicsize = sizeof(bcpy_teeiter),
+    .tp_dealloc = (destructor)teeiter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The first pass over an empty LoadIt: the iterator's own objects, "
+              "cached on the way.",
+    .tp_traverse = (traverseproc)teeiter_traverse,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)teeiter_next,
+};
+
+PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *s, bc_seq *seq, uint64_t R) {
+  if (R == 0 || atomic_load(&s->closed) || atomic_load(&s->passes) != 0 ||
+      (s->tee != NULL && s->tee->pid == getpid()))
+    return NULL;
+  bcpy_tee *t = tee_alloc();
+  PyObject **slots = PyMem_RawCalloc(SLOTS, sizeof *slots);
+  driver_job *j = PyMem_RawCalloc(1, sizeof *j);
+  bcpy_teeiter *self = NULL;
+  if (t == NULL || slots == NULL || j == NULL ||
+      (self = PyObject_GC_New(bcpy_teeiter, &bcpy_TeeIter_Type)) == NULL) {
+    free(t);
+    PyMem_RawFree(slots);
+    PyMem_RawFree(j);
+    return self == NULL && !PyErr_Occurred() ? PyErr_NoMemory() : NULL;
+  }
+  self->fallback = NULL;
+  self->tee = NULL;
+  self->done = false;
+  self->forks = bcpy_forks();
+  atomic_fetch_add(&s->refs, 1);
+  self->src = s;
+  Py_INCREF(loader);
+  self->loader = loader;
+  PyObject_GC_Track(self);
+
+  atomic_init(&t->refs, 1);
+  t->pid = getpid();
+  t->consumer = pthread_self();
+  t->R = R;
+  t->slots = slots;
+  pthread_mutex_init(&t->lock, NULL);
+  pthread_cond_init(&t->cond, NULL);
+  atomic_init(&t->state, TEE_OPEN);
+  self->tee = t;
+
+  /* The iterator itself, as a pass would make it. */
+  PyObject *create = s->create_iter;
+  Py_INCREF(create);
+  PyObject *iterable = PyObject_CallNoArgs(create);
+  Py_DECREF(create);
+  t->it = iterable != NULL ? PyObject_GetIter(iterable) : NULL;
+  Py_XDECREF(iterable);
+  if (t->it == NULL) {
+    PyMem_RawFree(j);
+    Py_DECREF(self); /* the source's exception reaches the caller as itself */
+    return NULL;
+  }
+
+  j->base.run = driver_run;
+  j->base.release = driver_release;
+  j->t = tee_ref(t);
+  atomic_fetch_add(&s->refs, 1);
+  j->src = s;
+  j->seq = bc_seq_ref(seq);
+  s->tee = tee_ref(t); /* registered: a pass opened from now on attaches */
+  atomic_store(&s->tee_active, true);
+  if (bcpy_run_detached(&j->base) != 0) {
+    s->tee = NULL;
+    atomic_store(&s->tee_active, false);
+    tee_unref(t);
+    tee_unref(t);
+    bc_seq_unref(j->seq);
+    bcpy_source_unref(s);
+    PyMem_RawFree(j);
+    Py_DECREF(self);
+    return NULL; /* no helper thread: the regular iterator will do */
+  }
+  return (PyObject *)self;
+}
