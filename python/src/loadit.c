@@ -811,10 +811,14 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
        * against a close meanwhile: closing drops the handle, not the
        * object, which this object's sequence reference keeps. */
       bc_cache *leaf = seq == core->seq && at >= 0 ? core->cache : NULL;
+      /* A first pass in progress must know when its reader waits here. */
+      int waiter = core->src != NULL && atomic_load(&core->src->tee_active)
+                       ? bcpy_waiter_add() : -1;
       Py_BEGIN_ALLOW_THREADS
       rc = leaf != NULL ? bc_cache_get(leaf, at, buf) : bc_seq_get(seq, at, buf);
       if (rc != 0) snprintf(msg, sizeof msg, "%s", bc_errmsg());
       Py_END_ALLOW_THREADS
+      bcpy_waiter_remove(waiter);
     } else {
       get_job *j = job_new(sizeof *j, get_run, get_release);
       if (j == NULL) {

@@ -132,8 +132,13 @@ bool bcpy_is_main_thread(void);
 /* Changes in a child after fork(): a cheaper test than getpid() for
  * objects that must not be used across one. */
 unsigned bcpy_forks(void);
-/* True when `thread` waits in bcpy_run now. */
+/* True when `thread` waits in bcpy_run now, or between the two calls
+ * below. */
 bool bcpy_thread_waits(pthread_t thread);
+/* Lists this thread as waiting (for a call into the engine made without
+ * bcpy_run); returns the entry (-1: not listed) to pass to the remove. */
+int bcpy_waiter_add(void);
+void bcpy_waiter_remove(int entry);
 /* Sets up the helper pool's fork handling and the main thread's identity. */
 int bcpy_runner_init(void);
 

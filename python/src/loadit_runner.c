@@ -50,7 +50,7 @@ bool bcpy_is_main_thread(void) { return pthread_equal(pthread_self(), main_threa
 #define WAITERS 32
 static atomic_ulong waiters[WAITERS];
 
-static int waiter_add(void) {
+int bcpy_waiter_add(void) {
   unsigned long self = (unsigned long)pthread_self();
   for (int k = 0; k < WAITERS; k++) {
     unsigned long free_entry = 0;
@@ -59,7 +59,7 @@ static int waiter_add(void) {
   return -1;
 }
 
-static void waiter_remove(int k) {
+void bcpy_waiter_remove(int k) {
   if (k >= 0) atomic_store(&waiters[k], 0);
 }
 
@@ -195,7 +195,7 @@ int bcpy_run_detached(bcpy_job *job) {
 static int wait_for(bcpy_job *job, bcpy_source *cancel);
 
 int bcpy_run(bcpy_job *job, bcpy_source *cancel) {
-  int waiter = waiter_add();
+  int waiter = bcpy_waiter_add();
   int result = 0;
   if (!bcpy_is_main_thread() || submit(job, 2) != 0) {
     int rc;
@@ -206,7 +206,7 @@ int bcpy_run(bcpy_job *job, bcpy_source *cancel) {
   } else {
     result = wait_for(job, cancel);
   }
-  waiter_remove(waiter);
+  bcpy_waiter_remove(waiter);
   return result;
 }
 

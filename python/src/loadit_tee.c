@@ -64,6 +64,7 @@
 #define SLOTS 4096                    /* records in the ring at most */
 #define HELD_BYTES ((size_t)4 << 20)  /* bytes kept by the ring at most */
 #define RECLAIM_EVERY 32               /* pushes between reclaims */
+#define WAKE_EVERY 64                  /* records between wake-ups of a sleeper */
 #define STALL_NS 1000000000ull         /* an idle consumer this long is stuck */
 #define WAIT_SLICE_NS 20000000ull      /* timed waits, to re-check */
 
@@ -217,7 +218,10 @@ static void push(bcpy_tee *t, PyObject *bytes) {
   t->slots[tail % SLOTS] = bytes;
   t->held += (size_t)PyBytes_GET_SIZE(bytes);
   atomic_store(&t->tail, tail + 1); /* seq_cst: then the flag (Dekker) */
-  if (atomic_load(&t->pass_waiting)) wake(t);
+  /* A sleeping pass is woken once per WAKE_EVERY records, not per record
+   * (a wake-up costs more than a record); it also wakes by itself every
+   * WAIT_SLICE_NS, and end() and state changes wake it at once. */
+  if ((tail + 1) % WAKE_EVERY == 0 && atomic_load(&t->pass_waiting)) wake(t);
 }
 
 /* The consumer met the end (rc 0) or an error (rc < 0, bc_errmsg()). */
@@ -358,7 +362,9 @@ int bcpy_tee_next(bcpy_tee *t, const bcpy_source *s, unsigned long generation,
     out->size = n;
   }
   atomic_store(&t->head, head + 1); /* seq_cst: then the flag (Dekker) */
-  if (atomic_load(&t->consumer_waiting)) wake(t);
+  if (((head + 1) % WAKE_EVERY == 0 || head + 1 == t->tail_seen) &&
+      atomic_load(&t->consumer_waiting))
+    wake(t);
   return 1;
 }
 
