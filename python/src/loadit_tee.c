@@ -44,10 +44,17 @@
  * dumps or waiting to push; the iterator is never taken from it then.
  *
  * Wake-ups: a party about to sleep sets its *_waiting flag, re-checks, and
- * waits on `cond` under `lock` (timed, as a safety net); the other side
+ * waits on `cond` under `lock` for at most WAIT_SLICE_NS; the other side
  * publishes its index with a sequentially consistent store and then reads
  * the flag (Dekker: one of the two sees the other), broadcasting under the
- * lock when it is set.
+ * lock when it is set - but only every WAKE_EVERY records (and when the
+ * pass empties the ring), since a wake-up costs more than a record.  So a
+ * sleeper may wait one slice with fewer records than that ready; state
+ * changes wake it at once.
+ *
+ * The end: close() waits (bcpy_tee_settle) until the driver has seen the
+ * shards of an ENDED first pass written; any other state is cancelled by
+ * the close like every fill.
  *
  * Lock order: GIL -> lock.  `lock` is a leaf: nothing is taken while it
  * is held, and the GIL is never requested with it held.
