@@ -272,6 +272,12 @@ int bc_seq_iterate(bc_readahead **out, bc_seq *seq, uint64_t start,
  * iteration.  A failed read ends it too. */
 int bc_readahead_next(bc_readahead *it, bc_buf *out, uint64_t *index);
 
+/* True when the next bc_readahead_next will return without waiting for a
+ * worker (its record is ready, or the iteration has finished); false when
+ * it may wait.  Never blocks; for callers that must not wait where they
+ * are (e.g. a thread that has to stay responsive to signals). */
+bool bc_readahead_ready(bc_readahead *it);
+
 /* Stops the workers and releases everything.  NULL is fine. */
 void bc_readahead_close(bc_readahead *it);
 

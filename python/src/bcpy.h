@@ -126,6 +126,9 @@ extern PyTypeObject bcpy_MultiIndex_Type;
  * pair (one of those, decode) where decode(bytes) makes each element. */
 extern PyTypeObject bcpy_View_Type;
 extern PyTypeObject bcpy_ViewIterator_Type;
+/* The context of a "bagcache.bc_seq" capsule whose reads may wait for a
+ * cache's fill (a LoadIt's): views over it wait so that Ctrl-C works. */
+extern const char bcpy_waits_mark[];
 
 /* ---- LoadIt: caches over Python iterators (loadit*.c, loadit.h) -------- */
 

@@ -1094,7 +1094,10 @@ static PyObject *lobj_bagcache_seq(bcpy_lobj *self, PyObject *unused) {
   (void)unused;
   if (lobj_check(self) < 0) return NULL;
   PyObject *cap = PyCapsule_New(bc_seq_ref(self->seq), "bagcache.bc_seq", capsule_release);
-  if (cap == NULL) return NULL;
+  if (cap == NULL || PyCapsule_SetContext(cap, (void *)bcpy_waits_mark) < 0) {
+    Py_XDECREF(cap);
+    return NULL;
+  }
   return Py_BuildValue("(NO)", cap, self->core->loads != NULL ? self->core->loads : Py_None);
 }
 

@@ -40,6 +40,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "loadit.h"
 #include "structmember.h"
 
 /* ---- kinds of leaves in a tree ------------------------------------------------ */
@@ -47,6 +48,9 @@
 #define VK_PYTHON 1u /* python leaves or python index maps: Python code runs */
 #define VK_NATIVE 2u /* native leaves: reads may block, GIL released */
 #define VK_DECODE 4u /* decoded leaves: records go through a Python decoder */
+#define VK_WAITS 8u  /* leaves whose reads may wait for a fill (a LoadIt's) */
+
+const char bcpy_waits_mark[] = "a LoadIt's sequence: reads may wait for fills";
 
 typedef struct {
   PyObject_HEAD
@@ -371,6 +375,7 @@ static bc_seq *native_source(PyObject *src, unsigned *kinds) {
   if (PyCapsule_IsValid(src, "bagcache.bc_seq")) {
     bc_seq *s = PyCapsule_GetPointer(src, "bagcache.bc_seq");
     *kinds |= VK_NATIVE;
+    if (PyCapsule_GetContext(src) == (void *)bcpy_waits_mark) *kinds |= VK_WAITS;
     return bc_seq_ref(s);
   }
   PyErr_Format(PyExc_TypeError,
@@ -676,6 +681,68 @@ static PyObject *view_init_chunk_shuffle(bcpy_view *self, PyObject *args) {
 
 static inline bool is_pyleaf(const bc_seq *leaf) { return leaf->ops == &pyleaf_ops; }
 
+/* ---- reads that Ctrl-C can interrupt -------------------------------------------------- */
+
+/* A read of a tree with a LoadIt leaf may wait for a fill that runs the
+ * user's iterator for minutes.  From the main thread such a wait runs on a
+ * helper through bcpy_run (loadit.h) while the main thread checks for
+ * signals.  The hop costs microseconds and brings the records in cold, so
+ * only waits go there: a read-ahead refill takes what is ready first
+ * (bc_readahead_ready); single elements and chunks of trees with Python
+ * code are read in place (see get_one).  The read works on `arg` alone, without the GIL; when a signal
+ * handler raises, the helper finishes the read on its own and then frees
+ * `arg` and its reference to the tree (whose leaves the read uses). */
+typedef struct {
+  bcpy_job base;
+  bc_seq *tree;
+  void (*read)(void *arg);
+  void (*free_arg)(void *arg);
+  void *arg; /* NULL once the caller has it back */
+} read_job;
+
+static int read_job_run(bcpy_job *job) {
+  read_job *j = (read_job *)job;
+  j->read(j->arg);
+  return 0;
+}
+
+static void read_job_release(bcpy_job *job) {
+  read_job *j = (read_job *)job;
+  if (j->arg != NULL) j->free_arg(j->arg);
+  bc_seq_unref(j->tree);
+}
+
+/* Whether a read of this view from this thread goes through read_waiting. */
+static bool interruptible(const bcpy_view *self) {
+  return (self->kinds & VK_WAITS) && bcpy_is_main_thread();
+}
+
+/* Runs read(arg) with the GIL released, interruptibly when the view may
+ * wait for a fill.  0 when it ran (arg is the caller's), or -1 with the
+ * signal handler's exception (arg belongs to the helper now). */
+static int read_waiting(bcpy_view *self, void (*read)(void *), void (*free_arg)(void *),
+                        void *arg) {
+  read_job *j = interruptible(self) ? PyMem_RawCalloc(1, sizeof *j) : NULL;
+  if (j == NULL) { /* no waiting, or no memory to wait interruptibly */
+    Py_BEGIN_ALLOW_THREADS
+    read(arg);
+    Py_END_ALLOW_THREADS
+    return 0;
+  }
+  j->base.run = read_job_run;
+  j->base.release = read_job_release;
+  j->tree = bc_seq_ref(self->seq);
+  j->read = read;
+  j->free_arg = free_arg;
+  j->arg = arg;
+  if (bcpy_run(&j->base, NULL) < 0) return -1;
+  j->arg = NULL;
+  Py_BEGIN_ALLOW_THREADS /* dropping the tree may close a cache */
+  bcpy_job_free(&j->base);
+  Py_END_ALLOW_THREADS
+  return 0;
+}
+
 /* A native record as an element (GIL held). */
 static PyObject *native_element(const bc_seq *leaf, const bc_buf *b) {
   PyObject *bytes = PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
@@ -691,6 +758,9 @@ static PyObject *get_one(bcpy_view *self, int64_t i) {
   uint64_t li = 0;
   bc_buf buf = BC_BUF_INIT;
   int rc;
+  /* Read here, not through read_waiting: a hit must stay cheap, and a miss
+   * usually fills in this very thread, where the iterator's Python code
+   * sees Ctrl-C itself. */
   GIL_RELEASE_IF(self->kinds & VK_NATIVE)
   rc = bc_seq_resolve(self->seq, i, &leaf, &li);
   if (rc == 0 && !is_pyleaf(leaf)) rc = bc_seq_get(leaf, (int64_t)li, &buf);
@@ -1156,38 +1226,101 @@ static void iter_stop_readahead(bcpy_view_iter *it) {
   Py_END_ALLOW_THREADS
 }
 
-/* Refill from the read-ahead window (trees read in C). */
+/* A refill's reads from the read-ahead window; one allocation the helper
+ * can free if the wait is abandoned (it then owns the read-ahead too). */
+typedef struct {
+  bc_readahead *ra; /* borrowed from the iterator, owned if abandoned */
+  bc_seq *seq;      /* the tree (kept alive by the iterator or the job) */
+  bool decode;
+  bool nowait;      /* take only what is ready (bc_readahead_ready) */
+  size_t want, n;
+  bc_buf *bufs;
+  uint64_t *index;
+  bc_seq **leaf;
+  int rc;
+  char *msg;
+} ra_read;
+
+static void ra_read_free(void *arg) {
+  ra_read *r = arg;
+  if (r == NULL) return;
+  if (r->bufs != NULL)
+    for (size_t j = 0; j < r->want; j++) bc_buf_release(&r->bufs[j]);
+  PyMem_RawFree(r->bufs);
+  PyMem_RawFree(r->index);
+  PyMem_RawFree(r->leaf);
+  free(r->msg);
+  PyMem_RawFree(r);
+}
+
+/* Frees an abandoned refill and closes its read-ahead (no GIL). */
+static void ra_read_abandon(void *arg) {
+  ra_read *r = arg;
+  bc_readahead_close(r->ra);
+  ra_read_free(r);
+}
+
+static void ra_read_run(void *arg) {
+  ra_read *r = arg;
+  r->rc = 1;
+  while (r->n < r->want && (!r->nowait || bc_readahead_ready(r->ra)) &&
+         (r->rc = bc_readahead_next(r->ra, &r->bufs[r->n], &r->index[r->n])) == 1) {
+    uint64_t li;
+    bc_seq **leaf = &r->leaf[r->n];
+    *leaf = NULL;
+    /* The decoder of a record is its leaf's: resolve it again (no I/O). */
+    if (r->decode && bc_seq_resolve(r->seq, (int64_t)r->index[r->n], leaf, &li) != 0)
+      *leaf = NULL;
+    r->n++;
+  }
+  if (r->rc < 0) r->msg = strdup(bc_errmsg());
+}
+
+/* Refill from the read-ahead window (trees read in C).  From the main
+ * thread, over a LoadIt, what is ready is taken at once and a wait for
+ * more is made interruptible (read_waiting). */
 static void refill_readahead(bcpy_view_iter *it) {
-  size_t want = it->chunk, n = 0;
-  bc_buf *bufs = PyMem_RawCalloc(want, sizeof *bufs);
-  uint64_t *index = PyMem_RawMalloc(want * sizeof *index);
-  bc_seq **leaf = PyMem_RawMalloc(want * sizeof *leaf);
-  if (bufs == NULL || index == NULL || leaf == NULL) {
+  size_t want = it->chunk;
+  ra_read *r = PyMem_RawCalloc(1, sizeof *r);
+  if (r != NULL) {
+    r->want = want;
+    r->bufs = PyMem_RawCalloc(want, sizeof *r->bufs);
+    r->index = PyMem_RawMalloc(want * sizeof *r->index);
+    r->leaf = PyMem_RawMalloc(want * sizeof *r->leaf);
+  }
+  if (r == NULL || r->bufs == NULL || r->index == NULL || r->leaf == NULL) {
+    ra_read_free(r);
     PyErr_NoMemory();
     PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
     it->failed = it->done = true;
-    goto cleanup;
+    return;
   }
-  bc_readahead *ra = it->ra;
-  bool decode = (it->view->kinds & VK_DECODE) != 0;
-  bc_seq *seq = it->view->seq;
-  int rc = 1;
-  char *msg = NULL;
-  Py_BEGIN_ALLOW_THREADS
-  while (n < want && (rc = bc_readahead_next(ra, &bufs[n], &index[n])) == 1) {
-    uint64_t li;
-    leaf[n] = NULL;
-    /* The decoder of a record is its leaf's: resolve it again (no I/O). */
-    if (decode && bc_seq_resolve(seq, (int64_t)index[n], &leaf[n], &li) != 0) leaf[n] = NULL;
-    n++;
+  r->ra = it->ra;
+  r->rc = 1; /* nothing read, not at the end */
+  r->seq = it->view->seq;
+  r->decode = (it->view->kinds & VK_DECODE) != 0;
+  if (interruptible(it->view)) {
+    /* What is ready is taken here; only a wait goes to a helper. */
+    r->nowait = true;
+    Py_BEGIN_ALLOW_THREADS
+    ra_read_run(r);
+    Py_END_ALLOW_THREADS
+    r->nowait = false;
   }
-  if (rc < 0) msg = strdup(bc_errmsg());
-  Py_END_ALLOW_THREADS
-  size_t k;
+  if (r->n == 0 && r->rc == 1 && read_waiting(it->view, ra_read_run, ra_read_abandon, r) < 0) {
+    /* Ctrl-C: the helper finishes the wait, then closes the read-ahead. */
+    it->ra = NULL;
+    PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
+    it->failed = it->done = true;
+    it->head = it->count = 0;
+    return;
+  }
+  size_t k, n = r->n;
   for (k = 0; k < n; k++) {
-    PyObject *obj = leaf[k] != NULL ? native_element(leaf[k], &bufs[k])
-                                    : PyBytes_FromStringAndSize((const char *)bufs[k].data,
-                                                                (Py_ssize_t)bufs[k].size);
+    bc_buf *b = &r->bufs[k];
+    PyObject *obj = r->leaf[k] != NULL
+                        ? native_element(r->leaf[k], b)
+                        : PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
     if (obj == NULL) break;
     it->items[k] = obj;
   }
@@ -1196,22 +1329,17 @@ static void refill_readahead(bcpy_view_iter *it) {
   if (k < n) { /* a decoder raised: that is where the iteration ends */
     PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
     it->failed = it->done = true;
-    free(msg);
-  } else if (rc != 1) {
+  } else if (r->rc != 1) {
     it->done = true;
-    if (rc < 0) {
+    if (r->rc < 0) {
       it->failed = true;
-      it->fail.rc = rc;
-      it->fail.message = msg;
+      it->fail.rc = r->rc;
+      it->fail.message = r->msg;
+      r->msg = NULL;
     }
   }
   if (it->done) iter_stop_readahead(it);
-cleanup:
-  if (bufs != NULL)
-    for (size_t j = 0; j < want; j++) bc_buf_release(&bufs[j]);
-  PyMem_RawFree(bufs);
-  PyMem_RawFree(index);
-  PyMem_RawFree(leaf);
+  ra_read_free(r);
 }
 
 /* Refill by resolving a chunk of positions (trees with Python code). */

@@ -616,6 +616,33 @@ def test_ctrl_c_interrupts_a_slow_fill(tmp_path, how):
     assert os.listdir(os.path.join(root, "scratch")) == []
 
 
+@pytest.mark.parametrize("how", ["item", "iterate"])
+def test_ctrl_c_interrupts_a_view_waiting_for_a_fill(tmp_path, how):
+    root = str(tmp_path / "c")
+    n = 400
+    loader = LoadIt(root, Source(n, delay=0.02), max_shard_length=200)
+    # The view's first element is the loader's last: filling its shard
+    # takes the whole slow source (8 s).
+    view = bagcache.SequenceView(loader, list(range(n))[::-1])
+    start = time.time()
+    timer = interrupt_after(0.3)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if how == "item":
+                view[0]  # filled in this thread: the iterator sees the signal
+            else:
+                for _ in view:  # read ahead by workers: the wait is interruptible
+                    pass
+    finally:
+        timer.cancel()
+    assert time.time() - start < 2.0  # promptly, not after the fill
+    loader.close()
+    fresh = LoadIt(root, Source(n), max_shard_length=200)
+    assert list(fresh) == model(n)
+    assert [fresh[i] for i in (399, 0)] == [item(399), item(0)]
+    assert os.listdir(os.path.join(root, "scratch")) == []
+
+
 # ---- API surface ------------------------------------------------------------------------
 
 

@@ -187,6 +187,13 @@ static void top_up(bc_readahead *it) {
   pthread_mutex_unlock(&it->lock);
 }
 
+bool bc_readahead_ready(bc_readahead *it) {
+  if (it->finished) return true;
+  /* Nothing queued: the next call asks the stream and waits for a read. */
+  if (it->delivered == it->queued) return false;
+  return atomic_load(&it->slots[it->delivered % it->window].ready);
+}
+
 int bc_readahead_next(bc_readahead *it, bc_buf *out, uint64_t *index) {
   if (it->finished) return 0;
   /* Refill once a quarter of the window is free: fewer, larger hand-offs. */

@@ -434,6 +434,74 @@ static void test_unknown_length(void **state) {
   bc_buf_release(&b);
 }
 
+/* A leaf of 4 records whose reads of index >= `gate_from` wait until the
+ * gate opens. */
+typedef struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool open;
+  uint64_t gate_from;
+} gate;
+
+static int gated_get(void *payload, uint64_t index, bc_buf *out) {
+  gate *g = payload;
+  if (index >= 4) return bc_set_errmsg(BC_ERANGE, "past the end");
+  if (index >= g->gate_from) {
+    pthread_mutex_lock(&g->lock);
+    while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+  }
+  if (out->capacity < 1) {
+    unsigned char *d = realloc(out->data, 1);
+    if (d == NULL) return BC_ENOMEM;
+    out->data = d;
+    out->capacity = 1;
+  }
+  out->data[0] = (unsigned char)('a' + index);
+  out->size = 1;
+  return 0;
+}
+
+/* bc_readahead_ready says whether the next record is there without
+ * waiting for it, and never blocks itself. */
+static void test_readahead_ready(void **state) {
+  (void)state;
+  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 2};
+  bc_callback_seq_options o = {0};
+  o.fixed_length = (bc_len){BC_LEN_EXACT, 4};
+  o.get = gated_get;
+  o.payload = &g;
+  o.thread_safe = true;
+  bc_seq *leaf;
+  assert_int_equal(bc_seq_new_callbacks(&leaf, &o), 0);
+  bc_readahead *it;
+  bc_readahead_options ro = {4, 2};
+  assert_int_equal(bc_seq_iterate(&it, leaf, 0, &ro), 0);
+  assert_false(bc_readahead_ready(it)); /* nothing asked for yet */
+  bc_buf b = BC_BUF_INIT;
+  assert_int_equal(bc_readahead_next(it, &b, NULL), 1); /* queues all four */
+  assert_memory_equal(b.data, "a", 1);
+  for (int k = 0; k < 1000 && !bc_readahead_ready(it); k++) usleep(1000);
+  assert_true(bc_readahead_ready(it)); /* record 1 is not gated */
+  assert_int_equal(bc_readahead_next(it, &b, NULL), 1);
+  assert_memory_equal(b.data, "b", 1);
+  usleep(20000);
+  assert_false(bc_readahead_ready(it)); /* record 2 waits for the gate */
+  pthread_mutex_lock(&g.lock);
+  g.open = true;
+  pthread_cond_broadcast(&g.cond);
+  pthread_mutex_unlock(&g.lock);
+  assert_int_equal(bc_readahead_next(it, &b, NULL), 1);
+  assert_memory_equal(b.data, "c", 1);
+  assert_int_equal(bc_readahead_next(it, &b, NULL), 1);
+  assert_memory_equal(b.data, "d", 1);
+  assert_int_equal(bc_readahead_next(it, &b, NULL), 0);
+  assert_true(bc_readahead_ready(it)); /* finished: returns at once */
+  bc_readahead_close(it);
+  bc_seq_unref(leaf);
+  bc_buf_release(&b);
+}
+
 /* Neither iterating nor measuring a bounded slice settles an unknown
  * length (for a filling cache, settling means draining the source). */
 static void test_unknown_length_not_settled(void **state) {
@@ -749,6 +817,7 @@ int main(void) {
       cmocka_unit_test(test_repeat_tables),
       cmocka_unit_test(test_unknown_length),
       cmocka_unit_test(test_unknown_length_not_settled),
+      cmocka_unit_test(test_readahead_ready),
       cmocka_unit_test(test_endless),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_take_shared),
