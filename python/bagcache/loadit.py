@@ -14,6 +14,10 @@
     loader[10]; loader[-2]; len(loader)                # random access, filling on demand
     loader[5:100:3]; loader[[2, 4, 9]]; loader[3, 4]   # views (lazy)
 
+Iterating a loader whose root holds nothing yet (the first pass) runs the
+iterator in the iterating thread and yields its own objects while their
+pickles are written on another thread; later passes read the cache.
+
 Records are pickled (protocol 5) into shards of a root directory; shards are
 Bagz files (``shards/START.END.bag[z]``, readable by bagz itself), shared
 with every thread and process using the root.  Under ``memory_limit`` the
