@@ -3,7 +3,9 @@
  * open() calls create_iter() and iter() on the result, next() calls next()
  * on that iterator and serializes the record (dumps, or the record's own
  * bytes), skip() drops records without serializing them, close() closes the
- * iterator (generator.close()).  Also the prefetch policy of a LoadIt.
+ * iterator (generator.close()).  A pass opened while a first pass runs in
+ * a reader's thread reads that pass's records instead, and may be handed
+ * its iterator (loadit_tee.c).  Also the prefetch policy of a LoadIt.
  *
  * GIL: every callback is called by the engine with no bagcache lock held,
  * from whichever thread needs the records; it takes the GIL with
