@@ -578,7 +578,7 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
     else end(t, 0);
     goto out;
   }
-  if (atomic_load(&t->state) != TEE_OPEN) { /* cannot happen while in_next */
+  if (atomic_load(&t->state) != TEE_OPEN) { /* the pass went away meanwhile */
     Py_DECREF(item);
     t->in_next = false;
     return fall_back(self);
