@@ -197,19 +197,24 @@ static bool ring_full(bcpy_tee *t) {
   return t->held >= HELD_BYTES && tail != t->reclaimed;
 }
 
+/* Nobody will read the ring any more: the pass went away, or the driver
+ * stopped (failed, or found every shard filled by other processes). */
+static bool unread(bcpy_tee *t) {
+  return atomic_load(&t->state) == TEE_DETACHED || atomic_load(&t->driver_done);
+}
+
 /* Room for one more record, waiting for the pass if need be (GIL held).
- * 0, 1 when the pass went away (DETACHED), -1 with an exception (a signal
- * handler raised). */
+ * 0, 1 when nobody will read the ring (unread), -1 with an exception (a
+ * signal handler raised). */
 static int make_room(bcpy_tee *t) {
   if (++t->since_reclaim >= RECLAIM_EVERY || ring_full(t)) reclaim(t);
   while (ring_full(t)) {
-    if (atomic_load(&t->state) == TEE_DETACHED) return 1;
+    if (unread(t)) return 1;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&t->lock);
     atomic_store(&t->consumer_waiting, true);
     uint64_t head = t->reclaimed;
-    if (atomic_load(&t->head) == head && atomic_load(&t->state) != TEE_DETACHED)
-      wait_slice(t);
+    if (atomic_load(&t->head) == head && !unread(t)) wait_slice(t);
     atomic_store(&t->consumer_waiting, false);
     pthread_mutex_unlock(&t->lock);
     Py_END_ALLOW_THREADS
@@ -568,7 +573,8 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
     leave(self);
     return r;
   }
-  if (atomic_load(&t->state) != TEE_OPEN) return fall_back(self);
+  if (atomic_load(&t->state) != TEE_OPEN || atomic_load(&t->driver_done))
+    return fall_back(self); /* the rest is (or will be) in the cache */
 
   t->in_next = true;
   PyObject *item = PyIter_Next(t->it), *record = NULL;
@@ -608,11 +614,16 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
     PyErr_Restore(type, value, tb);
     return NULL;
   }
-  if (room > 0) { /* the pass went away: this record and the next from the cache */
+  if (room > 0) { /* nobody reads the ring: this record and the next from the cache */
     Py_DECREF(item);
     Py_DECREF(record);
     t->in_next = false;
-    return fall_back(self);
+    int rc = atomic_load(&t->fill_rc);
+    if (rc == 0) return fall_back(self);
+    self->done = true; /* writing the cache failed */
+    PyObject *r = bcpy_raise(rc, t->fill_msg);
+    leave(self);
+    return r;
   }
   if (s->dumps == NULL) { /* raw: what the cache will give back */
     Py_DECREF(item);

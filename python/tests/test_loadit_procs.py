@@ -73,3 +73,41 @@ def test_four_processes_share_a_root(tmp_path, method, limit):
     if memory_limit is not None:
         assert shard_bytes(root) <= memory_limit
         assert loader.stats()["bytes_on_disk"] <= memory_limit
+
+
+BIG = 20_000  # more records than a first pass's ring holds (4,096)
+
+
+def _first_pass(root, barrier, queue):
+    """A first pass over a root other processes fill at the same time."""
+    try:
+        barrier.wait(60)
+        loader = bagcache.LoadIt(root, lambda: (item(i) for i in range(BIG)),
+                                 max_shard_length=500)
+        ok = [x for x in loader] == [item(i) for i in range(BIG)]
+        loader.close()
+        queue.put(ok)
+    except Exception as e:  # reported to the parent
+        queue.put(repr(e))
+
+
+def test_first_passes_of_three_processes_on_one_root(tmp_path):
+    # Each process's first pass pushes records for its own fill, which may
+    # find every shard claimed by the others: then the pass must go on from
+    # the cache rather than wait for room in its ring (it hung 1 run in 5).
+    ctx = mp.get_context("fork")
+    for trial in range(5):
+        root = str(tmp_path / f"root{trial}")
+        barrier, queue = ctx.Barrier(3), ctx.Queue()
+        procs = [ctx.Process(target=_first_pass, args=(root, barrier, queue))
+                 for _ in range(3)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        hung = [p.pid for p in procs if p.is_alive()]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        assert hung == [], f"trial {trial}: processes {hung} did not finish"
+        assert sorted(str(queue.get(timeout=5)) for _ in procs) == ["True"] * 3
