@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <time.h>
 
 /* ---- the source (loadit_source.c) --------------------------------------- */
 
@@ -99,6 +100,14 @@ extern _Thread_local int bcpy_in_callback;
  * that very object.  bcpy_source_exception() returns it (new reference) or
  * NULL (no exception set) when the message names none still stored. */
 PyObject *bcpy_source_exception(const char *message);
+
+/* CLOCK_MONOTONIC in nanoseconds (the source's batches, the first pass's
+ * stall timer). */
+static inline uint64_t bcpy_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 /* ---- interruptible calls (loadit_runner.c) --------------------------------- */
 

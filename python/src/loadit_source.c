@@ -377,19 +377,13 @@ static int pull_one(bcpy_source *s, pass *p, bc_buf *out) {
   return rc;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* Fills the pass's queue with up to BATCH records under one GIL
  * acquisition (fewer when the iterator is slow: BATCH_NS); an end or an
  * error is kept for after the records before it. */
 static void refill(bcpy_source *s, pass *p) {
   p->head = p->count = 0;
   PyGILState_STATE gil = bcpy_gil_enter();
-  uint64_t start = now_ns();
+  uint64_t start = bcpy_now_ns();
   uint64_t limit = p->stop_at - p->pos < BATCH ? p->stop_at - p->pos : BATCH;
   while (p->count < limit) {
     if (p->generation != atomic_load(&s->generation)) { /* cancelled */
@@ -402,7 +396,7 @@ static void refill(bcpy_source *s, pass *p) {
       break;
     }
     p->count++;
-    if (now_ns() - start > BATCH_NS) break;
+    if (bcpy_now_ns() - start > BATCH_NS) break;
   }
   bcpy_gil_leave(gil);
   if (p->end_rc < 0) p->end_msg = strdup(bc_errmsg());

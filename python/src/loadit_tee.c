@@ -115,12 +115,6 @@ struct bcpy_tee {
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* Waits on the tee's condition for at most WAIT_SLICE_NS (lock held). */
 static void wait_slice(bcpy_tee *t) {
   struct timespec until;
@@ -310,14 +304,14 @@ static int take_over(bcpy_tee *t) {
  * is stuck (no GIL held).  0, or an error. */
 static int wait_record(bcpy_tee *t, const bcpy_source *s, unsigned long generation) {
   uint64_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
-  uint64_t start = now_ns();
+  uint64_t start = bcpy_now_ns();
   for (;;) {
     bool stuck = false;
     pthread_mutex_lock(&t->lock);
     atomic_store(&t->pass_waiting, true);
     while (atomic_load(&t->tail) == head && atomic_load(&t->state) == TEE_OPEN &&
            atomic_load(&s->generation) == generation) {
-      if (consumer_stuck(t) || now_ns() - start > STALL_NS) {
+      if (consumer_stuck(t) || bcpy_now_ns() - start > STALL_NS) {
         stuck = true;
         break;
       }
@@ -328,7 +322,7 @@ static int wait_record(bcpy_tee *t, const bcpy_source *s, unsigned long generati
     if (!stuck) return 0;
     int rc = take_over(t);
     if (rc != 0) return rc;
-    start = now_ns();
+    start = bcpy_now_ns();
   }
 }
 
@@ -481,16 +475,31 @@ static void leave(bcpy_teeiter *self) {
   tee_unref(t);
 }
 
-/* Continues from the cache at the record after the last one pushed. */
-static PyObject *fall_back(bcpy_teeiter *self) {
+/* Leaves the ring for the cache's iterator from the record after the last
+ * one pushed.  -1 with an exception when that iterator cannot be made
+ * (the iteration is then over). */
+static int switch_to_cache(bcpy_teeiter *self) {
   uint64_t from = atomic_load(&self->tee->tail);
   leave(self);
   self->fallback = bcpy_cache_iter(self->loader, from);
-  if (self->fallback == NULL) {
-    self->done = true;
-    return NULL;
-  }
+  if (self->fallback != NULL) return 0;
+  self->done = true;
+  return -1;
+}
+
+/* Continues from the cache (switch_to_cache) with its first record. */
+static PyObject *fall_back(bcpy_teeiter *self) {
+  if (switch_to_cache(self) < 0) return NULL;
   return Py_TYPE(self->fallback)->tp_iternext(self->fallback);
+}
+
+/* Writing the cache failed (the driver's code `rc`): raised, and the
+ * iteration is over. */
+static PyObject *fill_failed(bcpy_teeiter *self, int rc) {
+  self->done = true;
+  PyObject *r = bcpy_raise(rc, self->tee->fill_msg);
+  leave(self);
+  return r;
 }
 
 /* Ends the ring with the pending exception (kept for the fill's waiters)
@@ -567,12 +576,7 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
     return NULL;
   }
   int fill_rc = atomic_load(&t->fill_rc);
-  if (fill_rc != 0) { /* writing the cache failed: the pass cannot go on */
-    self->done = true;
-    PyObject *r = bcpy_raise(fill_rc, t->fill_msg);
-    leave(self);
-    return r;
-  }
+  if (fill_rc != 0) return fill_failed(self, fill_rc);
   if (atomic_load(&t->state) != TEE_OPEN || atomic_load(&t->driver_done))
     return fall_back(self); /* the rest is (or will be) in the cache */
 
@@ -604,13 +608,7 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
     t->in_next = false;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    uint64_t from = atomic_load(&t->tail);
-    leave(self);
-    self->fallback = bcpy_cache_iter(self->loader, from);
-    if (self->fallback == NULL) {
-      PyErr_Clear();
-      self->done = true;
-    }
+    if (switch_to_cache(self) < 0) PyErr_Clear(); /* the interrupt is what counts */
     PyErr_Restore(type, value, tb);
     return NULL;
   }
@@ -619,11 +617,7 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
     Py_DECREF(record);
     t->in_next = false;
     int rc = atomic_load(&t->fill_rc);
-    if (rc == 0) return fall_back(self);
-    self->done = true; /* writing the cache failed */
-    PyObject *r = bcpy_raise(rc, t->fill_msg);
-    leave(self);
-    return r;
+    return rc == 0 ? fall_back(self) : fill_failed(self, rc);
   }
   if (s->dumps == NULL) { /* raw: what the cache will give back */
     Py_DECREF(item);
