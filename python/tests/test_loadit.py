@@ -581,6 +581,15 @@ def interrupt_after(seconds):
     return t
 
 
+def assert_consistent_after_interrupt(root, n):
+    """A reopen (fast iterator) reads correct data, at both ends too, and
+    the abandoned fill left no scratch file."""
+    fresh = LoadIt(root, Source(n), max_shard_length=200)
+    assert list(fresh) == model(n)
+    assert [fresh[i] for i in (n - 1, 0)] == [item(n - 1), item(0)]
+    assert os.listdir(os.path.join(root, "scratch")) == []
+
+
 @pytest.mark.parametrize("how", ["item", "iterate", "len", "wait", "prefetched"])
 def test_ctrl_c_interrupts_a_slow_fill(tmp_path, how):
     root = str(tmp_path / "c")
@@ -610,10 +619,7 @@ def test_ctrl_c_interrupts_a_slow_fill(tmp_path, how):
         timer.cancel()
     assert time.time() - start < 2.0  # promptly, not after the fill
     loader.close()
-    # The cache is consistent: a reopen (fast iterator) reads correct data.
-    fresh = LoadIt(root, Source(n), max_shard_length=200)
-    assert list(fresh) == model(n)
-    assert os.listdir(os.path.join(root, "scratch")) == []
+    assert_consistent_after_interrupt(root, n)
 
 
 @pytest.mark.parametrize("how", ["item", "iterate"])
@@ -637,10 +643,7 @@ def test_ctrl_c_interrupts_a_view_waiting_for_a_fill(tmp_path, how):
         timer.cancel()
     assert time.time() - start < 2.0  # promptly, not after the fill
     loader.close()
-    fresh = LoadIt(root, Source(n), max_shard_length=200)
-    assert list(fresh) == model(n)
-    assert [fresh[i] for i in (399, 0)] == [item(399), item(0)]
-    assert os.listdir(os.path.join(root, "scratch")) == []
+    assert_consistent_after_interrupt(root, n)
 
 
 # ---- API surface ------------------------------------------------------------------------
