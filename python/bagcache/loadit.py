@@ -98,7 +98,6 @@ also callable: the list of shards present, as dicts.
 import atexit as _atexit
 import collections as _collections
 import collections.abc as _abc
-import functools as _functools
 import json as _json
 import operator as _operator
 import os as _os
@@ -205,16 +204,20 @@ def _factory(create_iter):
 
 
 def _serializer(serializer):
-    """(dumps, loads) for the engine; (None, None) for raw bytes."""
+    """(dumps, dumps_args, loads) for the engine, which stores
+    dumps(record, *dumps_args); (None, None, None) for raw bytes."""
     if serializer is None or serializer == "pickle":
-        return _functools.partial(_pickle.dumps, protocol=_pickle.HIGHEST_PROTOCOL), _pickle.loads
+        # The protocol goes as a positional argument: the engine calls
+        # dumps through vectorcall, where a functools.partial with a keyword
+        # would copy its keyword dict for every record.
+        return _pickle.dumps, (_pickle.HIGHEST_PROTOCOL,), _pickle.loads
     if serializer == "raw":
-        return None, None
+        return None, None, None
     dumps = getattr(serializer, "dumps", None)
     loads = getattr(serializer, "loads", None)
     if not (callable(dumps) and callable(loads)):
         raise TypeError("serializer must be None, 'pickle', 'raw' or have dumps() and loads()")
-    return dumps, loads
+    return dumps, None, loads
 
 
 def _path(root_dir):
@@ -416,7 +419,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         length = p["length"]
         known_length = -1 if length is None else _count("length", length, 0)
         mode = _count("mode", p["mode"], 0)
-        dumps, loads = _serializer(serializer)
+        dumps, dumps_args, loads = _serializer(serializer)
         if create_iter is None and not _os.path.exists(_os.path.join(root, "metadata.json")):
             raise FileNotFoundError(
                 f"{root}: no cache there, and no create_iter to fill one"
@@ -426,6 +429,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             root,
             create_iter,
             dumps=dumps,
+            dumps_args=dumps_args,
             loads=loads,
             shard_records=shard_records,
             shard_bytes=shard_bytes,

@@ -383,18 +383,20 @@ static PyObject *to_record(bcpy_core *c, bc_buf *b) {
 }
 
 static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"root", "create_iter", "dumps", "loads", "shard_records",
+  static char *kwlist[] = {"root", "create_iter", "dumps", "dumps_args", "loads", "shard_records",
                            "shard_bytes", "max_open_shards", "fill_workers",
                            "thread_safe", "disk_limit", "zstd_level", "preload_all",
                            "info_json", "known_length", "file_mode", NULL};
-  PyObject *root, *create_iter, *dumps = Py_None, *loads = Py_None, *level = Py_None;
+  PyObject *root, *create_iter, *dumps = Py_None, *dumps_args = Py_None, *loads = Py_None;
+  PyObject *level = Py_None;
   unsigned long long shard_records = 0, shard_bytes = 0, disk_limit = 0;
   int max_open = 0, workers = 0, thread_safe = 0, preload_all = 0;
   const char *info = NULL;
   long long known_length = -1;
   unsigned int file_mode = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOKKiipKOpzLI:_CacheCore", kwlist,
-                                   &root, &create_iter, &dumps, &loads, &shard_records,
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLI:_CacheCore", kwlist,
+                                   &root, &create_iter, &dumps, &dumps_args, &loads,
+                                   &shard_records,
                                    &shard_bytes, &max_open, &workers, &thread_safe,
                                    &disk_limit, &level, &preload_all, &info,
                                    &known_length, &file_mode))
@@ -406,6 +408,12 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   if ((dumps != Py_None && !PyCallable_Check(dumps)) ||
       (loads != Py_None && !PyCallable_Check(loads))) {
     PyErr_SetString(PyExc_TypeError, "dumps and loads must be callable or None");
+    return NULL;
+  }
+  if (dumps_args != Py_None &&
+      (!PyTuple_Check(dumps_args) || PyTuple_GET_SIZE(dumps_args) > BCPY_DUMPS_ARGS_MAX)) {
+    PyErr_Format(PyExc_TypeError, "dumps_args must be a tuple of at most %d arguments or None",
+                 BCPY_DUMPS_ARGS_MAX);
     return NULL;
   }
   bc_cache_options o = BC_CACHE_OPTIONS_INIT;
@@ -456,7 +464,8 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   j->opts = o;
   j->opts.info_json = j->info;
   if (create_iter != Py_None) {
-    self->src = bcpy_source_new(create_iter, dumps == Py_None ? NULL : dumps);
+    self->src = bcpy_source_new(create_iter, dumps == Py_None ? NULL : dumps,
+                                dumps == Py_None || dumps_args == Py_None ? NULL : dumps_args);
     if (self->src == NULL) {
       job_free(&j->base);
       goto fail;
@@ -749,7 +758,7 @@ PyTypeObject bcpy_CacheCore_Type = {
     .tp_basicsize = sizeof(bcpy_core),
     .tp_dealloc = (destructor)core_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "_CacheCore(root, create_iter, *, dumps, loads, shard_records, ...)\n\n"
+    .tp_doc = "_CacheCore(root, create_iter, *, dumps, dumps_args, loads, shard_records, ...)\n\n"
               "One open cache (bc_cache_open); the engine behind bagcache.LoadIt.",
     .tp_traverse = (traverseproc)core_traverse,
     .tp_clear = (inquiry)core_clear,

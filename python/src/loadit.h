@@ -39,8 +39,9 @@
 typedef struct bcpy_source {
   atomic_long refs;
   PyObject *create_iter; /* callable returning an iterable */
-  PyObject *dumps;       /* callable(obj) -> bytes-like; NULL: records are
-                            taken as bytes-like objects as they are */
+  PyObject *dumps;       /* callable(obj, *dumps_args) -> bytes-like; NULL:
+                            records are taken as bytes-like objects as they are */
+  PyObject *dumps_args;  /* a tuple of at most BCPY_DUMPS_ARGS_MAX, or NULL */
   atomic_ulong generation; /* passes opened under an older one are cancelled */
   atomic_bool closed;        /* the loader was closed: no new passes */
   /* Prefetch policy after each shard opened (see BCPY_PREFETCH_*). */
@@ -55,9 +56,15 @@ typedef struct bcpy_source {
 
 enum { BCPY_PREFETCH_NONE = 0, BCPY_PREFETCH_NEXT = 1, BCPY_PREFETCH_PYTHON = 2 };
 
+#define BCPY_DUMPS_ARGS_MAX 4
+
 /* A new source (one reference) calling create_iter() for every pass and
- * dumps(record) for every record (dumps may be NULL). */
-bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps);
+ * dumps(record, *dumps_args) for every record (dumps may be NULL; dumps_args
+ * a tuple of at most BCPY_DUMPS_ARGS_MAX, or NULL). */
+bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps, PyObject *dumps_args);
+/* dumps(item, *dumps_args) (GIL held, s->dumps set): a new reference, or
+ * NULL with an exception. */
+PyObject *bcpy_source_dumps(const bcpy_source *s, PyObject *item);
 /* Fills a bc_source over s, taking a reference for the cache (released by
  * free_payload). */
 void bcpy_source_describe(bcpy_source *s, bool thread_safe, bc_source *out);

@@ -198,7 +198,7 @@ typedef struct {
   char *end_msg;         /* ... with this message; 1 = not reached */
 } pass;
 
-bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps) {
+bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps, PyObject *dumps_args) {
   bcpy_source *s = PyMem_RawCalloc(1, sizeof *s);
   if (s == NULL) {
     PyErr_NoMemory();
@@ -215,7 +215,47 @@ bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps) {
   s->create_iter = create_iter;
   Py_XINCREF(dumps);
   s->dumps = dumps;
+  Py_XINCREF(dumps_args);
+  s->dumps_args = dumps_args;
   return s;
+}
+
+PyObject *bcpy_source_dumps(const bcpy_source *s, PyObject *item) {
+  PyObject *dumps = s->dumps;
+  Py_INCREF(dumps); /* the call may run code that clears s's objects */
+  PyObject *r;
+  if (s->dumps_args == NULL) {
+    r = call1(dumps, item);
+  } else {
+    /* Extra arguments go positionally, through vectorcall where there is
+     * one: a functools.partial with keywords would copy its keyword dict
+     * on every call, a cost of the order of pickling a small record. */
+    PyObject *args = s->dumps_args;
+    Py_INCREF(args);
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+#if PY_VERSION_HEX >= 0x03090000
+    PyObject *stack[1 + BCPY_DUMPS_ARGS_MAX];
+    stack[0] = item;
+    for (Py_ssize_t i = 0; i < n; i++) stack[1 + i] = PyTuple_GET_ITEM(args, i);
+    r = PyObject_Vectorcall(dumps, stack, (size_t)(1 + n), NULL);
+#else
+    PyObject *all = PyTuple_New(1 + n);
+    r = NULL;
+    if (all != NULL) {
+      Py_INCREF(item);
+      PyTuple_SET_ITEM(all, 0, item);
+      for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(PyTuple_GET_ITEM(args, i));
+        PyTuple_SET_ITEM(all, 1 + i, PyTuple_GET_ITEM(args, i));
+      }
+      r = PyObject_Call(dumps, all, NULL);
+      Py_DECREF(all);
+    }
+#endif
+    Py_DECREF(args);
+  }
+  Py_DECREF(dumps);
+  return r;
 }
 
 void bcpy_source_unref(bcpy_source *s) {
@@ -224,6 +264,7 @@ void bcpy_source_unref(bcpy_source *s) {
     PyGILState_STATE gil = bcpy_gil_enter();
     Py_XDECREF(s->create_iter);
     Py_XDECREF(s->dumps);
+    Py_XDECREF(s->dumps_args);
     Py_XDECREF(s->prefetch_fn);
     Py_XDECREF(s->loader);
     bcpy_gil_leave(gil);
@@ -253,6 +294,7 @@ int bcpy_source_traverse(bcpy_source *s, visitproc visit, void *arg) {
   if (s == NULL) return 0;
   Py_VISIT(s->create_iter);
   Py_VISIT(s->dumps);
+  Py_VISIT(s->dumps_args);
   Py_VISIT(s->prefetch_fn);
   return 0;
 }
@@ -364,10 +406,7 @@ static int pull_one(bcpy_source *s, pass *p, bc_buf *out) {
     return cancelled();
   }
   if (s->dumps != NULL) {
-    PyObject *dumps = s->dumps;
-    Py_INCREF(dumps);
-    PyObject *b = call1(dumps, item);
-    Py_DECREF(dumps);
+    PyObject *b = bcpy_source_dumps(s, item);
     Py_DECREF(item);
     if (b == NULL) return bcpy_keep_exception("serializer");
     item = b;

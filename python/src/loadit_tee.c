@@ -527,14 +527,7 @@ static void end_with_exception(bcpy_tee *t, const char *what) {
 static PyObject *serialize(bcpy_source *s, PyObject *item) {
   PyObject *b;
   if (s->dumps != NULL) {
-    PyObject *dumps = s->dumps;
-    Py_INCREF(dumps);
-#if PY_VERSION_HEX >= 0x03090000
-    b = PyObject_CallOneArg(dumps, item);
-#else
-    b = PyObject_CallFunctionObjArgs(dumps, item, NULL);
-#endif
-    Py_DECREF(dumps);
+    b = bcpy_source_dumps(s, item);
   } else {
     Py_INCREF(item);
     b = item;

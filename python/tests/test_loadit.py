@@ -286,6 +286,25 @@ def test_raw_serializer_and_bad_records(tmp_path):
         bad[0]
 
 
+def test_records_are_pickles_of_the_highest_protocol(tmp_path):
+    # Both ways records reach the cache: a first pass (the reader's thread
+    # pickles) and a fill asked for by a random read (a fill thread does).
+    def stored(loader):
+        out = {}
+        for shard in loader.shards():
+            records = list(bagcache.Reader(shard["path"]))
+            out.update(zip(range(shard["start"], shard["end"]), records))
+        return out
+
+    expect = {i: pickle.dumps(item(i), protocol=pickle.HIGHEST_PROTOCOL) for i in range(30)}
+    first = LoadIt(Source(30), root_dir=str(tmp_path / "first"), max_shard_length=10)
+    assert list(first) == model(30)
+    assert stored(first) == expect
+    random_read = LoadIt(Source(30), root_dir=str(tmp_path / "read"), max_shard_length=10)
+    assert random_read[25] == item(25) and random_read[3] == item(3)
+    assert stored(random_read) == {i: expect[i] for i in [*range(0, 10), *range(20, 30)]}
+
+
 def test_custom_serializer(tmp_path):
     class Upper:
         @staticmethod
