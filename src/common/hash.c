@@ -1,6 +1,9 @@
 /* A fast 64-bit hash for in-memory indexes: 8-byte lanes mixed by
  * multiplication and rotation, with a strong final avalanche.  Not
- * cryptographic and never stored on disk. */
+ * cryptographic.  Also the record hash of the shard checksums the cache keeps
+ * in its LMDB state (src/cache/internal.h, bc__sum_add): those are computed
+ * in host byte order, like everything else in that file, which LMDB itself
+ * ties to the host's byte order and word size. */
 #include "config.h"
 
 #include <string.h>
@@ -17,7 +20,7 @@ static inline uint64_t rotl(uint64_t x, int r) {
 
 static inline uint64_t load64(const unsigned char *p) {
   uint64_t v;
-  memcpy(&v, p, 8); /* host order is fine: the hash is never persisted */
+  memcpy(&v, p, 8); /* host order: see the header */
   return v;
 }
 
