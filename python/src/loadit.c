@@ -521,6 +521,7 @@ static int core_clear(bcpy_core *self) {
     Py_CLEAR(s->prefetch_fn);
     Py_CLEAR(s->create_iter);
     Py_CLEAR(s->dumps);
+    Py_CLEAR(s->dumps_args);
   }
   return 0;
 }
