@@ -151,8 +151,16 @@ typedef struct bcpy_ivec {
   size_t n, cap;
 } bcpy_ivec;
 
-/* Appends x; -1 with MemoryError set. */
-int bcpy_ivec_push(bcpy_ivec *a, int64_t x);
+/* Doubles the capacity (64 at first); -1 with MemoryError set. */
+int bcpy_ivec_grow(bcpy_ivec *a);
+
+/* Appends x; -1 with MemoryError set.  Inline: it is on the path of every
+ * index of a read_indices call. */
+static inline int bcpy_ivec_push(bcpy_ivec *a, int64_t x) {
+  if (a->n == a->cap && bcpy_ivec_grow(a) < 0) return -1;
+  a->v[a->n++] = x;
+  return 0;
+}
 
 /* Integers from a 1-D buffer of native integers (numpy, array.array) into
  * an empty `a`: 1 converted, 0 not such a buffer, -1 error (an unsigned

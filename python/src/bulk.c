@@ -224,13 +224,7 @@ fail:
 
 /* ---- index conversion -------------------------------------------------------- */
 
-/* Growable array of checked indices. */
-typedef struct {
-  int64_t *v;
-  size_t n, cap;
-} index_array;
-
-static int index_push(bcpy_seq *self, index_array *a, long long value,
+static int index_push(bcpy_seq *self, bcpy_ivec *a, long long value,
                       bool is_unsigned, unsigned long long uvalue) {
   long long i = value;
   if (is_unsigned) i = uvalue > (unsigned long long)INT64_MAX ? -1 : (long long)uvalue;
@@ -244,24 +238,13 @@ static int index_push(bcpy_seq *self, index_array *a, long long value,
                    a->n, value, (unsigned long long)self->len);
     return -1;
   }
-  if (a->n == a->cap) {
-    size_t cap = a->cap ? 2 * a->cap : 64;
-    int64_t *v = PyMem_RawRealloc(a->v, cap * sizeof *v);
-    if (v == NULL) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    a->v = v;
-    a->cap = cap;
-  }
-  a->v[a->n++] = i;
-  return 0;
+  return bcpy_ivec_push(a, i);
 }
 
 /* A 1-D buffer of native integers (numpy arrays, array.array, memoryview).
  * Returns 1 when converted, 0 when the buffer is not of that kind (the
  * caller falls back to iteration), -1 on error. */
-static int convert_buffer(bcpy_seq *self, PyObject *obj, index_array *a) {
+static int convert_buffer(bcpy_seq *self, PyObject *obj, bcpy_ivec *a) {
   Py_buffer view;
   if (PyUnicode_Check(obj) || !PyObject_CheckBuffer(obj)) return 0;
   if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
@@ -322,7 +305,7 @@ cleanup:
 }
 
 /* Any iterable of objects with __index__. */
-static int convert_iterable(bcpy_seq *self, PyObject *obj, index_array *a) {
+static int convert_iterable(bcpy_seq *self, PyObject *obj, bcpy_ivec *a) {
   PyObject *it = PyObject_GetIter(obj);
   if (it == NULL) return -1;
   PyObject *item;
@@ -404,7 +387,7 @@ PyObject *bcpy_seq_read_indices(bcpy_seq *self, PyObject *indices) {
     PyMem_RawFree(idx);
     return list;
   }
-  index_array a = {NULL, 0, 0};
+  bcpy_ivec a = {NULL, 0, 0};
   PyObject *list = NULL;
   int rc = convert_buffer(self, indices, &a);
   if (rc == 0) rc = convert_iterable(self, indices, &a);

@@ -8,18 +8,15 @@
 
 #include <string.h>
 
-int bcpy_ivec_push(bcpy_ivec *a, int64_t x) {
-  if (a->n == a->cap) {
-    size_t cap = a->cap ? 2 * a->cap : 64;
-    int64_t *v = PyMem_RawRealloc(a->v, cap * sizeof *v);
-    if (v == NULL) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    a->v = v;
-    a->cap = cap;
+int bcpy_ivec_grow(bcpy_ivec *a) {
+  size_t cap = a->cap ? 2 * a->cap : 64;
+  int64_t *v = PyMem_RawRealloc(a->v, cap * sizeof *v);
+  if (v == NULL) {
+    PyErr_NoMemory();
+    return -1;
   }
-  a->v[a->n++] = x;
+  a->v = v;
+  a->cap = cap;
   return 0;
 }
 
