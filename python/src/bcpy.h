@@ -142,6 +142,9 @@ extern PyObject *bcpy_NondeterministicError;
  * message) names one still stored: new reference, or NULL (no error set). */
 PyObject *bcpy_source_exception(const char *message);
 
+/* Readies `type` and adds it to the module as `name` (module.c). */
+int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name);
+
 /* Adds _CacheCore, _CacheSeq, _CacheIter and the exceptions above. */
 int bcpy_loadit_init(PyObject *mod);
 

@@ -1526,22 +1526,12 @@ static int add_exception(PyObject *mod, PyObject **slot, const char *name,
   return 0;
 }
 
-static int add_type(PyObject *mod, PyTypeObject *type, const char *name) {
-  if (PyType_Ready(type) < 0) return -1;
-  Py_INCREF(type);
-  if (PyModule_AddObject(mod, name, (PyObject *)type) < 0) {
-    Py_DECREF(type);
-    return -1;
-  }
-  return 0;
-}
-
 int bcpy_loadit_init(PyObject *mod) {
   if (bcpy_runner_init() < 0) return -1;
-  if (add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
-      add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
-      add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0 ||
-      add_type(mod, &bcpy_TeeIter_Type, "_TeeIter") < 0)
+  if (bcpy_add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
+      bcpy_add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
+      bcpy_add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0 ||
+      bcpy_add_type(mod, &bcpy_TeeIter_Type, "_TeeIter") < 0)
     return -1;
   if (add_exception(mod, &bcpy_SourceError, "SourceError", PyExc_RuntimeError,
                     "A cache's source failed and its exception is not available "

@@ -54,7 +54,7 @@ static struct PyModuleDef module_def = {
     module_methods,
     NULL, NULL, NULL, NULL};
 
-static int add_type(PyObject *mod, PyTypeObject *type, const char *name) {
+int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name) {
   if (PyType_Ready(type) < 0) return -1;
   Py_INCREF(type);
   if (PyModule_AddObject(mod, name, (PyObject *)type) < 0) {
@@ -69,14 +69,14 @@ PyMODINIT_FUNC PyInit__bagcache(void);
 PyMODINIT_FUNC PyInit__bagcache(void) {
   PyObject *mod = PyModule_Create(&module_def);
   if (mod == NULL) return NULL;
-  if (add_type(mod, &bcpy_SeqBase_Type, "_SeqBase") < 0 ||
-      add_type(mod, &bcpy_ReaderBase_Type, "_ReaderBase") < 0 ||
-      add_type(mod, &bcpy_Iterator_Type, "ReaderIterator") < 0 ||
-      add_type(mod, &bcpy_WriterBase_Type, "_WriterBase") < 0 ||
-      add_type(mod, &bcpy_Index_Type, "Index") < 0 ||
-      add_type(mod, &bcpy_MultiIndex_Type, "MultiIndex") < 0 ||
-      add_type(mod, &bcpy_View_Type, "_View") < 0 ||
-      add_type(mod, &bcpy_ViewIterator_Type, "ViewIterator") < 0 ||
+  if (bcpy_add_type(mod, &bcpy_SeqBase_Type, "_SeqBase") < 0 ||
+      bcpy_add_type(mod, &bcpy_ReaderBase_Type, "_ReaderBase") < 0 ||
+      bcpy_add_type(mod, &bcpy_Iterator_Type, "ReaderIterator") < 0 ||
+      bcpy_add_type(mod, &bcpy_WriterBase_Type, "_WriterBase") < 0 ||
+      bcpy_add_type(mod, &bcpy_Index_Type, "Index") < 0 ||
+      bcpy_add_type(mod, &bcpy_MultiIndex_Type, "MultiIndex") < 0 ||
+      bcpy_add_type(mod, &bcpy_View_Type, "_View") < 0 ||
+      bcpy_add_type(mod, &bcpy_ViewIterator_Type, "ViewIterator") < 0 ||
       bcpy_loadit_init(mod) < 0)
     goto fail;
   /* (TypeError, IndexError): bagz raises TypeError for a bad slice,
