@@ -31,6 +31,12 @@ static const struct {
     {BC_ECLOSED, "BC_ECLOSED"},
     {BC_EUNSUPPORTED, "BC_EUNSUPPORTED"},
     {BC_EPERM, "BC_EPERM"},
+    {BC_EINFINITE, "BC_EINFINITE"},
+    {BC_ESOURCE, "BC_ESOURCE"},
+    {BC_ENONDET, "BC_ENONDET"},
+    {BC_ENOTCACHED, "BC_ENOTCACHED"},
+    {BC_EVERSION, "BC_EVERSION"},
+    {BC_EAGAIN, "BC_EAGAIN"},
 };
 #define NCODES (sizeof table / sizeof table[0])
 

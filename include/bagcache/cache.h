@@ -134,9 +134,23 @@ void bc_cache_close(bc_cache *cache);
  * Reading an index past the end is BC_ERANGE. */
 bc_seq *bc_cache_seq(bc_cache *cache);
 
+/* The cache behind a sequence from bc_cache_seq, or NULL for any other
+ * sequence (a view of a cache included).  Borrowed. */
+bc_cache *bc_seq_cache(bc_seq *seq);
+
 /* Shorthands for bc_seq_get / bc_seq_len on the cache. */
 int bc_cache_get(bc_cache *cache, int64_t index, bc_buf *out);
 int bc_cache_len(bc_cache *cache, uint64_t *len);
+
+/* bc_cache_get that never waits for work another thread or process is
+ * doing: where bc_cache_get would wait for a fill of the record's shard made
+ * elsewhere, for a pass over the source that other fills hold, or (for a
+ * negative index) for the end of the source, it returns BC_EAGAIN at once.
+ * A shard nobody is filling is filled by the calling thread, as
+ * bc_cache_get does.  For callers that must stay responsive (an
+ * interpreter's main thread): try here, and wait somewhere interruptible
+ * on BC_EAGAIN. */
+int bc_cache_try_get(bc_cache *cache, int64_t index, bc_buf *out);
 
 /* Fills every missing shard and drains the source to its end, waiting
  * until it is done.  Under a disk limit only the drain to the end is done

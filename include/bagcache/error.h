@@ -34,11 +34,13 @@ enum bc_error {
   BC_ENONDET = -13,     /* a regenerated shard differs: the source is not
                            deterministic */
   BC_ENOTCACHED = -14,  /* the record is not cached and there is no source */
-  BC_EVERSION = -15     /* a file of an unsupported format version */
+  BC_EVERSION = -15,    /* a file of an unsupported format version */
+  BC_EAGAIN = -16       /* the call would wait for work another thread or
+                           process is doing (bc_cache_try_get) */
 };
 
 /* Number of codes in the table (BC_OK included): codes run 0 .. -(N-1). */
-#define BC_ERROR_COUNT 16
+#define BC_ERROR_COUNT 17
 
 /* A short, static, human-readable description of an error code ("corrupt
  * file").  Never NULL; unknown codes give "unknown error". */

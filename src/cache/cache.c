@@ -140,8 +140,9 @@ static int cache_length(bc_seq *self, bool exact, bc_len *out) {
   return 0;
 }
 
-static int cache_get_record(bc_seq *self, uint64_t index, bc_buf *out) {
-  bc_cache *c = (bc_cache *)self;
+/* Record `index` into out; `mode` says whether to wait for work done by
+ * other threads and processes (bc__obtain). */
+static int get_record(bc_cache *c, uint64_t index, bc__wait_mode mode, bc_buf *out) {
   if (atomic_load(&c->final) && index >= atomic_load(&c->known_length))
     return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
                      c->root, (unsigned long long)index,
@@ -152,7 +153,7 @@ static int cache_get_record(bc_seq *self, uint64_t index, bc_buf *out) {
                      c->root);
   uint64_t shard = index / c->R;
   bc__reader r;
-  int rc = bc__reader_acquire(c, shard, &r);
+  int rc = bc__reader_acquire(c, shard, mode, &r);
   if (rc != 0) return rc;
   uint64_t local = index - r.start;
   if (local >= bc_bag_len(r.bag)) {
@@ -166,6 +167,10 @@ static int cache_get_record(bc_seq *self, uint64_t index, bc_buf *out) {
   rc = bc_bag_get(r.bag, local, out);
   bc__reader_release(c, &r);
   return rc;
+}
+
+static int cache_get_record(bc_seq *self, uint64_t index, bc_buf *out) {
+  return get_record((bc_cache *)self, index, BC__WAIT, out);
 }
 
 static void cache_destroy(bc_seq *self) {
@@ -467,6 +472,25 @@ int bc_cache_get(bc_cache *c, int64_t index, bc_buf *out) {
    * cache_get_record checks it against the length. */
   if (index >= 0) return cache_get_record(&c->base, (uint64_t)index, out);
   return bc_seq_get(&c->base, index, out);
+}
+
+int bc_cache_try_get(bc_cache *c, int64_t index, bc_buf *out) {
+  if (index < 0) {
+    /* Counting from the end needs the end: known, or a wait for a drain. */
+    if (!atomic_load(&c->final))
+      return bc__error(BC_EAGAIN, "%s: index %lld counts from an end not known yet",
+                       c->root, (long long)index);
+    uint64_t len = atomic_load(&c->known_length);
+    if ((uint64_t)-(index + 1) >= len)
+      return bc__error(BC_ERANGE, "%s: index %lld out of range for length %llu",
+                       c->root, (long long)index, (unsigned long long)len);
+    index += (int64_t)len;
+  }
+  return get_record(c, (uint64_t)index, BC__NO_WAIT, out);
+}
+
+bc_cache *bc_seq_cache(bc_seq *seq) {
+  return seq != NULL && seq->ops == &cache_ops ? (bc_cache *)seq : NULL;
 }
 
 int bc_cache_len(bc_cache *c, uint64_t *len) { return bc_seq_len(&c->base, len); }

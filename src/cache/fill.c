@@ -44,8 +44,10 @@
 /* ---- the pass pool ------------------------------------------------------------ */
 
 /* Leases a pass whose position is <= target, opening one if needed.  The
- * source is called with no lock held. */
-static int pass_lease(bc_cache *c, uint64_t target, size_t *slot) {
+ * source is called with no lock held.  With every pass leased, waits for
+ * one to come back, or (BC__NO_WAIT) returns BC_EAGAIN. */
+static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
+                      size_t *slot) {
   pthread_mutex_lock(&c->lock);
   for (;;) {
     size_t best = SIZE_MAX, idle = SIZE_MAX, empty = SIZE_MAX;
@@ -62,6 +64,11 @@ static int pass_lease(bc_cache *c, uint64_t target, size_t *slot) {
     }
     size_t pick = best != SIZE_MAX ? best : empty != SIZE_MAX ? empty : idle;
     if (pick == SIZE_MAX) { /* all leased: wait for one */
+      if (mode == BC__NO_WAIT) {
+        pthread_mutex_unlock(&c->lock);
+        return bc__error(BC_EAGAIN, "%s: every pass over the source is in use by "
+                         "another fill", c->root);
+      }
       pthread_cond_wait(&c->cond, &c->lock);
       continue;
     }
@@ -449,10 +456,10 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
 /* ---- filling ------------------------------------------------------------------------ */
 
 /* Fills shard `shard`, which this process has claimed. */
-static int fill(bc_cache *c, uint64_t shard) {
+static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
   uint64_t start = shard * c->R;
   size_t slot = 0;
-  int rc = pass_lease(c, start, &slot);
+  int rc = pass_lease(c, start, mode, &slot);
   if (rc != 0) return rc;
   bc__pass *p = &c->passes[slot];
   bc_buf buf = BC_BUF_INIT;
@@ -559,7 +566,7 @@ static int try_claim(bc_cache *c, uint64_t shard, bc__shard_rec *rec,
   return rc;
 }
 
-int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *out) {
+int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *out) {
   double backoff = 0.001;
   for (;;) {
     MDB_txn *t;
@@ -592,9 +599,11 @@ int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *out) {
     pthread_mutex_lock(&reg->lock);
     bc__filling *f = filling_find(reg, shard);
     if (f != NULL) {
-      if (prefetch) {
+      if (mode != BC__WAIT) {
         pthread_mutex_unlock(&reg->lock);
-        return BC_EUNSUPPORTED;
+        return bc__error(BC_EAGAIN, "%s: records %llu..%llu are being filled by "
+                         "another thread", c->root, (unsigned long long)start,
+                         (unsigned long long)(start + c->R));
       }
       f->refs++;
       while (!f->done) pthread_cond_wait(&reg->cond, &reg->lock);
@@ -604,8 +613,10 @@ int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *out) {
       filling_put(reg, f);
       pthread_mutex_unlock(&reg->lock);
       /* A fill abandoned because its cache object is closing (another
-       * handle on this root) says nothing about this one: try again. */
+       * handle on this root), or given up because it would have waited
+       * (BC__NO_WAIT), says nothing about this one: try again. */
       if (frc == BC_ECLOSED && !atomic_load(&c->stop_fills)) continue;
+      if (frc == BC_EAGAIN) continue;
       if (frc != 0) return bc__error(frc, "%s", msg);
       continue;
     }
@@ -624,7 +635,7 @@ int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *out) {
     bool claimed = false;
     rc = try_claim(c, shard, &rec, &claimed);
     if (rc == 0 && claimed) {
-      rc = fill(c, shard);
+      rc = fill(c, shard, mode);
       if (rc != 0 && rc != BC_ERANGE) {
         char detail[1024];
         snprintf(detail, sizeof detail, "%s", bc_errmsg());
@@ -648,7 +659,10 @@ int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *out) {
       return 0;
     }
     /* FILLING by a live process: wait for it, polling the shared state. */
-    if (prefetch) return BC_EUNSUPPORTED;
+    if (mode != BC__WAIT)
+      return bc__error(BC_EAGAIN, "%s: records %llu..%llu are being filled by "
+                       "process %d", c->root, (unsigned long long)start,
+                       (unsigned long long)(start + c->R), (int)rec.owner.pid);
     atomic_fetch_add(&c->stats.waits, 1);
     struct timespec ts = {0, (long)(backoff * 1e9)};
     nanosleep(&ts, NULL);
@@ -693,7 +707,7 @@ int bc__drain_loop(bc_cache *c, bool worker) {
     if (atomic_load(&c->final) && shard * c->R >= atomic_load(&c->known_length))
       return 0;
     bc__shard_rec rec;
-    int rc = bc__obtain(c, shard, false, &rec);
+    int rc = bc__obtain(c, shard, BC__WAIT, &rec);
     if (rc == BC_ERANGE && atomic_load(&c->final)) return 0;
     if (rc != 0) {
       if (worker) {
@@ -778,11 +792,11 @@ int bc__drain(bc_cache *c, bool from_start) {
   pthread_mutex_unlock(&c->lock);
   for (size_t i = 0; rc == 0 && i < nfailed; i++) {
     bc__shard_rec rec;
-    if (failed[i] < end_shard) rc = bc__obtain(c, failed[i], false, &rec);
+    if (failed[i] < end_shard) rc = bc__obtain(c, failed[i], BC__WAIT, &rec);
   }
   for (uint64_t s = first; rc == 0 && incomplete && s < end_shard; s++) {
     bc__shard_rec rec;
-    rc = bc__obtain(c, s, false, &rec);
+    rc = bc__obtain(c, s, BC__WAIT, &rec);
   }
   return rc;
 }

@@ -221,9 +221,19 @@ void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
 /* Refreshes known_length/final from the shared state (read txn `t`). */
 int bc__cache_load_length(bc_cache *c, MDB_txn *t);
 
-/* readers.c: an open reader of shard s (filling it if needed); release it
- * when done. */
-int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader *out);
+/* How bc__obtain (and bc__reader_acquire) deal with work done elsewhere. */
+typedef enum {
+  BC__WAIT,     /* wait for another filler of the shard, and for a pass */
+  BC__PREFETCH, /* skip a shard another thread or process fills (BC_EAGAIN);
+                   wait for a pass */
+  BC__NO_WAIT   /* BC_EAGAIN instead of any wait for another thread or
+                   process: a filler of the shard, or every pass leased */
+} bc__wait_mode;
+
+/* readers.c: an open reader of shard s (filling it if needed, BC_EAGAIN as
+ * `mode` says); release it when done. */
+int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
+                       bc__reader *out);
 void bc__reader_release(bc_cache *c, bc__reader *r);
 void bc__readers_close_all(bc_cache *c);
 /* Reads served from open readers, summed over the threads' records. */
@@ -234,10 +244,10 @@ uint64_t bc__readers_hits(bc_cache *c);
 void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n);
 
 /* fill.c: makes shard s PRESENT (filling, waiting for another filler, or
- * taking over a dead one's claim) and returns its state.  `prefetch`: give
- * up instead of waiting for another process (BC_EUNSUPPORTED then).
- * BC_ERANGE when the source ends before the shard's first record. */
-int bc__obtain(bc_cache *c, uint64_t shard, bool prefetch, bc__shard_rec *rec);
+ * taking over a dead one's claim) and returns its state.  BC_ERANGE when
+ * the source ends before the shard's first record; BC_EAGAIN as `mode`
+ * says. */
+int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *rec);
 /* Forgets a damaged shard (unlinks it, drops its state) so it is refilled. */
 int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *rec);
 /* Drains the source to its end (known_length becomes final), with the fill

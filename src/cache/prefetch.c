@@ -34,7 +34,7 @@ static void *worker_main(void *arg) {
     c->qlen--;
     pthread_mutex_unlock(&c->lock);
     bc__shard_rec rec;
-    bc__obtain(c, shard, true, &rec);
+    bc__obtain(c, shard, BC__PREFETCH, &rec);
     pthread_mutex_lock(&c->lock);
   }
   pthread_mutex_unlock(&c->lock);

@@ -248,7 +248,8 @@ static void note_hit(bc_cache *c, bc__treg *g, bc__slot *s) {
   }
 }
 
-int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader *out) {
+int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
+                       bc__reader *out) {
   bc__treg *g = my_reg(c);
   bc__slot *s = bc__slots_find(&c->slots, shard);
   if (s != NULL && g != NULL) {
@@ -268,7 +269,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__reader *out) {
   int rc = 0;
   for (int attempt = 0;; attempt++) {
     bc__shard_rec rec;
-    if ((rc = bc__obtain(c, shard, false, &rec)) != 0) return rc;
+    if ((rc = bc__obtain(c, shard, mode, &rec)) != 0) return rc;
     rc = open_checked(c, shard, &rec, &bag);
     if (rc == 0) break;
     if (attempt >= 8) return rc;

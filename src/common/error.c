@@ -29,6 +29,7 @@ static const struct {
     {"BC_ENONDET", "source is not deterministic"},
     {"BC_ENOTCACHED", "not cached"},
     {"BC_EVERSION", "unsupported format version"},
+    {"BC_EAGAIN", "would wait for another filler"},
 };
 
 static _Thread_local char error_message[1024];

@@ -341,6 +341,48 @@ static void test_evicted_elsewhere_released(void **state) {
   assert_int_equal(cu_deleted_held(f->shards), 0);
 }
 
+/* A child process fills shard 0 slowly: the parent's bc_cache_try_get of a
+ * record in it is BC_EAGAIN at once (naming the filler), where
+ * bc_cache_get would poll the child's claim; after the child is done the
+ * record is read from the child's shard, not filled again. */
+static void test_try_get_with_another_process_filling(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(40);
+  cfg.delay_us = 20 * 1000; /* a shard of 20 records: 0.4 s */
+  f->sh = ts_shared_new(&cfg);
+  assert_non_null(f->sh);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 20;
+  o.prefetch_shards = -1;
+  CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    bc_cache *c = NULL;
+    bc_buf cb = BC_BUF_INIT;
+    int code = cu_open(&c, f->root, &cfg, f->sh, &o) != 0;
+    if (code == 0) code = cu_get_cmp(c, 0, false, &cb) != 0;
+    bc_buf_release(&cb);
+    bc_cache_close(c);
+    _exit(code);
+  }
+  struct timespec tick = {0, 1000 * 1000};
+  while (atomic_load(&f->sh->produced) == 0) nanosleep(&tick, NULL);
+  bc_buf b = BC_BUF_INIT;
+  CU_RC(bc_cache_try_get(f->c, 5, &b), BC_EAGAIN);
+  char want[64];
+  snprintf(want, sizeof want, "being filled by process %d", (int)pid);
+  assert_non_null(strstr(bc_errmsg(), want));
+  assert_true(atomic_load(&f->sh->produced) < 20);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CU_OK(bc_cache_try_get(f->c, 5, &b));
+  assert_true(ts_matches(5, false, &b));
+  bc_buf_release(&b);
+  assert_int_equal(atomic_load(&f->sh->opens), 1); /* the child's pass only */
+}
+
 /* A cache opened before fork() and used by the children (as a data loader
  * forking its workers does): the state is reopened in each child, and each
  * child is its own claimant, so shards are still filled once and every
@@ -421,6 +463,8 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_cache_inherited_across_fork, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_try_get_with_another_process_filling,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_evicted_elsewhere_released, setup,
                                       teardown),
   };

@@ -4,7 +4,8 @@
  * never calls it from two threads at once and fills each shard once; with a
  * thread-safe source, two fill workers and prefetching, under a small disk
  * limit, every read is right and the limit holds; a fill that fails reports
- * the source's error and message to every thread waiting for it.
+ * the source's error and message to every thread waiting for it;
+ * bc_cache_try_get never waits for another thread's fill or pass.
  *
  * Worker threads never call cmocka: they record what went wrong and the
  * main thread fails the test.
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util.h"
 
@@ -287,6 +289,75 @@ static void test_waiter_survives_other_close(void **state) {
   cu_check_shards(f->root, false, false);
 }
 
+typedef struct fill_job {
+  bc_cache *c;
+  int64_t index;
+  int rc;
+} fill_job;
+
+static void *get_one(void *arg) {
+  fill_job *j = arg;
+  bc_buf b = BC_BUF_INIT;
+  j->rc = cu_get_cmp(j->c, j->index, false, &b);
+  bc_buf_release(&b);
+  return NULL;
+}
+
+/* bc_cache_try_get while another thread fills shard 0 (slowly) with the
+ * only pass of a source that is not thread-safe: a record of that shard,
+ * one of a shard nobody fills (it would wait for the pass) and one counted
+ * from an unknown end are each BC_EAGAIN at once, with no claim left
+ * behind.  Once the fill is done the same calls read the model (filling
+ * shard 1 in the calling thread), and a negative index counts from the end
+ * once it is known. */
+static void test_try_get_never_waits(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.delay_us = 10 * 1000; /* a shard of 50 records: half a second */
+  f->sh = ts_shared_new(&cfg);
+  assert_non_null(f->sh);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 50;
+  o.prefetch_shards = -1;
+  CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
+  fill_job j = {f->c, 0, 0};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, get_one, &j), 0);
+  struct timespec tick = {0, 1000 * 1000};
+  while (atomic_load(&f->sh->produced) == 0) nanosleep(&tick, NULL);
+  /* The fill of shard 0 is under way and has at least 49 records to go. */
+  bc_buf b = BC_BUF_INIT;
+  CU_RC(bc_cache_try_get(f->c, 10, &b), BC_EAGAIN);
+  assert_non_null(strstr(bc_errmsg(), "being filled by another thread"));
+  CU_RC(bc_cache_try_get(f->c, 60, &b), BC_EAGAIN);
+  assert_non_null(strstr(bc_errmsg(), "every pass over the source is in use"));
+  CU_RC(bc_cache_try_get(f->c, -1, &b), BC_EAGAIN);
+  assert_true(atomic_load(&f->sh->produced) < 50);
+  pthread_join(t, NULL);
+  CU_OK(j.rc);
+  CU_OK(bc_cache_try_get(f->c, 10, &b));
+  assert_true(ts_matches(10, false, &b));
+  CU_OK(bc_cache_try_get(f->c, 60, &b)); /* the claim tried above is gone */
+  assert_true(ts_matches(60, false, &b));
+  assert_int_equal(atomic_load(&f->sh->opens), 1); /* one pass did it all */
+  uint64_t len = 0;
+  CU_OK(bc_cache_len(f->c, &len));
+  assert_int_equal(len, 100);
+  CU_OK(bc_cache_try_get(f->c, -1, &b));
+  assert_true(ts_matches(99, false, &b));
+  CU_RC(bc_cache_try_get(f->c, -101, &b), BC_ERANGE);
+  CU_RC(bc_cache_try_get(f->c, 100, &b), BC_ERANGE);
+  bc_buf_release(&b);
+  /* The cache behind its sequence, and no cache behind other sequences. */
+  assert_ptr_equal(bc_seq_cache(bc_cache_seq(f->c)), f->c);
+  bc_seq *slice = NULL;
+  CU_OK(bc_seq_slice(&slice, bc_cache_seq(f->c), 0, 10, 1));
+  assert_null(bc_seq_cache(slice));
+  assert_null(bc_seq_cache(NULL));
+  bc_seq_unref(slice);
+  cu_check_shards(f->root, false, false);
+}
+
 /* Four threads read random records of a filled cache that may keep only
  * two shard readers open, so readers are dropped while other threads have
  * them pinned, closed by their last user, and reopened (in the same slot)
@@ -339,6 +410,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_two_caches_one_root, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_reader_churn, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_try_get_never_waits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_waiter_survives_other_close, setup,
                                       teardown),
   };
