@@ -18,7 +18,9 @@
  * bcpy_run, which on the main thread keeps Ctrl-C working (loadit.h).  A
  * read of a shard this object read lately (`recent`, a hint) goes straight
  * to the engine: it is served from an open reader, or at worst refilled in
- * this very thread, where the iterator's Python code sees signals itself.
+ * this very thread, where the iterator's Python code sees signals itself;
+ * on the main thread that read is bc_cache_try_get, so a shard evicted
+ * since and being filled by another thread is waited for through bcpy_run.
  *
  * Errors: bcpy_raise maps codes (module.c): a source failure re-raises the
  * iterator's own exception (loadit_source.c); BC_ENOTCACHED is
@@ -824,11 +826,21 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
       /* A first pass in progress must know when its reader waits here. */
       int waiter = core->src != NULL && atomic_load(&core->src->tee_active)
                        ? bcpy_waiter_add() : -1;
+      /* The main thread never waits here for another thread's fill (the
+       * shard was evicted since): it waits through bcpy_run instead. */
+      bool try_only = leaf != NULL && bcpy_is_main_thread();
       Py_BEGIN_ALLOW_THREADS
-      rc = leaf != NULL ? bc_cache_get(leaf, at, buf) : bc_seq_get(seq, at, buf);
+      rc = leaf == NULL ? bc_seq_get(seq, at, buf)
+           : try_only   ? bc_cache_try_get(leaf, at, buf)
+                        : bc_cache_get(leaf, at, buf);
       if (rc != 0) snprintf(msg, sizeof msg, "%s", bc_errmsg());
       Py_END_ALLOW_THREADS
       bcpy_waiter_remove(waiter);
+      if (rc == BC_EAGAIN && try_only) {
+        direct = false;
+        attempt--; /* not a retry */
+        continue;
+      }
     } else {
       get_job *j = job_new(sizeof *j, get_run, get_release);
       if (j == NULL) {

@@ -689,7 +689,11 @@ static inline bool is_pyleaf(const bc_seq *leaf) { return leaf->ops == &pyleaf_o
  * signals.  The hop costs microseconds and brings the records in cold, so
  * only waits go there: a read-ahead refill takes what is ready first
  * (bc_readahead_ready); single elements and chunks of trees with Python
- * code are read in place (see get_one).  The read works on `arg` alone, without the GIL; when a signal
+ * code are read in place with bc_cache_try_get (read_without_waiting),
+ * which fills a shard nobody fills in this very thread (where the
+ * iterator's Python code sees Ctrl-C itself) and says BC_EAGAIN where it
+ * would wait for another thread or process: then that one record is read
+ * here.  The read works on `arg` alone, without the GIL; when a signal
  * handler raises, the helper finishes the read on its own and then frees
  * `arg` and its reference to the tree (whose leaves the read uses). */
 typedef struct {
@@ -743,6 +747,67 @@ static int read_waiting(bcpy_view *self, void (*read)(void *), void (*free_arg)(
   return 0;
 }
 
+/* Reads native leaf record `li` in place, but never waits for a fill that
+ * another thread or process is making: BC_EAGAIN then (no GIL).  A
+ * LoadIt's records come from its cache, directly or through a natleaf over
+ * the cache's sequence or a view of it (whose resolve is arithmetic). */
+static int read_without_waiting(bc_seq *leaf, uint64_t li, bc_buf *out) {
+  bc_seq *s = leaf->ops == &natleaf_ops ? ((natleaf *)leaf)->inner : leaf;
+  bc_seq *records = s;
+  uint64_t at = li;
+  int rc = s->ops->resolve != NULL ? bc_seq_resolve(s, (int64_t)li, &records, &at) : 0;
+  if (rc != 0) return rc;
+  bc_cache *cache = bc_seq_cache(records);
+  return cache != NULL ? bc_cache_try_get(cache, (int64_t)at, out)
+                       : bc_seq_get(records, (int64_t)at, out);
+}
+
+/* One record read on a helper (read_waiting). */
+typedef struct {
+  bc_seq *leaf; /* borrowed: the job's tree holds it */
+  uint64_t index;
+  bc_buf buf;
+  int rc;
+  char *message; /* malloc'd, when rc != 0 */
+} one_read;
+
+static void one_read_run(void *arg) {
+  one_read *r = arg;
+  r->rc = bc_seq_get(r->leaf, (int64_t)r->index, &r->buf);
+  if (r->rc != 0) r->message = strdup(bc_errmsg());
+}
+
+static void one_read_free(void *arg) {
+  one_read *r = arg;
+  bc_buf_release(&r->buf);
+  free(r->message);
+  PyMem_RawFree(r);
+}
+
+/* Reads native leaf record `li` into *out, waiting for another thread's or
+ * process's fill where Ctrl-C can stop the wait (GIL held).  0 when the
+ * read ran: *rc is its code (0, or with *message malloc'd); -1 with the
+ * signal handler's exception. */
+static int read_after_wait(bcpy_view *self, bc_seq *leaf, uint64_t li, bc_buf *out, int *rc,
+                           char **message) {
+  one_read *r = PyMem_RawCalloc(1, sizeof *r);
+  if (r == NULL) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  r->leaf = leaf;
+  r->index = li;
+  if (read_waiting(self, one_read_run, one_read_free, r) < 0) return -1;
+  bc_buf_release(out);
+  *out = r->buf;
+  r->buf = (bc_buf)BC_BUF_INIT;
+  *rc = r->rc;
+  *message = r->message;
+  r->message = NULL;
+  one_read_free(r);
+  return 0;
+}
+
 /* A native record as an element (GIL held). */
 static PyObject *native_element(const bc_seq *leaf, const bc_buf *b) {
   PyObject *bytes = PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
@@ -757,22 +822,31 @@ static PyObject *get_one(bcpy_view *self, int64_t i) {
   bc_seq *leaf = NULL;
   uint64_t li = 0;
   bc_buf buf = BC_BUF_INIT;
+  char *message = NULL;
   int rc;
-  /* Read here, not through read_waiting: a hit must stay cheap, and a miss
-   * usually fills in this very thread, where the iterator's Python code
-   * sees Ctrl-C itself. */
+  /* Read here: a hit must stay cheap, and a miss nobody else fills is
+   * filled in this very thread, where the iterator's Python code sees
+   * Ctrl-C itself.  Only a wait for another thread's or process's fill
+   * goes through read_waiting. */
+  bool waits = interruptible(self);
   GIL_RELEASE_IF(self->kinds & VK_NATIVE)
   rc = bc_seq_resolve(self->seq, i, &leaf, &li);
-  if (rc == 0 && !is_pyleaf(leaf)) rc = bc_seq_get(leaf, (int64_t)li, &buf);
+  if (rc == 0 && !is_pyleaf(leaf))
+    rc = waits ? read_without_waiting(leaf, li, &buf) : bc_seq_get(leaf, (int64_t)li, &buf);
   GIL_RESTORE
+  if (rc == BC_EAGAIN && waits && read_after_wait(self, leaf, li, &buf, &rc, &message) < 0) {
+    bc_buf_release(&buf);
+    return NULL;
+  }
   PyObject *result;
   if (rc != 0)
-    result = view_raise(rc, NULL);
+    result = view_raise(rc, message);
   else if (is_pyleaf(leaf))
     result = pyleaf_item((pyleaf *)leaf, li);
   else
     result = native_element(leaf, &buf);
   bc_buf_release(&buf);
+  free(message);
   return result;
 }
 
@@ -854,6 +928,32 @@ static size_t read_natives(bc_seq **leaf, const uint64_t *li, size_t m, bc_buf *
   return cut;
 }
 
+/* read_natives for a thread whose waits must stay interruptible (GIL held):
+ * the records are read in chunk order in place, and a record whose shard
+ * another thread or process is filling is waited for through read_waiting.
+ * Returns the first position whose read failed (its code in *rc, message
+ * in *message), or m; (size_t)-1 with the signal handler's exception. */
+static size_t read_natives_interruptibly(bcpy_view *self, bc_seq **leaf, const uint64_t *li,
+                                         size_t m, bc_buf *bufs, int *rc, char **message) {
+  for (size_t k = 0; k < m; k++) {
+    int one = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; k < m; k++)
+      if (!is_pyleaf(leaf[k]) && (one = read_without_waiting(leaf[k], li[k], &bufs[k])) != 0)
+        break;
+    if (one != 0 && one != BC_EAGAIN) *message = strdup(bc_errmsg());
+    Py_END_ALLOW_THREADS
+    if (k == m) break;
+    if (one == BC_EAGAIN && read_after_wait(self, leaf[k], li[k], &bufs[k], &one, message) < 0)
+      return (size_t)-1;
+    if (one != 0) {
+      *rc = one;
+      return k;
+    }
+  }
+  return m;
+}
+
 /* Reads the elements at positions pos[0..n) into out[].  Returns how many
  * were read (a prefix); when fewer than n, *fail says why. */
 static size_t read_positions(bcpy_view *self, const int64_t *pos, size_t n, PyObject **out,
@@ -892,10 +992,18 @@ static size_t read_positions(bcpy_view *self, const int64_t *pos, size_t n, PyOb
     int nrc = 0;
     char *nmsg = NULL;
     size_t cut;
-    Py_BEGIN_ALLOW_THREADS
-    cut = read_natives(leaf, li, m, bufs, order, idx, scratch, &nrc, &nmsg);
-    Py_END_ALLOW_THREADS
-    if (cut < m) {
+    if (interruptible(self)) {
+      cut = read_natives_interruptibly(self, leaf, li, m, bufs, &nrc, &nmsg);
+    } else {
+      Py_BEGIN_ALLOW_THREADS
+      cut = read_natives(leaf, li, m, bufs, order, idx, scratch, &nrc, &nmsg);
+      Py_END_ALLOW_THREADS
+    }
+    if (cut == (size_t)-1) { /* Ctrl-C: nothing of this chunk is returned */
+      failure_clear(fail);
+      PyErr_Fetch(&fail->type, &fail->value, &fail->tb);
+      m = 0;
+    } else if (cut < m) {
       failure_clear(fail);
       fail->rc = nrc;
       fail->message = nmsg;

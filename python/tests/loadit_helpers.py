@@ -14,14 +14,17 @@ def item(i):
 
 class Source:
     """create_iter yielding item(0..n-1), optionally sleeping `delay` before
-    each item from `slow_from` on, optionally raising ValueError("boom at
-    K") when item K is due while the flag file `fail_flag` exists, and
-    counting passes in `passes`."""
+    each item from `slow_from` on (only while the flag file `slow_flag`
+    exists, if one is named), optionally raising ValueError("boom at K")
+    when item K is due while the flag file `fail_flag` exists, and counting
+    passes in `passes`."""
 
-    def __init__(self, n, delay=0.0, fail_at=None, fail_flag=None, slow_from=0):
+    def __init__(self, n, delay=0.0, fail_at=None, fail_flag=None, slow_from=0,
+                 slow_flag=None):
         self.n = n
         self.delay = delay
         self.slow_from = slow_from
+        self.slow_flag = slow_flag
         self.fail_at = fail_at
         self.fail_flag = fail_flag
         self.passes = 0
@@ -34,7 +37,8 @@ class Source:
         for i in range(self.n):
             if i == self.fail_at and (self.fail_flag is None or os.path.exists(self.fail_flag)):
                 raise ValueError(f"boom at {i}")
-            if self.delay and i >= self.slow_from:
+            if self.delay and i >= self.slow_from and (
+                    self.slow_flag is None or os.path.exists(self.slow_flag)):
                 time.sleep(self.delay)
             yield item(i)
 

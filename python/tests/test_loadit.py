@@ -602,10 +602,11 @@ def interrupt_after(seconds):
 
 def assert_consistent_after_interrupt(root, n):
     """A reopen (fast iterator) reads correct data, at both ends too, and
-    the abandoned fill left no scratch file."""
-    fresh = LoadIt(root, Source(n), max_shard_length=200)
-    assert list(fresh) == model(n)
-    assert [fresh[i] for i in (n - 1, 0)] == [item(n - 1), item(0)]
+    the abandoned fill left no scratch file (once the reopened loader's own
+    background fills are stopped)."""
+    with LoadIt(root, Source(n), max_shard_length=200) as fresh:
+        assert list(fresh) == model(n)
+        assert [fresh[i] for i in (n - 1, 0)] == [item(n - 1), item(0)]
     assert os.listdir(os.path.join(root, "scratch")) == []
 
 
@@ -661,6 +662,76 @@ def test_ctrl_c_interrupts_a_view_waiting_for_a_fill(tmp_path, how):
     finally:
         timer.cancel()
     assert time.time() - start < 2.0  # promptly, not after the fill
+    loader.close()
+    assert_consistent_after_interrupt(root, n)
+
+
+@pytest.mark.parametrize("how", ["view item", "view chunk", "loader item"])
+def test_ctrl_c_interrupts_a_wait_for_another_threads_fill(tmp_path, how):
+    # Reading shard 0 (quick) starts a background fill of shard 1 (4 s) on a
+    # prefetch worker; the main thread then needs a record of shard 1.  It
+    # fills nothing itself: it waits for the worker, and Ctrl-C must end
+    # that wait too.
+    root = str(tmp_path / "c")
+    n = 400
+    loader = LoadIt(root, Source(n, delay=0.02, slow_from=200), max_shard_length=200)
+    assert loader[0] == item(0)
+    time.sleep(0.1)
+    if how == "view item":
+        view = bagcache.SequenceView(loader, list(range(n)))
+    elif how == "view chunk":  # Python code in the tree: chunk reads
+        view = bagcache.SequenceView(loader, lambda k: k + 250, 100)
+    start = time.time()
+    timer = interrupt_after(0.3)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if how == "view item":
+                view[250]
+            elif how == "view chunk":
+                for _ in view:
+                    pass
+            else:
+                loader[250]
+    finally:
+        timer.cancel()
+    assert time.time() - start < 2.0  # promptly, not after the fill
+    loader.close()
+    assert_consistent_after_interrupt(root, n)
+
+
+def test_ctrl_c_interrupts_a_wait_for_a_shard_read_before(tmp_path):
+    # loader[i] reads a shard it read lately in place; if the shard was
+    # evicted since and another thread is filling it again, that read must
+    # not wait where Ctrl-C cannot stop it either.
+    root = str(tmp_path / "c")
+    flag = str(tmp_path / "slow")
+    n = 400
+    source = Source(n, delay=0.02, slow_flag=flag)
+    with LoadIt(root, source, max_shard_length=200) as first:
+        assert first[0] == item(0)
+    one_shard = shard_bytes(root)
+    loader = LoadIt(root, source, max_shard_length=200, preload_fn=None,
+                    memory_limit=one_shard + one_shard // 2)  # one shard fits
+    assert loader[0] == item(0)
+    assert loader[250] == item(250)  # evicts shard 0
+    assert os.listdir(os.path.join(root, "shards"))[0].startswith("200.")
+    open(flag, "w").close()  # from now on a shard takes 4 s
+    other = threading.Thread(target=lambda: loader[5])
+    other.start()
+    deadline = time.time() + 5
+    while not os.listdir(os.path.join(root, "scratch")):
+        assert time.time() < deadline, "the other thread's fill did not start"
+        time.sleep(0.01)
+    start = time.time()
+    timer = interrupt_after(0.3)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loader[0]
+    finally:
+        timer.cancel()
+    assert time.time() - start < 2.0  # promptly, not after the other fill
+    os.unlink(flag)
+    other.join()
     loader.close()
     assert_consistent_after_interrupt(root, n)
 
