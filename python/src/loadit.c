@@ -836,12 +836,9 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
       if (rc != 0) snprintf(msg, sizeof msg, "%s", bc_errmsg());
       Py_END_ALLOW_THREADS
       bcpy_waiter_remove(waiter);
-      if (rc == BC_EAGAIN && try_only) {
-        direct = false;
-        attempt--; /* not a retry */
-        continue;
-      }
-    } else {
+      if (rc == BC_EAGAIN && try_only) direct = false; /* wait below, from now on */
+    }
+    if (!direct) {
       get_job *j = job_new(sizeof *j, get_run, get_release);
       if (j == NULL) {
         bcpy_scratch_give(buf, &fallback);
