@@ -69,7 +69,13 @@
 #include <unistd.h>
 
 #define SLOTS 4096                    /* records in the ring at most */
-#define HELD_BYTES ((size_t)4 << 20)  /* bytes kept by the ring at most */
+/* Bytes kept by the ring at most.  1 MiB, half of a core's L2 here: the
+ * pickles are written into memory the fill thread's core read a moment
+ * before, and a smaller footprint keeps that memory near.  Measured with
+ * alternating builds: the reading thread's CPU 1.37-1.55x the baseline's
+ * at 1 MiB against 1.52-1.65x at 4 MiB (256 KiB: 1.75-1.79x, more
+ * sleeps while the fill thread is in write()). */
+#define HELD_BYTES ((size_t)1 << 20)
 #define RECLAIM_EVERY 32               /* pushes between reclaims */
 #define WAKE_EVERY 64                  /* records between wake-ups of a sleeper */
 #define STALL_NS 1000000000ull         /* an idle consumer this long is stuck */
