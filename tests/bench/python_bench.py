@@ -490,39 +490,26 @@ def bench_loadit(a, np, bagcache, tmp, texts):
             f"{t / tb:.2f}x time", "", True)
 
 
-class device_writer:
-    """Writes `total` bytes to `path` with O_DIRECT and fdatasync: the
-    device's own write bandwidth, without the page cache.  None where the
-    file system refuses O_DIRECT (tmpfs)."""
+class DeviceWriter:
+    """Writes `total` bytes to `path` with O_DIRECT, then fdatasync: the
+    device's own write bandwidth, without the page cache."""
 
     BLOCK = 4 << 20
 
-    def __new__(cls, path, total):
-        if not hasattr(os, "O_DIRECT"):
-            return None
-        self = super().__new__(cls)
+    def __init__(self, path, total):
         self.path, self.total = path, total
-        self.buffer = mmap.mmap(-1, cls.BLOCK)  # page-aligned, as O_DIRECT needs
-        self.buffer.write(b"\x5a" * cls.BLOCK)
-        try:
-            self()
-        except OSError:
-            self.remove()
-            return None
-        self.remove()
-        return self
+        self.buffer = mmap.mmap(-1, self.BLOCK)  # page-aligned, as O_DIRECT needs
+        self.buffer.write(b"\x5a" * self.BLOCK)
 
     def __call__(self):
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
         try:
-            view = memoryview(self.buffer)
-            for offset in range(0, self.total, self.BLOCK):
-                # O_DIRECT wants sizes in whole 4 KiB pages: the last write
-                # is rounded up (at most 4,095 bytes more than the total).
-                n = min(self.BLOCK, self.total - offset)
-                n = (n + 4095) // 4096 * 4096
-                os.pwrite(fd, view[:n], offset)
-            view.release()
+            with memoryview(self.buffer) as view:
+                for offset in range(0, self.total, self.BLOCK):
+                    # O_DIRECT wants whole 4 KiB pages: the last write is
+                    # rounded up (at most 4,095 bytes more than the total).
+                    n = min(self.BLOCK, self.total - offset)
+                    os.pwrite(fd, view[:(n + 4095) // 4096 * 4096], offset)
             os.fdatasync(fd)
         finally:
             os.close(fd)
@@ -530,6 +517,21 @@ class device_writer:
     def remove(self):
         if os.path.exists(self.path):
             os.unlink(self.path)
+
+
+def device_writer(path, total):
+    """A DeviceWriter that has run once, or None where the file system
+    refuses O_DIRECT (tmpfs, some network file systems)."""
+    if not hasattr(os, "O_DIRECT"):
+        return None
+    writer = DeviceWriter(path, total)
+    try:
+        writer()
+    except OSError:
+        return None
+    finally:
+        writer.remove()
+    return writer
 
 
 def ensure_static_tls():
