@@ -46,6 +46,7 @@ BC_PY_TEST_FILES = \
 	python/tests/test_bagz_errors.py \
 	python/tests/test_bagz_concurrency.py \
 	python/tests/test_bagz_build.py \
+	python/tests/test_bench_quick.py \
 	$(BC_PY_VIEWS_TEST_FILES) \
 	$(BC_PY_LOADIT_TEST_FILES)
 

@@ -18,8 +18,10 @@ tests_bench_bag_read_LDADD = libbagcache_core.la $(BC_DEP_LIBS)
 TESTS += tests/bench/run_quick.sh
 EXTRA_DIST += tests/bench/run_quick.sh
 
-# The Python package's benchmark (not a test; doc/performance.md, "Python"):
+# The Python package's benchmark (doc/performance.md, "Python"):
 #   cd build && PYTHONPATH=python/pkg python3 ../tests/bench/python_bench.py
+# make check runs it once with --quick from the pytest suite
+# (python/tests/test_bench_quick.py), as run_quick.sh does for bag_read.
 EXTRA_DIST += tests/bench/python_bench.py
 
 # Results, baselines and how to reproduce them.

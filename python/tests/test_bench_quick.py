@@ -1,0 +1,44 @@
+"""tests/bench/python_bench.py keeps working: on tiny sizes (--quick) it
+must finish, print every row, and find Python and C returning the same
+bytes (it exits 1 otherwise).  Its timings are not checked here; that is
+what the program is for (doc/performance.md)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+# The start of each row's name, in the order the table prints them.
+ROWS = (
+    "r[i] random loop",
+    "view[i] random loop",
+    "read_indices(np, ",
+    "read_indices(np, ",
+    "read_indices_iter(np)",
+    "LoadIt get (warm, random)",
+    "LoadIt first pass",
+    "(first pass, reading thread CPU)",
+    "(write() of as many bytes, ",
+    "(O_DIRECT write of as many bytes)",
+    "(Writer of the same pickles)",
+    "(LoadIt first pass, word counts)",
+)
+
+
+def test_python_bench_runs_on_tiny_sizes(tmp_path):
+    pytest.importorskip("numpy")
+    srcdir, builddir = os.environ.get("BC_SRCDIR"), os.environ.get("BC_BUILDDIR")
+    if srcdir is None or builddir is None:
+        pytest.skip("not run by make check")
+    bench = os.path.join(srcdir, "tests", "bench", "python_bench.py")
+    proc = subprocess.run(
+        [sys.executable, bench, "--build", builddir, "--quick", "--repeat", "1",
+         "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    names = [line[2:].split(" | ")[0] for line in table[1:]]  # after the header
+    assert len(names) == len(ROWS), names
+    for name, start in zip(names, ROWS):
+        assert name.startswith(start), (name, start)
