@@ -427,12 +427,6 @@ def bench_loadit(a, np, bagcache, tmp, texts):
         chunk = b"\x5a" * (1 << 20)
         page_cache_path = os.path.join(tmp, "page-cache.bin")
 
-        def unlink_quietly(path):
-            def run():
-                if os.path.exists(path):
-                    os.unlink(path)
-            return run
-
         def page_cache():
             fd = os.open(page_cache_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -442,8 +436,8 @@ def bench_loadit(a, np, bagcache, tmp, texts):
             finally:
                 os.close(fd)
 
-        tb, t = measure(a.repeat, base, page_cache, after_baseline=unlink_quietly(page_cache_path))
-        unlink_quietly(page_cache_path)()
+        tb, t = measure(a.repeat, base, page_cache, after_baseline=remover(page_cache_path))
+        remover(page_cache_path)()
         row(f"(write() of as many bytes, {total / 1e6:.0f} MB)", t, "generator + pickle.dumps",
             tb, m, f"{t / tb:.2f}x time", "", True)
 
@@ -471,8 +465,8 @@ def bench_loadit(a, np, bagcache, tmp, texts):
                 for x in gen():
                     w.write(dumps(x, protocol=protocol))
 
-        tb, t = measure(a.repeat, base, floor, after_baseline=unlink_quietly(floor_path))
-        unlink_quietly(floor_path)()
+        tb, t = measure(a.repeat, base, floor, after_baseline=remover(floor_path))
+        remover(floor_path)()
         row("(Writer of the same pickles)", t, "generator + pickle.dumps", tb, m,
             f"{t / tb:.2f}x time", "", True)
 
@@ -490,6 +484,15 @@ def bench_loadit(a, np, bagcache, tmp, texts):
             f"{t / tb:.2f}x time", "", True)
 
 
+def remover(path):
+    """A function that removes the file at path if there is one (for the
+    untimed after_baseline step of measure)."""
+    def remove():
+        if os.path.exists(path):
+            os.unlink(path)
+    return remove
+
+
 class DeviceWriter:
     """Writes `total` bytes to `path` with O_DIRECT, then fdatasync: the
     device's own write bandwidth, without the page cache."""
@@ -498,6 +501,7 @@ class DeviceWriter:
 
     def __init__(self, path, total):
         self.path, self.total = path, total
+        self.remove = remover(path)
         self.buffer = mmap.mmap(-1, self.BLOCK)  # page-aligned, as O_DIRECT needs
         self.buffer.write(b"\x5a" * self.BLOCK)
 
@@ -513,11 +517,6 @@ class DeviceWriter:
             os.fdatasync(fd)
         finally:
             os.close(fd)
-
-    def remove(self):
-        if os.path.exists(self.path):
-            os.unlink(self.path)
-
 
 def device_writer(path, total):
     """A DeviceWriter that has run once, or None where the file system
