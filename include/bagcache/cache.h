@@ -86,13 +86,16 @@ typedef struct bc_cache_options {
                              0 = 64 MiB */
   int max_open_shards;    /* shard readers kept open per process; 0 = 128 */
   int fill_workers;       /* background fill threads; 0 = 1.  More than one
-                             needs a thread-safe source (else BC_EINVAL) */
+                             needs a thread-safe source (else BC_EINVAL);
+                             ignored without a source (nothing to fill) */
   uint64_t disk_limit;    /* bytes in shards/ at most; 0 = the limit stored
                              in the root by an earlier open, or none.  A
                              non-zero limit is stored in the root's shared
                              state and enforced by every process;
                              BC_CACHE_NO_LIMIT removes the stored one */
-  bc_compression compression; /* NONE (default, .bag) or ZSTD (.bagz) */
+  bc_compression compression; /* NONE (.bag) or ZSTD (.bagz); AUTO (the
+                                 default): an existing root's, none for a
+                                 new root */
   int zstd_level;         /* with ZSTD; 0 = zstd's default (3) */
   /* When a shard is opened, fill what this returns next (no lock held).
    * NULL: the next prefetch_shards shards after the opened one. */
@@ -107,7 +110,7 @@ typedef struct bc_cache_options {
 } bc_cache_options;
 
 #define BC_CACHE_OPTIONS_INIT \
-  {0, 0, 0, 0, 0, BC_COMPRESSION_NONE, 0, NULL, NULL, 0, false, NULL, -1, 0}
+  {0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, NULL, 0, false, NULL, -1, 0}
 
 /* ---- opening and reading ---------------------------------------------- */
 
@@ -118,7 +121,8 @@ typedef struct bc_cache bc_cache;
  * BC_ENOTCACHED.  The source struct is copied; its payload is the cache's
  * from now on (free_payload is called at the end, also when this fails).
  * An existing root keeps the shard length and compression of its
- * metadata.json (a notice says so when the options differ).
+ * metadata.json (a notice says so when shard_records or compression were
+ * given, not left at 0 and AUTO, and differ).
  * Errors: BC_EINVAL (options), BC_ECORRUPT (metadata.json unreadable),
  * BC_EVERSION (another format version), BC_EIO, BC_EPERM, BC_ENOSPC. */
 int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
@@ -176,6 +180,9 @@ typedef struct bc_cache_stats {
   uint64_t passes_opened; /* source passes opened */
   uint64_t records_skipped; /* records skipped or read and dropped */
   uint64_t waits;         /* times it waited for another filler */
+  uint64_t open_shards;   /* shard readers this process holds open now
+                             (at most max_open_shards, plus any a running
+                             read still uses) */
 } bc_cache_stats;
 
 int bc_cache_stats_get(bc_cache *cache, bc_cache_stats *stats);

@@ -99,6 +99,8 @@ import atexit as _atexit
 import collections as _collections
 import collections.abc as _abc
 import json as _json
+import math as _math
+import numbers as _numbers
 import operator as _operator
 import os as _os
 import pickle as _pickle
@@ -154,6 +156,27 @@ def _shard_length(value):
     if value < 1:
         raise ValueError(f"max_shard_length must be >= 1, not {value}")
     return value, 0
+
+
+def _byte_count(name, value):
+    """A number of bytes: an int, any real number >= 1 (rounded down; numpy
+    scalars included) or a size string such as ``"16gb"``."""
+    if isinstance(value, str):
+        m = _SIZE.fullmatch(value.strip().lower())
+        if m is None or int(m.group(1)) == 0:
+            raise ValueError(f"{name} must be a number of bytes or a size like '16gb', not {value!r}")
+        return int(m.group(1)) * _UNITS[m.group(2)]
+    if isinstance(value, bool) or not isinstance(value, _numbers.Real):
+        raise TypeError(f"{name} must be a number of bytes or a size string, not {type(value).__name__}")
+    if _math.isnan(value) or _math.isinf(value) or value < 1:
+        raise ValueError(f"{name} must be a finite number >= 1, not {value!r}")
+    n = int(_math.floor(value))
+    if n >= _bagcache_no_limit:
+        raise ValueError(f"{name} must be less than 2**64 - 1, not {value!r}")
+    return n
+
+
+_bagcache_no_limit = (1 << 64) - 1  # the engine's "no limit" marker
 
 
 def _count(name, value, minimum):
@@ -322,6 +345,26 @@ class _Shards:
         return st["fills"] + st["regenerations"]
 
 
+class _MemoryCache:
+    """``loader.memory_cache``: loadit's in-memory shard cache.  bagcache
+    keeps no shard in memory (readers are memory-mapped); what it holds per
+    process are open shard readers, at most ``max_cache_size`` of them."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self, core):
+        self._core = core
+
+    def size(self):
+        """Shards this process holds open now (<= max_cache_size)."""
+        return self._core.stats()["open_shards"]
+
+    @property
+    def _cache_miss_count(self):
+        """Shard files this process opened (loadit: synchronous misses)."""
+        return self._core.stats()["shard_opens"]
+
+
 # ---- views ---------------------------------------------------------------------------
 
 
@@ -407,7 +450,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         max_cache_size = _count("max_cache_size", p["max_cache_size"], 1)
         memory_limit = p["memory_limit"]
         if memory_limit is not None:
-            memory_limit = _count("memory_limit", memory_limit, 1)
+            memory_limit = _byte_count("memory_limit", memory_limit)
         shard_records, shard_bytes = (0, 0)
         if create_iter is not None:
             shard_records, shard_bytes = _shard_length(p["max_shard_length"])
@@ -484,6 +527,12 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         self._preload_fn = fn
 
     @property
+    def memory_cache(self):
+        """loadit's ``loader.memory_cache``: ``.size()`` is the number of
+        shards this process holds open (see the class doc)."""
+        return _MemoryCache(self._core)
+
+    @property
     def shards(self):
         """``loader.shards()`` lists the shards present (dicts: start, end,
         path, bytes, last_access); its attributes are loadit's internals
@@ -517,7 +566,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         """The engine's counters: length, length_final, shard_records,
         shards_present, bytes_on_disk, disk_limit, and this process's hits,
         shard_opens, fills, regenerations, evictions, passes_opened,
-        records_skipped, waits."""
+        records_skipped, waits, open_shards (shard readers open now)."""
         return self._core.stats()
 
     def worker_positions(self):

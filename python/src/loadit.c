@@ -560,7 +560,7 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
   Py_END_ALLOW_THREADS
   if (rc != 0) return raise_rc(rc, NULL);
   return Py_BuildValue(
-      "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "length",
+      "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "length",
       (unsigned long long)st.length, "length_final", st.length_final ? Py_True : Py_False,
       "shard_records", (unsigned long long)st.shard_records, "shards_present",
       (unsigned long long)st.shards_present, "bytes_on_disk",
@@ -569,7 +569,8 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
       "fills", (unsigned long long)st.fills, "regenerations",
       (unsigned long long)st.regenerations, "evictions", (unsigned long long)st.evictions,
       "passes_opened", (unsigned long long)st.passes_opened, "records_skipped",
-      (unsigned long long)st.records_skipped, "waits", (unsigned long long)st.waits);
+      (unsigned long long)st.records_skipped, "waits", (unsigned long long)st.waits,
+      "open_shards", (unsigned long long)st.open_shards);
 }
 
 static PyObject *core_shards(bcpy_core *self, PyObject *unused) {

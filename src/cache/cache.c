@@ -226,12 +226,12 @@ static int check_options(const bc_cache_options *o, const bc_source *src) {
                      "and close", src->version, BC_SOURCE_VERSION);
   if (o->fill_workers < 0 || o->max_open_shards < 0 || o->prefetch_shards < -1)
     return bc__error(BC_EINVAL, "cache options: negative count");
-  if (o->fill_workers > 1 && (src == NULL || !src->thread_safe))
+  if (o->fill_workers > 1 && src != NULL && !src->thread_safe)
     return bc__error(BC_EINVAL,
                      "cache options: %d fill workers need a thread-safe source",
                      o->fill_workers);
-  if (o->compression != BC_COMPRESSION_NONE && o->compression != BC_COMPRESSION_ZSTD)
-    return bc__error(BC_EINVAL, "cache options: compression must be none or zstd");
+  if ((unsigned)o->compression > BC_COMPRESSION_ZSTD)
+    return bc__error(BC_EINVAL, "cache options: compression must be auto, none or zstd");
   if (o->compression == BC_COMPRESSION_ZSTD &&
       (o->zstd_level < ZSTD_minCLevel() || o->zstd_level > ZSTD_maxCLevel()))
     return bc__error(BC_EINVAL, "cache options: zstd level %d outside [%d, %d]",
@@ -352,8 +352,10 @@ static int load_or_create_meta(bc_cache *c, uint64_t estimated) {
   c->R = m.shard_records;
   c->zstd = m.zstd;
   c->level = m.zstd_level;
+  /* Only values the caller gave (not left at 0 / AUTO) can disagree. */
   if ((c->opts.shard_records && c->opts.shard_records != m.shard_records) ||
-      (c->opts.compression == BC_COMPRESSION_ZSTD) != m.zstd)
+      (c->opts.compression != BC_COMPRESSION_AUTO &&
+       (c->opts.compression == BC_COMPRESSION_ZSTD) != m.zstd))
     bc__notice("%s: keeping the existing cache's shard length (%llu records) "
                "and compression (%s) over the options given", c->root,
                (unsigned long long)m.shard_records, m.zstd ? "zstd" : "none");
@@ -574,6 +576,7 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   st->passes_opened = atomic_load(&c->stats.passes_opened);
   st->records_skipped = atomic_load(&c->stats.records_skipped);
   st->waits = atomic_load(&c->stats.waits);
+  st->open_shards = bc__readers_open_count(c);
   return 0;
 }
 

@@ -238,6 +238,8 @@ void bc__reader_release(bc_cache *c, bc__reader *r);
 void bc__readers_close_all(bc_cache *c);
 /* Reads served from open readers, summed over the threads' records. */
 uint64_t bc__readers_hits(bc_cache *c);
+/* Readers in the open list now (not counting dropped ones still in use). */
+size_t bc__readers_open_count(bc_cache *c);
 /* Drops this process's readers of shards that were just evicted, so their
  * unlinked files are closed (and their disk space freed) as soon as they
  * are unused. */

@@ -355,6 +355,13 @@ uint64_t bc__readers_hits(bc_cache *c) {
   return hits;
 }
 
+size_t bc__readers_open_count(bc_cache *c) {
+  pthread_mutex_lock(&c->lock);
+  size_t n = c->nopen;
+  pthread_mutex_unlock(&c->lock);
+  return n;
+}
+
 void bc__readers_close_all(bc_cache *c) {
   for (bc__slot *s = c->slots.all; s != NULL; s = s->next_all) {
     uint64_t v = atomic_load_explicit(&s->word, memory_order_relaxed);

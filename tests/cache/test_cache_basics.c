@@ -251,6 +251,47 @@ static void test_reopen_other_options(void **state) {
   bc_buf_release(&b);
 }
 
+/* Options left at their defaults (shard_records 0, compression AUTO) never
+ * disagree with a root: a zstd root reopened so says nothing and stays
+ * zstd; a compression given explicitly and different does notice. */
+static void test_reopen_with_defaults_says_nothing(void **state) {
+  fixture *f = *state;
+  cu_notices_capture();
+  ts_config cfg = ts_config_default(40);
+  bc_cache_options o = fx_quiet_options(10);
+  o.compression = BC_COMPRESSION_ZSTD;
+  fx_open(f, &cfg, &o);
+  cu_check_all(f->c, 40, false);
+  bc_cache_options defaults = BC_CACHE_OPTIONS_INIT;
+  defaults.prefetch_shards = -1;
+  fx_reopen(f, &cfg, &defaults);
+  cu_check_all(f->c, 40, false);
+  fx_reopen(f, NULL, &defaults);
+  cu_check_all(f->c, 40, false);
+  assert_int_equal(cu_notice_count(), 0);
+  cu_check_shards(f->root, false, true);
+  bc_cache_options plain = defaults;
+  plain.compression = BC_COMPRESSION_NONE;
+  fx_reopen(f, &cfg, &plain);
+  assert_true(cu_notice_seen("compression (zstd)"));
+  cu_check_shards(f->root, false, true);
+}
+
+/* Without a source there is nothing to fill: any fill_workers is fine. */
+static void test_fill_workers_without_source(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(30);
+  bc_cache_options o = fx_quiet_options(10);
+  fx_open(f, &cfg, &o);
+  cu_check_all(f->c, 30, false);
+  o.fill_workers = 8; /* the source of cfg is not thread-safe */
+  bc_cache_close(f->c);
+  f->c = NULL;
+  CU_RC(cu_open(&f->c, f->root, &cfg, f->sh, &o), BC_EINVAL);
+  fx_reopen(f, NULL, &o);
+  cu_check_all(f->c, 30, false);
+}
+
 /* Rewrites metadata.json with `key` set to `value` (a JSON text). */
 static void meta_set(const char *root, const char *key, const char *value) {
   char *path = cu_path(root, "metadata.json");
@@ -336,7 +377,7 @@ static void test_options_rejected(void **state) {
   o.fill_workers = 2; /* needs a thread-safe source */
   CU_RC(cu_open(&f->c, f->root, &cfg, f->sh, &o), BC_EINVAL);
   o = fx_quiet_options(10);
-  o.compression = BC_COMPRESSION_AUTO;
+  o.compression = (bc_compression)7;
   CU_RC(cu_open(&f->c, f->root, &cfg, f->sh, &o), BC_EINVAL);
   o = fx_quiet_options(10);
   o.compression = BC_COMPRESSION_ZSTD;
@@ -580,6 +621,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_fill_all_without_source_complete, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_reopen_without_source_unknown_length, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_reopen_other_options, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_reopen_with_defaults_says_nothing, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_fill_workers_without_source, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_metadata_checks, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_options_rejected, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_estimate, fx_setup, fx_teardown),

@@ -135,6 +135,20 @@ static void test_stats_reader_lru(void **state) {
   fx_get_ok(f->c, 10); /* fill shard 1; shard 0's reader is closed */
   fx_get_ok(f->c, 2);  /* shard 0 again: opened again, not filled */
   check_stats(f->c, (expect){2, 1, 3, 1, 0}, "one open shard");
+  assert_int_equal(fx_stats(f->c).open_shards, 1);
+  /* Three allowed: the count grows to the bound and stays there. */
+  bc_cache_options three = o;
+  three.max_open_shards = 3;
+  fx_reopen(f, &cfg, &three);
+  assert_int_equal(fx_stats(f->c).open_shards, 0);
+  fx_get_ok(f->c, 0);
+  fx_get_ok(f->c, 15);
+  assert_int_equal(fx_stats(f->c).open_shards, 2);
+  for (int64_t i = 20; i < 100; i += 10) {
+    fx_get_ok(f->c, i);
+    assert_true(fx_stats(f->c).open_shards <= 3);
+  }
+  assert_int_equal(fx_stats(f->c).open_shards, 3);
   /* A second cache on the same root in the same process sees the shards
    * without filling anything. */
   CU_OK(bc_cache_open(&f->c2, f->root, NULL, &o));
