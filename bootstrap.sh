@@ -4,7 +4,9 @@
 #   ./bootstrap.sh          install missing build dependencies, autoreconf,
 #                           configure (in build/) and make
 #   ./bootstrap.sh check    ... then run every test (make check)
-#   ./bootstrap.sh demo     ... then run the demo (write a bag, read it back)
+#   ./bootstrap.sh demo     ... then run the demos: a slow iterator cached
+#                           under a disk limit (Python), then a bag written
+#                           and read back (C)
 #
 # Extra arguments after the mode go to ./configure, e.g.
 #   ./bootstrap.sh check PYTHON=/usr/bin/python3
@@ -15,7 +17,7 @@ mode=build
 case "${1:-}" in
   check|demo|build) mode=$1; shift ;;
   -h|--help)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 0 ;;
 esac
 
@@ -59,6 +61,5 @@ case "$mode" in
   check)
     make -j"$jobs" check ;;
   demo)
-    make -j"$jobs" doc/examples/demo
-    ./doc/examples/demo "${TMPDIR:-/tmp}/bagcache-demo" ;;
+    make -j"$jobs" demo ;;
 esac

@@ -22,6 +22,24 @@ doc/examples/readme-example.c: $(srcdir)/README.md
 TESTS += doc/examples/demo-test.sh
 EXTRA_DIST += doc/examples/demo-test.sh
 
+# `make demo` (what `./bootstrap.sh demo` runs): first the cache demo, a
+# slow Python iterator cached under a disk limit (doc/examples/cache_demo.py,
+# run on the build tree's package), then the bag demo.  DEMO_DIR is where
+# they write.  python/tests/test_cache_demo.py runs the cache demo quickly.
+DEMO_DIR = $${TMPDIR:-/tmp}/bagcache-demo
+.PHONY: demo
+demo: doc/examples/demo $(noinst_DATA)
+	@if test -n "$(BC_DEMO_PYTHON)"; then \
+	  echo "== the cache demo (doc/examples/cache_demo.py)"; \
+	  PYTHONPATH="$(abs_builddir)/python/pkg$${PYTHONPATH:+:$$PYTHONPATH}" \
+	    $(BC_DEMO_PYTHON) $(srcdir)/doc/examples/cache_demo.py $(DEMO_DIR) || exit 1; \
+	  echo; \
+	else \
+	  echo "demo: built without the Python package: no cache demo (configure PYTHON=...)"; \
+	fi
+	@echo "== the bag demo (doc/examples/demo.c)"
+	./doc/examples/demo $(DEMO_DIR)
+
 # Installed under $(docdir); README.md is distributed by the top Makefile.am.
 dist_doc_DATA += \
 	doc/format.md \
@@ -30,4 +48,4 @@ dist_doc_DATA += \
 	doc/cache.md
 
 docexamplesdir = $(docdir)/examples
-dist_docexamples_DATA = doc/examples/demo.c
+dist_docexamples_DATA = doc/examples/demo.c doc/examples/cache_demo.py

@@ -47,6 +47,7 @@ BC_PY_TEST_FILES = \
 	python/tests/test_bagz_concurrency.py \
 	python/tests/test_bagz_build.py \
 	python/tests/test_bench_quick.py \
+	python/tests/test_cache_demo.py \
 	$(BC_PY_VIEWS_TEST_FILES) \
 	$(BC_PY_LOADIT_TEST_FILES)
 
@@ -79,6 +80,8 @@ EXTRA_DIST += \
 	$(BC_PY_TEST_FILES)
 
 if BC_PYTHON
+
+BC_DEMO_PYTHON = $(PYTHON)
 
 bagcachepyexecdir = $(pyexecdir)/bagcache
 bagcachepyexec_LTLIBRARIES = python/_bagcache.la
