@@ -29,10 +29,10 @@ EXTRA_DIST += doc/examples/demo-test.sh
 DEMO_DIR = $${TMPDIR:-/tmp}/bagcache-demo
 .PHONY: demo
 demo: doc/examples/demo $(noinst_DATA)
-	@if test -n "$(BC_DEMO_PYTHON)"; then \
+	@if test -n "$(BC_DEMO_INTERP)"; then \
 	  echo "== the cache demo (doc/examples/cache_demo.py)"; \
 	  PYTHONPATH="$(abs_builddir)/python/pkg$${PYTHONPATH:+:$$PYTHONPATH}" \
-	    $(BC_DEMO_PYTHON) $(srcdir)/doc/examples/cache_demo.py $(DEMO_DIR) || exit 1; \
+	    $(BC_DEMO_INTERP) $(srcdir)/doc/examples/cache_demo.py $(DEMO_DIR) || exit 1; \
 	  echo; \
 	else \
 	  echo "demo: built without the Python package: no cache demo (configure PYTHON=...)"; \

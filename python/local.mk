@@ -81,7 +81,7 @@ EXTRA_DIST += \
 
 if BC_PYTHON
 
-BC_DEMO_PYTHON = $(PYTHON)
+BC_DEMO_INTERP = $(PYTHON)
 
 bagcachepyexecdir = $(pyexecdir)/bagcache
 bagcachepyexec_LTLIBRARIES = python/_bagcache.la

@@ -228,6 +228,18 @@ class _Shards:
     @property
     def _cache_miss_count(self) -> int: ...
 
+class _MemoryCache:
+    def size(self) -> int: ...
+    @property
+    def _cache_miss_count(self) -> int: ...
+
+class _Writer:
+    @property
+    def current_idx(self) -> int: ...
+
+class _WriterPool:
+    writers: list[_Writer]
+
 class LoadIt(Sequence[Any]):
     @overload
     def __init__(
@@ -237,7 +249,7 @@ class LoadIt(Sequence[Any]):
         max_shard_length: int | str = "64mb",
         max_cache_size: int = 128,
         max_workers: int = 1,
-        memory_limit: int | None = None,
+        memory_limit: float | str | None = None,
         compression: str | int | None = None,
         preload_fn: Callable[[LoadIt, int], Iterable[Any]] | None = ...,
         preload_all_async: bool = False,
@@ -257,7 +269,7 @@ class LoadIt(Sequence[Any]):
         max_shard_length: int | str = "64mb",
         max_cache_size: int = 128,
         max_workers: int = 1,
-        memory_limit: int | None = None,
+        memory_limit: float | str | None = None,
         compression: str | int | None = None,
         preload_fn: Callable[[LoadIt, int], Iterable[Any]] | None = ...,
         preload_all_async: bool = False,
@@ -282,6 +294,10 @@ class LoadIt(Sequence[Any]):
     preload_fn: Callable[[LoadIt, int], Iterable[Any]] | None
     @property
     def shards(self) -> _Shards: ...
+    @property
+    def memory_cache(self) -> _MemoryCache: ...
+    @property
+    def writer_pool(self) -> _WriterPool: ...
     @property
     def closed(self) -> bool: ...
     def info(self) -> Any: ...

@@ -365,6 +365,32 @@ class _MemoryCache:
         return self._core.stats()["shard_opens"]
 
 
+class _Writer:
+    """One of ``loader.writer_pool.writers``: a pass over ``create_iter()``."""
+
+    __slots__ = ("_core", "_k")
+
+    def __init__(self, core, k):
+        self._core = core
+        self._k = k
+
+    @property
+    def current_idx(self):
+        """The last index this pass read, or -1 (loadit's ``current_idx``)."""
+        positions = self._core.worker_positions()
+        return positions[self._k] - 1 if self._k < len(positions) else -1
+
+
+class _WriterPool:
+    """``loader.writer_pool``: loadit's pool of passes, one ``_Writer`` per
+    worker, in the order the engine opened the passes still open."""
+
+    __slots__ = ("writers",)
+
+    def __init__(self, core, max_workers):
+        self.writers = [_Writer(core, k) for k in range(max_workers)]
+
+
 # ---- views ---------------------------------------------------------------------------
 
 
@@ -531,6 +557,12 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         """loadit's ``loader.memory_cache``: ``.size()`` is the number of
         shards this process holds open (see the class doc)."""
         return _MemoryCache(self._core)
+
+    @property
+    def writer_pool(self):
+        """loadit's ``loader.writer_pool``: ``.writers[k].current_idx`` is
+        where the k-th open pass of ``create_iter()`` stands."""
+        return _WriterPool(self._core, self._max_workers)
 
     @property
     def shards(self):

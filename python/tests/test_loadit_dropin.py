@@ -144,3 +144,20 @@ def test_notice_when_a_given_option_differs(tmp_path, capfd, kw, says):
     err = capfd.readouterr().err
     assert err.count("keeping the existing cache's shard length") == 1 and says in err
     loader.close()
+
+
+# ---- loader.writer_pool ------------------------------------------------------------
+
+
+def test_writer_pool_positions_as_loadit_tests_read_them(tmp_path):
+    # loadit's test_uses_multiple_writers, on bagcache's passes.
+    loader = LoadIt(str(tmp_path), Source(1000), max_shard_length=16, max_cache_size=10,
+                    max_workers=5, iterator_thread_safe=True, preload_fn=None)
+    writers = loader.writer_pool.writers
+    assert len(writers) == 5 and [w.current_idx for w in writers] == [-1] * 5
+    assert loader[11 * 16] == item(11 * 16)
+    assert writers[0].current_idx == 12 * 16 - 1 and writers[1].current_idx == -1
+    assert loader[16] == item(16)  # behind the first pass: a second one
+    assert writers[0].current_idx == 12 * 16 - 1
+    assert writers[1].current_idx == 2 * 16 - 1
+    loader.close()
