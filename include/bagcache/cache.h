@@ -162,6 +162,14 @@ int bc_cache_try_get(bc_cache *cache, int64_t index, bc_buf *out);
  * known and every shard is present, else BC_ENOTCACHED. */
 int bc_cache_fill_all(bc_cache *cache);
 
+/* Makes the length final where the cached records end: at the end of the
+ * last shard present (0 if none), which cuts the sequence short there
+ * (loadit's finalize()).  Records past that point are out of range from
+ * then on, for every process (a fill past that point that is running at
+ * that moment fails to publish, as a source going past its end would).
+ * Nothing happens when the length is final already. */
+int bc_cache_finalize(bc_cache *cache);
+
 /* ---- introspection ---------------------------------------------------- */
 
 typedef struct bc_cache_stats {

@@ -90,8 +90,10 @@ something: ``loader.shards.max_shard_length``, ``loader.shards.size()``
 (bytes on disk), ``loader.shards.get_all_shards()`` (items with ``path``,
 ``start``, ``end``, ``size`` in bytes), ``loader.shards._cache_miss_count``
 (shards filled by this process), ``loader.shards.observer`` (no-ops),
-``loader.max_workers``, and ``loader.finalize()``, which does nothing (the
-length becomes final only when the iterator ends).  ``loader.shards()`` is
+``loader.max_workers``, ``loader.memory_cache.size()`` (shard files this
+process holds open), ``loader.writer_pool.writers[k].current_idx``, and
+``loader.finalize()``, which cuts the sequence at the end of the last shard
+on disk.  ``loader.shards()`` is
 also callable: the list of shards present, as dicts.
 """
 
@@ -606,8 +608,10 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         return self._core.worker_positions()
 
     def finalize(self):
-        """loadit's finalize(); does nothing here: the length becomes final
-        when the iterator ends."""
+        """loadit's finalize(): makes the length final at the end of the
+        last shard on disk, cutting the sequence short there (for every
+        process using the root).  Does nothing once the length is final."""
+        self._core.finalize()
 
     # ---- lifetime
 

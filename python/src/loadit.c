@@ -614,6 +614,17 @@ static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
   return result;
 }
 
+static PyObject *core_finalize_length(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_finalize(self->cache);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return raise_rc(rc, NULL);
+  Py_RETURN_NONE;
+}
+
 static PyObject *core_worker_positions(bcpy_core *self, PyObject *unused) {
   (void)unused;
   if (core_check(self) < 0) return NULL;
@@ -738,6 +749,8 @@ static PyMethodDef core_methods[] = {
     {"stats", (PyCFunction)core_stats, METH_NOARGS, "stats() -> dict (bc_cache_stats)."},
     {"shards", (PyCFunction)core_shards, METH_NOARGS,
      "shards() -> list of dicts (start, end, path, bytes, last_access), ascending."},
+    {"finalize", (PyCFunction)core_finalize_length, METH_NOARGS,
+     "Makes the length final at the end of the last shard present."},
     {"worker_positions", (PyCFunction)core_worker_positions, METH_NOARGS,
      "worker_positions() -> list of the next record of each open source pass."},
     {"info", (PyCFunction)core_info, METH_NOARGS, "info() -> the user info as JSON text."},
@@ -1382,8 +1395,11 @@ PyObject *bcpy_cache_iter(PyObject *loader, uint64_t from) {
   return cache_iter_at((bcpy_lobj *)loader, from);
 }
 
-/* Nothing of the loader is on disk (in any process) and no pass runs in
- * this one: a first pass. */
+/* Nothing of the loader is on disk (in any process), no pass runs in this
+ * one and the length is not known yet: a first pass.  (A first pass yields
+ * what the iterator yields; a known length, from `length=` or finalize(),
+ * may end the sequence before the iterator ends, so then the cache is read
+ * as on any later pass.) */
 static bool first_pass(bcpy_lobj *self) {
   bcpy_core *core = self->core;
   if (self->seq != core->seq || core->src == NULL || core->R == 0 ||
@@ -1394,7 +1410,7 @@ static bool first_pass(bcpy_lobj *self) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_stats_get(core->cache, &st);
   Py_END_ALLOW_THREADS
-  return rc == 0 && st.shards_present == 0;
+  return rc == 0 && st.shards_present == 0 && !st.length_final;
 }
 
 static PyObject *lobj_iter(bcpy_lobj *self) {

@@ -374,8 +374,9 @@ def test_loadit_internals(tmp_path):
     loader.shards.observer.unschedule_all()
     loader.shards.observer.stop()
     loader.shards.observer.join()
-    loader.finalize()  # no-op
     assert len(loader) == 100
+    loader.finalize()  # the length is final already: nothing changes
+    assert len(loader) == 100 and loader[99] == item(99)
 
 
 def test_preload_policies(tmp_path):

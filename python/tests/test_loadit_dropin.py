@@ -161,3 +161,39 @@ def test_writer_pool_positions_as_loadit_tests_read_them(tmp_path):
     assert writers[0].current_idx == 12 * 16 - 1
     assert writers[1].current_idx == 2 * 16 - 1
     loader.close()
+
+
+# ---- finalize() ----------------------------------------------------------------------
+
+
+def test_finalize_cuts_the_sequence_at_the_cached_shards(tmp_path):
+    # loadit's test_set_length_from_shards.
+    loader = LoadIt(create_iter=Source(16 * 100), root_dir=tmp_path, max_shard_length=16,
+                    max_cache_size=5, max_workers=10, iterator_thread_safe=True,
+                    preload_fn=None)
+    for i in range(16):
+        assert loader[i] == item(i)
+    loader.finalize()
+    assert len(loader) == 16 and loader.all_cached_to_disk()
+    with pytest.raises(IndexError):
+        loader[16]
+    assert list(loader) == model(16)
+    reader = LoadIt(create_iter=None, root_dir=tmp_path, max_shard_length=16,
+                    max_cache_size=5, max_workers=10, iterator_thread_safe=True)
+    assert len(reader) == 16 and reader[-1] == item(15)
+    with open(tmp_path / "metadata.json") as f:
+        meta = f.read()
+    assert '"length": 16' in meta and '"length_final": true' in meta
+    loader.finalize()  # once final, nothing changes
+    assert len(loader) == 16
+
+
+def test_finalize_uses_the_last_shard_present(tmp_path):
+    loader = LoadIt(str(tmp_path), Source(100), max_shard_length=10, preload_fn=None)
+    loader[35], loader[5]  # shards 3 and 0; 1 and 2 are regenerated on demand
+    loader.finalize()
+    assert len(loader) == 40 and list(loader) == model(40)
+    empty = LoadIt(str(tmp_path / "e"), Source(100), max_shard_length=10)
+    empty.finalize()
+    assert len(empty) == 0 and list(empty) == []
+

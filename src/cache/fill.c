@@ -237,6 +237,47 @@ static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
   return rc;
 }
 
+int bc_cache_finalize(bc_cache *c) {
+  if (atomic_load(&c->final)) return 0;
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, true, &t); /* serialises length writers */
+  if (rc != 0) return rc;
+  MDB_dbi meta = bc__dbi_meta(c->env);
+  uint64_t fin = 0, end = 0;
+  bool found;
+  rc = bc__u64_get(t, meta, "final", &fin, &found);
+  if (rc == 0 && !(found && fin)) {
+    MDB_cursor *cur;
+    int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
+    if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
+    MDB_val k, v;
+    for (int op = MDB_FIRST; rc == 0 && mdb_cursor_get(cur, &k, &v, op) == 0;
+         op = MDB_NEXT) {
+      bc__shard_rec r;
+      uint64_t shard;
+      if (bc__rec_decode(&k, &v, &shard, &r) && r.state == SHARD_PRESENT &&
+          shard * c->R + r.records > end)
+        end = shard * c->R + r.records;
+    }
+    if (mrc == 0) mdb_cursor_close(cur);
+    if (rc == 0) rc = bc__u64_put(t, meta, "length", end);
+    if (rc == 0) rc = bc__u64_put(t, meta, "final", 1);
+    if (rc == 0) rc = meta_update_length(c, end, true);
+  } else if (rc == 0) {
+    rc = bc__u64_get(t, meta, "length", &end, &found);
+  }
+  if (rc == 0) {
+    rc = bc__txn_commit(t);
+  } else {
+    mdb_txn_abort(t);
+  }
+  if (rc == 0) {
+    atomic_store(&c->known_length, end);
+    atomic_store(&c->final, true);
+  }
+  return rc;
+}
+
 /* ---- publishing ------------------------------------------------------------------- */
 
 /* Picks the least recently used PRESENT shard other than `keep`. */

@@ -292,6 +292,39 @@ static void test_fill_workers_without_source(void **state) {
   cu_check_all(f->c, 30, false);
 }
 
+/* bc_cache_finalize cuts the sequence at the end of the last shard present,
+ * for this handle, a reopened one and metadata.json; then it is a no-op. */
+static void test_finalize(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  bc_cache_options o = fx_quiet_options(10);
+  fx_open(f, &cfg, &o);
+  fx_get_ok(f->c, 35);
+  fx_get_ok(f->c, 3);
+  CU_OK(bc_cache_finalize(f->c));
+  bc_cache_stats st = fx_stats(f->c);
+  assert_true(st.length_final);
+  assert_int_equal(st.length, 40);
+  bc_buf b = BC_BUF_INIT;
+  CU_RC(bc_cache_get(f->c, 40, &b), BC_ERANGE);
+  assert_int_equal(cu_get_cmp(f->c, 15, false, &b), 0); /* regenerated */
+  fx_reopen(f, NULL, &o);
+  uint64_t len = 0;
+  CU_OK(bc_cache_len(f->c, &len));
+  assert_int_equal(len, 40);
+  CU_OK(bc_cache_finalize(f->c)); /* final already */
+  assert_int_equal(fx_stats(f->c).length, 40);
+  char *meta = cu_path(f->root, "metadata.json");
+  json_error_t err;
+  json_t *m = json_load_file(meta, 0, &err);
+  assert_non_null(m);
+  assert_int_equal(json_integer_value(json_object_get(m, "length")), 40);
+  assert_true(json_is_true(json_object_get(m, "length_final")));
+  json_decref(m);
+  free(meta);
+  bc_buf_release(&b);
+}
+
 /* Rewrites metadata.json with `key` set to `value` (a JSON text). */
 static void meta_set(const char *root, const char *key, const char *value) {
   char *path = cu_path(root, "metadata.json");
@@ -623,6 +656,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reopen_other_options, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_reopen_with_defaults_says_nothing, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_fill_workers_without_source, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_finalize, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_metadata_checks, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_options_rejected, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_estimate, fx_setup, fx_teardown),
