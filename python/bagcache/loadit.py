@@ -28,7 +28,8 @@ NondeterministicError naming it).
 
 Arguments (as loadit; what bagcache does with each):
 
-* ``root_dir`` - the cache directory.  ``create_iter`` - a callable
+* ``root_dir`` - the cache directory (str or path-like; ``~`` is not
+  expanded), created with its missing parents.  ``create_iter`` - a callable
   returning a fresh iterable (an iterable that can be iterated again, such
   as a list, is accepted too), or None to read what is cached (the root
   must exist; an uncached record then raises NotCachedError, an IndexError).
@@ -442,6 +443,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             info_json=info_json,
             known_length=known_length,
             file_mode=mode,
+            make_parents=True,  # as loadit: Path.mkdir(parents=True)
         )
         self._open(core)
         _live.add(core)

@@ -388,7 +388,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"root", "create_iter", "dumps", "dumps_args", "loads", "shard_records",
                            "shard_bytes", "max_open_shards", "fill_workers",
                            "thread_safe", "disk_limit", "zstd_level", "preload_all",
-                           "info_json", "known_length", "file_mode", NULL};
+                           "info_json", "known_length", "file_mode", "make_parents", NULL};
   PyObject *root, *create_iter, *dumps = Py_None, *dumps_args = Py_None, *loads = Py_None;
   PyObject *level = Py_None;
   unsigned long long shard_records = 0, shard_bytes = 0, disk_limit = 0;
@@ -396,12 +396,13 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   const char *info = NULL;
   long long known_length = -1;
   unsigned int file_mode = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLI:_CacheCore", kwlist,
+  int make_parents = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIp:_CacheCore", kwlist,
                                    &root, &create_iter, &dumps, &dumps_args, &loads,
                                    &shard_records,
                                    &shard_bytes, &max_open, &workers, &thread_safe,
                                    &disk_limit, &level, &preload_all, &info,
-                                   &known_length, &file_mode))
+                                   &known_length, &file_mode, &make_parents))
     return NULL;
   if (create_iter != Py_None && !PyCallable_Check(create_iter)) {
     PyErr_SetString(PyExc_TypeError, "create_iter must be callable or None");
@@ -437,6 +438,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   o.preload_all = preload_all;
   o.known_length = known_length;
   o.file_mode = file_mode;
+  o.make_parents = make_parents;
 
   const char *root_s = PyUnicode_AsUTF8(root);
   if (root_s == NULL) return NULL;
