@@ -188,6 +188,12 @@ typedef struct bc_cache_stats {
 
 int bc_cache_stats_get(bc_cache *cache, bc_cache_stats *stats);
 
+/* True while this process drains the source: a bc_cache_fill_all or a
+ * bc_cache_len (or bc_seq_len) waiting for the end, or the background
+ * drain of preload_all.  Never waits (for a progress display polling it,
+ * with bc_cache_worker_positions and the length without waiting). */
+bool bc_cache_draining(bc_cache *cache);
+
 typedef struct bc_cache_shard {
   uint64_t start, end;    /* records [start, end) */
   char path[4096];        /* the shard file */

@@ -660,6 +660,15 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   return 0;
 }
 
+bool bc_cache_draining(bc_cache *c) {
+  /* drain_requested covers the time between a request (preload_all's, at
+   * open) and the workers joining; drainers every thread inside a drain. */
+  pthread_mutex_lock(&c->lock);
+  bool draining = c->drain_requested || c->drainers > 0;
+  pthread_mutex_unlock(&c->lock);
+  return draining;
+}
+
 int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
                     size_t *count) {
   MDB_txn *t;
