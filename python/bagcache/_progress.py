@@ -39,6 +39,18 @@ _lock = _threading.Lock()  # guards _active
 _active = None  # the display shown now (or finished, see _Display.done)
 
 
+def _after_fork_in_child():
+    # The parent's display thread is not in the child, and _lock may have
+    # been held by another thread at the fork: start afresh.
+    global _lock, _active
+    _lock = _threading.Lock()
+    _active = None
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def check_setting(value):
     """The ``progress`` argument: None (auto), True or False."""
     if value is not None and not isinstance(value, bool):
@@ -147,23 +159,32 @@ class _Bar:
             mininterval=0,
             leave=True,
         )
+        self._broken = False
 
     def draw(self, s, rates):
-        bar = self._bar
-        if s.final and bar.total != s.length:
-            bar.total = s.length
-        bar.set_postfix_str(f"{rates[2] / _MIB:.1f} MiB", refresh=False)
-        if s.records > bar.n:
-            bar.update(s.records - bar.n)
-        else:
-            bar.refresh()
+        if self._broken:
+            return
+        try:
+            bar = self._bar
+            if s.final and bar.total != s.length:
+                bar.total = s.length
+            bar.set_postfix_str(f"{rates[2] / _MIB:.1f} MiB", refresh=False)
+            if s.records > bar.n:
+                bar.update(s.records - bar.n)
+            else:
+                bar.refresh()
+        except Exception:  # a failing tqdm or stream: stop drawing
+            self._broken = True
 
     def finish(self, s, rates, erase):
         if erase:
             self._bar.leave = False
         else:
             self.draw(s, rates)
-        self._bar.close()
+        try:
+            self._bar.close()
+        except Exception:
+            pass
 
 
 class _Display:
