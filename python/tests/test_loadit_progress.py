@@ -8,12 +8,15 @@ The line is checked in child processes whose standard error is a pipe or
 a pseudo-terminal; the records are bytes (serializer="raw") of 64 KiB, so
 the MiB read are exact."""
 
+import fcntl
 import os
 import pickle
 import pty
 import re
+import struct
 import subprocess
 import sys
+import termios
 import textwrap
 
 import pytest
@@ -50,9 +53,10 @@ root = sys.argv[1]
 """
 
 
-def run(tmp_path, body, env=None, tty=False):
+def run(tmp_path, body, env=None, tty=False, columns=0):
     """Runs PRELUDE + body with root tmp_path/"deep"/"root"; returns its
-    standard error as text (from a pty: with "\\r\\n" made "\\n")."""
+    standard error as text (from a pty, `columns` wide: with "\\r\\n" made
+    "\\n")."""
     script = PRELUDE + textwrap.dedent(body)
     root = str(tmp_path / "deep" / "root")
     full_env = dict(os.environ)
@@ -66,6 +70,7 @@ def run(tmp_path, body, env=None, tty=False):
         assert p.returncode == 0, err
         return root, err
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     try:
         p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=slave, env=full_env)
     finally:
@@ -267,6 +272,21 @@ def test_auto_on_a_terminal(tmp_path, arg, env, shown):
     states, rest = line_states(err)
     assert rest == f"LEN {N}\n"
     check_states(states, root, N, length_known_from_start=False)
+
+
+def test_line_fits_the_terminal(tmp_path):
+    # The root's name is shortened (from the left) to fit 100 columns.
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    root, err = run(deep, BODY.format(arg=""), tty=True, columns=100)
+    assert len(root) > 100
+    assert err.endswith(f"LEN {N}\n")
+    segments = err[1:err.index("\n")].split("\r")
+    for seg in segments:
+        assert len(seg) <= 99, seg
+        m = LINE.fullmatch(seg)
+        assert m and m["label"].startswith("...") and root.endswith(m["label"][3:])
+    assert " 40 of 40 records (100%)" in segments[-1]
 
 
 def test_progress_argument(tmp_path):
