@@ -177,6 +177,24 @@ def test_an_iterator_error_ends_the_line(tmp_path):
     assert states[-1]["length"] is None and int(states[-1]["records"]) <= 30
 
 
+def test_ctrl_c_ends_the_line(tmp_path):
+    _, err = run(tmp_path, """
+        import _thread
+        loader = LoadIt(Slow(400, 0.02), root_dir=root, max_shard_length=8,
+                        serializer="raw", progress=True)
+        threading.Timer(1.2, _thread.interrupt_main).start()
+        try:
+            len(loader)
+        except KeyboardInterrupt:
+            say(f"INTERRUPTED {threads_left()}")
+        time.sleep(0.6)
+        say("END")
+    """)
+    states, rest = line_states(err)
+    assert rest == "INTERRUPTED []\nEND\n"
+    assert 0 < int(states[-1]["records"]) < 400 and states[-1]["length"] is None
+
+
 def test_preload_line_ends_with_the_drain(tmp_path):
     root, err = run(tmp_path, f"""
         loader = LoadIt(Slow({N}, 0.02), root_dir=root, max_shard_length=8,
