@@ -64,13 +64,16 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit.py \
 	python/tests/test_loadit_first_pass.py \
 	python/tests/test_loadit_procs.py \
-	python/tests/test_loadit_dropin.py
+	python/tests/test_loadit_dropin.py \
+	python/tests/test_loadit_root.py \
+	python/tests/test_loadit_progress.py
 
 EXTRA_DIST += \
 	$(BC_PY_C_SOURCES) \
 	python/bagcache/__init__.py \
 	python/bagcache/views.py \
 	python/bagcache/loadit.py \
+	python/bagcache/_progress.py \
 	python/bagcache/__init__.pyi \
 	python/bagcache/py.typed \
 	python/pyproject.toml \
@@ -91,7 +94,7 @@ python__bagcache_la_LIBADD = libbagcache_core.la $(BC_DEP_LIBS)
 python__bagcache_la_LDFLAGS = -module -avoid-version -shared \
 	-export-symbols-regex '^PyInit__bagcache$$'
 bagcachepyexec_PYTHON = python/bagcache/__init__.py python/bagcache/views.py \
-	python/bagcache/loadit.py
+	python/bagcache/loadit.py python/bagcache/_progress.py
 bagcachepyexec_DATA = python/bagcache/__init__.pyi python/bagcache/py.typed
 
 # ---- the build tree's importable package ------------------------------------
@@ -102,6 +105,7 @@ BC_PY_PKG_FILES = \
 	$(BC_PY_PKG)/__init__.py \
 	$(BC_PY_PKG)/views.py \
 	$(BC_PY_PKG)/loadit.py \
+	$(BC_PY_PKG)/_progress.py \
 	$(BC_PY_PKG)/__init__.pyi \
 	$(BC_PY_PKG)/py.typed
 noinst_DATA = $(BC_PY_PKG_FILES)
@@ -116,6 +120,8 @@ $(BC_PY_PKG)/views.py: $(srcdir)/python/bagcache/views.py
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/views.py $@
 $(BC_PY_PKG)/loadit.py: $(srcdir)/python/bagcache/loadit.py
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/loadit.py $@
+$(BC_PY_PKG)/_progress.py: $(srcdir)/python/bagcache/_progress.py
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/_progress.py $@
 $(BC_PY_PKG)/__init__.pyi: $(srcdir)/python/bagcache/__init__.pyi
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/__init__.pyi $@
 $(BC_PY_PKG)/py.typed: $(srcdir)/python/bagcache/py.typed

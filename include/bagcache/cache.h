@@ -107,10 +107,15 @@ typedef struct bc_cache_options {
                              NULL keeps what is there */
   int64_t known_length;   /* the source's length if known, else -1 */
   unsigned file_mode;     /* mode of created files; 0 = 0644 */
+  /* Create the root's missing parent directories too (as mkdir -p), each
+   * like the root itself (mode 0755 less the umask).  false: a missing
+   * parent is BC_ENOTFOUND. */
+  bool make_parents;
 } bc_cache_options;
 
 #define BC_CACHE_OPTIONS_INIT \
-  {0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, NULL, 0, false, NULL, -1, 0}
+  {0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, NULL, 0, false, NULL, -1, 0, \
+   false}
 
 /* ---- opening and reading ---------------------------------------------- */
 
@@ -123,8 +128,11 @@ typedef struct bc_cache bc_cache;
  * An existing root keeps the shard length and compression of its
  * metadata.json (a notice says so when shard_records or compression were
  * given, not left at 0 and AUTO, and differ).
- * Errors: BC_EINVAL (options), BC_ECORRUPT (metadata.json unreadable),
- * BC_EVERSION (another format version), BC_EIO, BC_EPERM, BC_ENOSPC. */
+ * Errors: BC_EINVAL (options; the root or, with make_parents, one of its
+ * parents exists and is not a directory), BC_ENOTFOUND (a parent of the
+ * root is missing, without make_parents), BC_ECORRUPT (metadata.json
+ * unreadable), BC_EVERSION (another format version), BC_EIO, BC_EPERM,
+ * BC_ENOSPC. */
 int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
                   const bc_cache_options *opts);
 
@@ -194,6 +202,12 @@ typedef struct bc_cache_stats {
 } bc_cache_stats;
 
 int bc_cache_stats_get(bc_cache *cache, bc_cache_stats *stats);
+
+/* True while this process drains the source: a bc_cache_fill_all or a
+ * bc_cache_len (or bc_seq_len) waiting for the end, or the background
+ * drain of preload_all.  Never waits (for a progress display polling it,
+ * with bc_cache_worker_positions and the length without waiting). */
+bool bc_cache_draining(bc_cache *cache);
 
 typedef struct bc_cache_shard {
   uint64_t start, end;    /* records [start, end) */

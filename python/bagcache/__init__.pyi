@@ -259,6 +259,7 @@ class LoadIt(Sequence[Any]):
         mode: int = 0o644,
         *,
         serializer: Any = None,
+        progress: bool | None = None,
     ) -> None: ...
     @overload
     def __init__(
@@ -278,6 +279,7 @@ class LoadIt(Sequence[Any]):
         length: int | None = None,
         mode: int = 0o644,
         serializer: Any = None,
+        progress: bool | None = None,
     ) -> None: ...
     @overload
     def __getitem__(self, key: int) -> Any: ...

@@ -28,7 +28,8 @@ NondeterministicError naming it).
 
 Arguments (as loadit; what bagcache does with each):
 
-* ``root_dir`` - the cache directory.  ``create_iter`` - a callable
+* ``root_dir`` - the cache directory (str or path-like; ``~`` is not
+  expanded), created with its missing parents.  ``create_iter`` - a callable
   returning a fresh iterable (an iterable that can be iterated again, such
   as a list, is accepted too), or None to read what is cached (the root
   must exist; an uncached record then raises NotCachedError, an IndexError).
@@ -65,6 +66,14 @@ Arguments (as loadit; what bagcache does with each):
   (items are bytes-like and come back as bytes) or any object with
   ``dumps(obj) -> bytes`` and ``loads(bytes) -> obj``.  Use the same one
   every time a root is opened.
+* ``progress`` (keyword only, bagcache's own) - the progress line of long
+  waits: ``len()`` while the length is not known, ``wait_until_all_cached()``
+  and ``preload_all_async``'s background drain show, on standard error,
+  records (and the percentage once the length is known), MiB read, rates
+  and seconds, rewritten in place (a tqdm bar when tqdm is installed).
+  None (default): shown when standard error is a terminal, unless the
+  environment variable ``BAGCACHE_PROGRESS`` is ``0``; True: always; False:
+  never.
 
 Differences from loadit, on purpose: slices follow Python's rules
 (``l[::-1]`` reverses; loadit's are not Python's), a negative index or a
@@ -109,7 +118,7 @@ import pickle as _pickle
 import re as _re
 import weakref as _weakref
 
-from . import _bagcache
+from . import _bagcache, _progress
 from ._bagcache import NondeterministicError, NotCachedError, SourceError
 
 __all__ = [
@@ -298,6 +307,7 @@ _live = _weakref.WeakSet()
 
 @_atexit.register
 def _close_all():
+    _progress.close_all()
     for core in list(_live):
         core.close()
 
@@ -454,7 +464,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
     _view_class = LoadItView
     __bool__ = _nonempty
 
-    def __init__(self, *args, serializer=None, **kwargs):
+    def __init__(self, *args, serializer=None, progress=None, **kwargs):
         args = list(args)
         if args and not _is_path(args[0]) and args[0] is not None:
             # loadit's README form: LoadIt(create_iter, root_dir=...).
@@ -491,6 +501,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         known_length = -1 if length is None else _count("length", length, 0)
         mode = _count("mode", p["mode"], 0)
         dumps, dumps_args, loads = _serializer(serializer)
+        progress = _progress.check_setting(progress)
         if create_iter is None and not _os.path.exists(_os.path.join(root, "metadata.json")):
             raise FileNotFoundError(
                 f"{root}: no cache there, and no create_iter to fill one"
@@ -513,6 +524,9 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             info_json=info_json,
             known_length=known_length,
             file_mode=mode,
+            make_parents=True,  # as loadit: Path.mkdir(parents=True)
+            progress=(None if progress is False or create_iter is None
+                      else _progress.Hook(root, progress)),
         )
         self._open(core)
         _live.add(core)
@@ -523,7 +537,15 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         config = dict(p, root_dir=root, create_iter=create_iter, info=None)
         if serializer is not None:
             config["serializer"] = serializer
+        if progress is not None:
+            config["progress"] = progress
         self._config = config
+        self._progress = progress
+        # The background drain's line, unless all is cached already.
+        self._preload_shown = None
+        if (p["preload_all_async"] and create_iter is not None
+                and _progress.enabled(progress) and not self.all_cached_to_disk()):
+            self._preload_shown = _progress.start(core, root, progress, background=True)
 
     # ---- loadit's API
 
@@ -592,8 +614,17 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
     def wait_until_all_cached(self):
         """Drains the iterator and fills every missing shard, then returns
         all_cached_to_disk() (False when the disk limit cannot hold it all).
-        Ctrl-C interrupts it."""
-        self._core.fill_all()
+        Ctrl-C interrupts it.  Shows progress (see ``progress``)."""
+        shown = None
+        if self._core.has_source:  # else nothing is drained
+            shown = _progress.start(self._core, self.root_dir, self._progress)
+        finished = False
+        try:
+            self._core.fill_all()
+            finished = True
+        finally:
+            if shown is not None:
+                shown.close(finished)
         return self.all_cached_to_disk()
 
     def stats(self):
@@ -623,6 +654,9 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
     def close(self):
         """Stops the background fills and closes the cache; reads of this
         loader and its views then raise ValueError.  Idempotent."""
+        shown = getattr(self, "_preload_shown", None)
+        if shown is not None:
+            shown.close()  # the preload's line ends first
         self._core.close()
 
     def __enter__(self):

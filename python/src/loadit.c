@@ -57,6 +57,9 @@ typedef struct {
   PyObject *root;    /* str */
   uint64_t R;        /* records per shard */
   uint64_t recent[RECENT]; /* shard + 1 at [shard % RECENT] (GIL) */
+  /* NULL, or progress(core) -> an object whose close() ends the display:
+   * called around a drain for a length (lobj_exact_len). */
+  PyObject *progress;
   PyObject *weakrefs;
 } bcpy_core;
 
@@ -388,7 +391,8 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"root", "create_iter", "dumps", "dumps_args", "loads", "shard_records",
                            "shard_bytes", "max_open_shards", "fill_workers",
                            "thread_safe", "disk_limit", "zstd_level", "preload_all",
-                           "info_json", "known_length", "file_mode", NULL};
+                           "info_json", "known_length", "file_mode", "make_parents",
+                           "progress", NULL};
   PyObject *root, *create_iter, *dumps = Py_None, *dumps_args = Py_None, *loads = Py_None;
   PyObject *level = Py_None;
   unsigned long long shard_records = 0, shard_bytes = 0, disk_limit = 0;
@@ -396,13 +400,19 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   const char *info = NULL;
   long long known_length = -1;
   unsigned int file_mode = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLI:_CacheCore", kwlist,
+  int make_parents = 0;
+  PyObject *progress = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpO:_CacheCore", kwlist,
                                    &root, &create_iter, &dumps, &dumps_args, &loads,
                                    &shard_records,
                                    &shard_bytes, &max_open, &workers, &thread_safe,
                                    &disk_limit, &level, &preload_all, &info,
-                                   &known_length, &file_mode))
+                                   &known_length, &file_mode, &make_parents, &progress))
     return NULL;
+  if (progress != Py_None && !PyCallable_Check(progress)) {
+    PyErr_SetString(PyExc_TypeError, "progress must be callable or None");
+    return NULL;
+  }
   if (create_iter != Py_None && !PyCallable_Check(create_iter)) {
     PyErr_SetString(PyExc_TypeError, "create_iter must be callable or None");
     return NULL;
@@ -437,6 +447,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   o.preload_all = preload_all;
   o.known_length = known_length;
   o.file_mode = file_mode;
+  o.make_parents = make_parents;
 
   const char *root_s = PyUnicode_AsUTF8(root);
   if (root_s == NULL) return NULL;
@@ -444,6 +455,10 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   if (self == NULL) return NULL;
   Py_INCREF(root);
   self->root = root;
+  if (progress != Py_None) {
+    Py_INCREF(progress);
+    self->progress = progress;
+  }
   if (loads != Py_None) {
     Py_INCREF(loads);
     self->loads = loads;
@@ -507,6 +522,7 @@ static void core_finalize(bcpy_core *self) {
 
 static int core_traverse(bcpy_core *self, visitproc visit, void *arg) {
   Py_VISIT(self->loads);
+  Py_VISIT(self->progress);
   return bcpy_source_traverse(self->src, visit, arg);
 }
 
@@ -516,6 +532,7 @@ static int core_traverse(bcpy_core *self, visitproc visit, void *arg) {
  * them uses the objects cleared here. */
 static int core_clear(bcpy_core *self) {
   Py_CLEAR(self->loads);
+  Py_CLEAR(self->progress);
   bcpy_source *s = self->src;
   if (s != NULL) {
     bcpy_source_close(s);
@@ -540,6 +557,7 @@ static void core_dealloc(bcpy_core *self) {
   teardown(cache, seq, self->src); /* in this order: workers stop first */
   self->src = NULL;
   Py_CLEAR(self->loads);
+  Py_CLEAR(self->progress);
   Py_CLEAR(self->root);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -643,6 +661,35 @@ static PyObject *core_worker_positions(bcpy_core *self, PyObject *unused) {
     else PyList_SET_ITEM(list, (Py_ssize_t)k, v);
   }
   return list;
+}
+
+/* _progress() -> (length, length_final, position, bytes_read, draining),
+ * never waiting: the length known now, the furthest next record of this
+ * process's source passes (0 when none is open), the bytes of records
+ * pulled from the iterator so far, and whether a drain runs.  For the
+ * progress display, polled a few times a second. */
+static PyObject *core_progress(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  uint64_t pos[64];
+  size_t n = 0;
+  bc_len l = {BC_LEN_AT_LEAST, 0};
+  bool draining;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_seq_length(self->seq, false, &l);
+  if (rc == 0) rc = bc_cache_worker_positions(self->cache, pos, 64, &n);
+  draining = bc_cache_draining(self->cache);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return raise_rc(rc, NULL);
+  uint64_t furthest = 0;
+  for (size_t k = 0; k < n && k < 64; k++)
+    if (pos[k] > furthest) furthest = pos[k];
+  return Py_BuildValue("KOKKO", (unsigned long long)l.value,
+                       l.kind == BC_LEN_EXACT ? Py_True : Py_False,
+                       (unsigned long long)furthest,
+                       (unsigned long long)(self->src ? self->src->bytes_read : 0),
+                       draining ? Py_True : Py_False);
 }
 
 static PyObject *core_info(bcpy_core *self, PyObject *unused) {
@@ -756,6 +803,8 @@ static PyMethodDef core_methods[] = {
     {"info", (PyCFunction)core_info, METH_NOARGS, "info() -> the user info as JSON text."},
     {"set_info", (PyCFunction)core_set_info, METH_O,
      "set_info(json_text)\n\nReplaces the user info (atomically)."},
+    {"_progress", (PyCFunction)core_progress, METH_NOARGS,
+     "_progress() -> (length, length_final, position, bytes_read, draining), never waiting."},
     {"fill_all", (PyCFunction)core_fill_all, METH_NOARGS,
      "fill_all()\n\nDrains the source, then fills the missing shards below the end."},
     {"_set_prefetch", (PyCFunction)core_set_prefetch, METH_VARARGS,
@@ -891,7 +940,31 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
   return result;
 }
 
-/* The exact length, draining the source if needed. */
+/* Ends a progress display (NULL or None: none) with shown.close(finished),
+ * after the call it showed returned (finished: successfully): -1 when
+ * close() raised and no exception was set before (an exception of the
+ * call wins over close()'s). */
+static int progress_end(PyObject *shown, bool finished) {
+  if (shown == NULL) return 0;
+  int result = 0;
+  if (shown != Py_None) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = PyObject_CallMethod(shown, "close", "O", finished ? Py_True : Py_False);
+    Py_XDECREF(r);
+    if (type != NULL) {
+      PyErr_Clear();
+      PyErr_Restore(type, value, tb);
+    } else if (r == NULL) {
+      result = -1;
+    }
+  }
+  Py_DECREF(shown);
+  return result;
+}
+
+/* The exact length, draining the source if needed (with the core's
+ * progress display around the drain, if it has one). */
 static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
   if (lobj_check(self) < 0) return -1;
   bc_len l;
@@ -903,12 +976,23 @@ static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
   len_job *j = job_new(sizeof *j, len_run, len_release);
   if (j == NULL) return -1;
   j->seq = bc_seq_ref(self->seq);
-  if (run_job(&j->base, self->core->src) < 0) return -1;
+  PyObject *shown = NULL; /* the progress display of this drain, if any */
+  if (self->core->progress != NULL &&
+      (shown = call1(self->core->progress, (PyObject *)self->core)) == NULL) {
+    job_free(&j->base);
+    return -1;
+  }
+  if (run_job(&j->base, self->core->src) < 0) {
+    progress_end(shown, false);
+    return -1;
+  }
   rc = j->base.rc;
-  if (rc == 0) *out = j->len;
-  else raise_rc(rc, j->base.msg);
+  uint64_t len = j->len;
+  if (rc != 0) raise_rc(rc, j->base.msg);
   job_free(&j->base);
-  return rc == 0 ? 0 : -1;
+  if (progress_end(shown, rc == 0) < 0 || rc != 0) return -1;
+  *out = len;
+  return 0;
 }
 
 static Py_ssize_t lobj_length(bcpy_lobj *self) {

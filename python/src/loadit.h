@@ -52,6 +52,8 @@ typedef struct bcpy_source {
   atomic_int passes;     /* passes open now */
   struct bcpy_tee *tee;  /* the first pass in progress, if any (GIL) */
   atomic_bool tee_active; /* tee != NULL: no prefetch meanwhile */
+  uint64_t bytes_read;   /* bytes of the records passes pulled from the
+                            iterator, serialized (GIL): for progress */
 } bcpy_source;
 
 enum { BCPY_PREFETCH_NONE = 0, BCPY_PREFETCH_NEXT = 1, BCPY_PREFETCH_PYTHON = 2 };

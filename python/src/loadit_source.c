@@ -412,6 +412,7 @@ static int pull_one(bcpy_source *s, pass *p, bc_buf *out) {
     item = b;
   }
   int rc = copy_record(item, out) < 0 ? bcpy_keep_exception("serializer") : 1;
+  if (rc == 1) s->bytes_read += out->size;
   Py_DECREF(item);
   return rc;
 }

@@ -210,13 +210,96 @@ static char *join(const char *a, const char *b) {
   return p;
 }
 
+/* Every directory a cache creates (root, parents, shards/, ...) gets this
+ * mode, less the umask. */
+#define DIR_MODE 0755
+
+/* The length of each prefix of `path` that ends a component ("a", "a/b",
+ * "a/b/c" for "a//b/c/"), into ends[] (room for strlen(path) entries);
+ * returns how many. */
+static size_t component_ends(const char *path, size_t *ends) {
+  size_t count = 0, n = strlen(path);
+  for (size_t i = 1; i <= n; i++)
+    if ((i == n || path[i] == '/') && path[i - 1] != '/') ends[count++] = i;
+  return count;
+}
+
+/* mkdir(path) failed with ENOTDIR: some component of it is not a
+ * directory.  Reports the first such one that exists (a file where a
+ * directory should be), else the system's error. */
+static int not_a_directory(const char *path) {
+  size_t n = strlen(path);
+  char *prefix = malloc(n + 1);
+  size_t *ends = malloc((n + 1) * sizeof *ends);
+  int rc = 0;
+  if (prefix == NULL || ends == NULL) {
+    rc = bc__error(BC_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  size_t count = component_ends(path, ends);
+  for (size_t k = 0; k < count && rc == 0; k++) {
+    struct stat st;
+    memcpy(prefix, path, ends[k]);
+    prefix[ends[k]] = '\0';
+    if (stat(prefix, &st) == 0 && !S_ISDIR(st.st_mode))
+      rc = bc__error(BC_EINVAL, "%s: exists and is not a directory", prefix);
+  }
+  if (rc == 0) /* none found: changed meanwhile */
+    rc = bc__error_errno(ENOTDIR, "%s: cannot create the directory", path);
+cleanup:
+  free(ends);
+  free(prefix);
+  return rc;
+}
+
 static int make_dir(const char *path) {
-  if (mkdir(path, 0755) == 0 || errno == EEXIST) {
+  if (mkdir(path, DIR_MODE) == 0 || errno == EEXIST) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
     return bc__error(BC_EINVAL, "%s: exists and is not a directory", path);
   }
+  if (errno == ENOTDIR) return not_a_directory(path);
   return bc__error_errno(errno, "%s: cannot create the directory", path);
+}
+
+/* Creates `path` and whichever of its parents are missing (mkdir -p),
+ * each as make_dir does.  Only missing components are touched: from the
+ * deepest prefix up to the first that exists (or fails for another reason
+ * than a missing parent), then down again creating each.  Another process
+ * creating the same directories meanwhile is fine (EEXIST). */
+static int make_dirs(const char *path) {
+  size_t n = strlen(path);
+  char *prefix = malloc(n + 1);
+  size_t *ends = malloc((n + 1) * sizeof *ends);
+  int rc = 0;
+  if (prefix == NULL || ends == NULL) {
+    rc = bc__error(BC_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  size_t count = component_ends(path, ends);
+  if (count == 0) { /* "" or "/" */
+    rc = make_dir(path);
+    goto cleanup;
+  }
+  size_t k = count; /* prefixes [k, count) are missing */
+  while (k > 0) {
+    memcpy(prefix, path, ends[k - 1]);
+    prefix[ends[k - 1]] = '\0';
+    if (mkdir(prefix, DIR_MODE) != 0 && errno == ENOENT) {
+      k--;
+      continue;
+    }
+    break; /* made, exists, or another error: make_dir below reports it */
+  }
+  for (size_t j = k > 0 ? k - 1 : 0; j < count && rc == 0; j++) {
+    memcpy(prefix, path, ends[j]);
+    prefix[ends[j]] = '\0';
+    rc = make_dir(prefix);
+  }
+cleanup:
+  free(ends);
+  free(prefix);
+  return rc;
 }
 
 static int check_options(const bc_cache_options *o, const bc_source *src) {
@@ -428,7 +511,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
       (rc = bc__estimate_shard_records(c, &estimated)) != 0)
     goto fail;
   bool fresh;
-  if ((rc = make_dir(root)) != 0 || (rc = make_dir(c->shards_dir)) != 0 ||
+  if ((rc = opts->make_parents ? make_dirs(root) : make_dir(root)) != 0 || (rc = make_dir(c->shards_dir)) != 0 ||
       (rc = make_dir(c->scratch_dir)) != 0 || (rc = make_dir(c->locks_dir)) != 0 ||
       (rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh)) != 0)
     goto fail;
@@ -578,6 +661,15 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   st->waits = atomic_load(&c->stats.waits);
   st->open_shards = bc__readers_open_count(c);
   return 0;
+}
+
+bool bc_cache_draining(bc_cache *c) {
+  /* drain_requested covers the time between a request (preload_all's, at
+   * open) and the workers joining; drainers every thread inside a drain. */
+  pthread_mutex_lock(&c->lock);
+  bool draining = c->drain_requested || c->drainers > 0;
+  pthread_mutex_unlock(&c->lock);
+  return draining;
 }
 
 int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,

@@ -69,6 +69,9 @@ static const char fill_usage[] =
     "                            without it shards are not compressed\n"
     "      --info JSON           store JSON (any JSON text) as the cache's\n"
     "                            user info\n"
+    "  -p, --parents             create ROOT's missing parent directories\n"
+    "                            (as mkdir -p); without it a missing parent\n"
+    "                            is an error\n"
     "      --progress            show progress on standard error even when\n"
     "                            it is not a terminal\n"
     "      --no-progress         never show progress\n"
@@ -88,6 +91,7 @@ static const struct option fill_options[] = {
     {"limit", required_argument, NULL, CLI_OPT_LIMIT},
     {"level", required_argument, NULL, CLI_OPT_LEVEL},
     {"info", required_argument, NULL, CLI_OPT_INFO},
+    {"parents", no_argument, NULL, CLI_OPT_PARENTS},
     {"progress", no_argument, NULL, CLI_OPT_PROGRESS},
     {"no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS},
     {NULL, 0, NULL, 0},
@@ -151,6 +155,9 @@ static int fill_option(void *ctx, int option, const char *arg) {
       cmd->opts.info_json = arg;
       return CLI_OK;
     }
+    case CLI_OPT_PARENTS:
+      cmd->opts.make_parents = true;
+      return CLI_OK;
     case CLI_OPT_PROGRESS:
       cmd->progress = 1;
       return CLI_OK;
@@ -286,7 +293,7 @@ int cli_cache_fill(int argc, char **argv) {
   /* Everything after the first "--" is the command, never our options
    * (no option's argument is "--" in practice: none of them accepts it). */
   int sep = find_separator(argc, argv);
-  int status = cli_parse(sep, argv, "hv", fill_options, false, fill_option,
+  int status = cli_parse(sep, argv, "hvp", fill_options, false, fill_option,
                          &cmd, fill_usage, &done, &args);
   if (status != CLI_OK || done) goto cleanup;
   if (args.noperands != 1) {

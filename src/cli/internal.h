@@ -87,6 +87,7 @@ int cli_error(const char *what, const char *fmt, ...) CLI_PRINTF(2, 3);
 enum {
   CLI_OPT_HELP = 'h',
   CLI_OPT_VERBOSE = 'v',
+  CLI_OPT_PARENTS = 'p',
   CLI_OPT_SEPARATE_LIMITS = 256,
   CLI_OPT_INTERLEAVED,
   CLI_OPT_COMPRESSION,

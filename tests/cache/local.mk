@@ -4,6 +4,7 @@
 
 BC_CACHE_TESTS = \
 	tests/cache/test_cache_basics \
+	tests/cache/test_cache_root \
 	tests/cache/test_cache_introspect \
 	tests/cache/test_cache_limit \
 	tests/cache/test_cache_failures \
@@ -19,6 +20,7 @@ check_PROGRAMS += $(BC_CACHE_TESTS)
 TESTS += $(BC_CACHE_TESTS)
 endif
 BC_THREAD_TESTS += tests/cache/test_cache_threads tests/cache/test_cache_introspect
+BC_THREAD_TESTS += tests/cache/test_cache_root
 
 BC_CACHE_TEST_UTIL = tests/cache/source.c tests/cache/source.h \
 	tests/cache/util.c tests/cache/util.h
@@ -30,6 +32,11 @@ tests_cache_test_cache_basics_SOURCES = tests/cache/test_cache_basics.c \
 	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_basics_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_basics_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_root_SOURCES = tests/cache/test_cache_root.c \
+	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_root_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_root_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_introspect_SOURCES = tests/cache/test_cache_introspect.c \
 	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)

@@ -9,6 +9,7 @@
  * Every test runs in its own temporary directory under a watchdog
  * (fixture.h).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +265,63 @@ static void test_preload_all(void **state) {
   cu_check_shards(f->root, false, false);
 }
 
+/* Waits up to 30 s for bc_cache_draining to give `want`. */
+static bool wait_draining(bc_cache *c, bool want) {
+  for (int k = 0; k < 3000; k++) {
+    if (bc_cache_draining(c) == want) return true;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return false;
+}
+
+typedef struct len_call {
+  bc_cache *c;
+  uint64_t len;
+  int rc;
+} len_call;
+
+static void *call_len(void *arg) {
+  len_call *l = arg;
+  l->rc = bc_cache_len(l->c, &l->len);
+  return NULL;
+}
+
+/* bc_cache_draining: false while nothing drains; true during a length's
+ * drain (the source sleeps, so the drain takes at least 0.4 s) and from
+ * the open of a preload_all until its workers are done. */
+static void test_draining(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(200);
+  cfg.delay_us = 2000;
+  bc_cache_options o = fx_quiet_options(10);
+  fx_open(f, &cfg, &o);
+  assert_false(bc_cache_draining(f->c));
+  fx_get_ok(f->c, 3); /* a fill, not a drain */
+  assert_false(bc_cache_draining(f->c));
+  len_call l = {f->c, 0, -1};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, call_len, &l), 0);
+  assert_true(wait_draining(f->c, true));
+  pthread_join(t, NULL);
+  CU_OK(l.rc);
+  assert_int_equal(l.len, 200);
+  assert_false(bc_cache_draining(f->c));
+  bc_cache_close(f->c);
+  f->c = NULL;
+  cu_rm_rf(f->root);
+
+  o.preload_all = true;
+  o.prefetch_shards = 0;
+  fx_open(f, &cfg, &o);
+  assert_true(bc_cache_draining(f->c)); /* requested at open */
+  assert_true(wait_draining(f->c, false));
+  bc_cache_stats st = fx_stats(f->c);
+  assert_true(st.length_final);
+  assert_int_equal(st.length, 200);
+  assert_int_equal(st.shards_present, 20);
+}
+
 /* A view keeps the cache alive after bc_cache_close: it still reads (and
  * fills on demand); the payload is freed with the last reference. */
 static void test_view_outlives_close(void **state) {
@@ -385,6 +443,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_prefetch_default, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_prefetch_policy, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_preload_all, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_draining, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_view_outlives_close, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_export, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_clear, fx_setup, fx_teardown),

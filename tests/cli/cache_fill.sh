@@ -283,4 +283,28 @@ want_err 'bagcache: notice: x1: keeping the existing cache'"'"'s shard length (6
 bc cache info x1
 check grep -q '^shard records: 64$' out
 
+t "a ROOT whose parents are missing: an error, unless -p/--parents"
+bc cache fill deep/er/root --shard-records 4 -- seq 1 10
+want_rc 1
+want_err 'bagcache: not found: deep/er/root: cannot create the directory: No such file or directory'
+check [ ! -e deep ]
+bc cache fill -p deep/er/root --shard-records 4 -- seq 1 10
+want_rc 0
+want_quiet_err
+check [ -d deep/er/root/shards ]
+bc cache count deep/er/root
+want_out '10\n'
+bc cache fill --parents deep/er2/root --shard-records 4 -- seq 1 3
+want_rc 0
+bc cache get --text deep/er2/root 2
+want_out '3\n'
+bc cache fill --parents deep/er/root -- seq 1 10
+want_rc 0
+want_quiet_err
+printf 'x' >plainfile
+bc cache fill -p plainfile/sub/root -- seq 1 3
+want_rc 1
+want_err 'bagcache: invalid argument: plainfile: exists and is not a directory'
+check [ ! -e plainfile/sub ]
+
 finish
