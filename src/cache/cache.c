@@ -177,6 +177,7 @@ static void cache_destroy(bc_seq *self) {
   bc_cache *c = (bc_cache *)self;
   track_open(c, false);
   bc__workers_stop(c);
+  bc__access_flush(c);
   bc__readers_close_all(c);
   bc__passes_close_all(c);
   if (c->src.free_payload) c->src.free_payload(c->src.payload);
@@ -579,6 +580,7 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
 
 int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
                     size_t *count) {
+  bc__access_flush(c); /* the access clocks include this process's opens */
   MDB_txn *t;
   int rc = bc__txn_begin(c->env, false, &t);
   if (rc != 0) return rc;

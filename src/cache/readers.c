@@ -148,8 +148,9 @@ static bc__treg *my_reg(bc_cache *c) {
   return g;
 }
 
-/* Bumps the shard's access clock in the shared state.  Returns false when
- * the shard is no longer PRESENT (evicted by someone). */
+/* Bumps the shard's access clock in the shared state, with the pending
+ * bumps of opens (access.c) first.  Returns false when the shard is no
+ * longer PRESENT (evicted by someone). */
 static bool touch(bc_cache *c, uint64_t shard) {
   MDB_txn *t;
   if (bc__txn_begin(c->env, true, &t) != 0) return true;
@@ -159,7 +160,8 @@ static bool touch(bc_cache *c, uint64_t shard) {
   bool cf;
   if (bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found) == 0 && found &&
       rec.state == SHARD_PRESENT &&
-      bc__u64_get(t, bc__dbi_meta(c->env), "clock", &clock, &cf) == 0) {
+      bc__u64_get(t, bc__dbi_meta(c->env), "clock", &clock, &cf) == 0 &&
+      bc__access_apply(c, t, &clock) == 0) {
     rec.last_access = ++clock;
     if (bc__rec_put(t, bc__dbi_shard(c->env), shard, &rec) == 0 &&
         bc__u64_put(t, bc__dbi_meta(c->env), "clock", clock) == 0) {
@@ -290,7 +292,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
     if ((rc = bc__forget_shard(c, shard, &rec)) != 0) return rc;
   }
   atomic_fetch_add(&c->stats.shard_opens, 1);
-  touch(c, shard);
+  bc__access_note(c, shard); /* no disk sync here: committed in a batch */
   sweep_evicted(c);
 
   bc__slot *closing[TRIM_BATCH];
