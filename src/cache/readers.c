@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bag/internal.h"
 #include "cache/internal.h"
 
 #define TOUCH_INTERVAL_MS 1000 /* between access-clock bumps per shard */
@@ -181,7 +182,8 @@ static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
   bc__cache_shard_file(c, shard, rec->records, rec->zstd, path, sizeof path);
   bc_reader_options o = BC_READER_OPTIONS_INIT;
   o.max_parallelism = 1;
-  int rc = bc_bag_open(out, path, &o);
+  /* The literal path: the root's name may hold ',' or '@' (spec syntax). */
+  int rc = bc__bag_open_file(out, path, &o);
   if (rc != 0) return rc;
   bc_shard_info info;
   bc_bag_shard_info(*out, 0, &info);
@@ -293,7 +295,6 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
   }
   atomic_fetch_add(&c->stats.shard_opens, 1);
   bc__access_note(c, shard); /* no disk sync here: committed in a batch */
-  sweep_evicted(c);
 
   bc__slot *closing[TRIM_BATCH];
   size_t nclosing = 0;
@@ -306,6 +307,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
      * under the lock we hold): use that one. */
     pthread_mutex_unlock(&c->lock);
     bc_bag_close(bag);
+    sweep_evicted(c);
     *out = (bc__reader){atomic_load_explicit(&s->bag, memory_order_relaxed),
                         shard * c->R, s, NULL};
     return 0;
@@ -326,6 +328,9 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
   }
   pthread_mutex_unlock(&c->lock);
   close_dropped(c, closing, nclosing);
+  /* After the trim: readers it just closed need no lookup (with one open
+   * shard allowed, none is left to check, and no transaction is begun). */
+  sweep_evicted(c);
   bc__prefetch_after(c, shard * c->R);
   return 0;
 }
