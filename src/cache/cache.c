@@ -84,7 +84,8 @@ int bc__cache_load_length(bc_cache *c, MDB_txn *t) {
  * threads: its identity (claims must be the child's), the source passes
  * (the parent's objects: forgotten, not closed, since closing could end
  * the parent's resources, e.g. a subprocess), the prefetch queue and
- * workers (threads do not survive fork).  The LMDB environment is reopened
+ * workers (threads do not survive fork), the pending access-clock bumps
+ * (the parent's opens).  The LMDB environment is reopened
  * by the child's first transaction (state.c).
  * Lock order: open_caches_lock, then each cache->lock, then the
  * environments' locks (state.c). */
@@ -111,6 +112,7 @@ static void after_fork_child(void) {
     for (size_t i = 0; i < c->max_passes; i++)
       c->passes[i] = (bc__pass){NULL, 0, false, false};
     c->qlen = 0;
+    c->naccess = 0; /* the parent's opens: the parent commits them */
     c->drain_requested = false;
     c->nworkers = 0; /* the parent's threads: nothing to join here */
     bc__slots_after_fork_child(&c->slots);
