@@ -23,6 +23,7 @@ ROWS = (
     "(O_DIRECT write of as many bytes)",
     "(Writer of the same pickles)",
     "(LoadIt first pass, word counts)",
+    "LoadIt cold get (max_cache_size=1)",
 )
 
 

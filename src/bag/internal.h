@@ -142,6 +142,12 @@ static inline const bc__file *bc__shard_limits_file(const bc__shard *s) {
   return s->separate ? &s->limits_file : &s->records;
 }
 
+/* bc_bag_open of exactly one file, named by its literal path: no spec
+ * syntax (a ',' or '@' in the path is part of the name, a "posix:" prefix
+ * too).  With BC_LIMITS_SEPARATE its limits are DIR/limits.NAME. */
+int bc__bag_open_file(bc_bag **out, const char *path,
+                      const bc_reader_options *opts);
+
 /* True when every shard can serve zero-copy views (uncompressed and
  * mapped), so bc_bag_get_view never fails with BC_EUNSUPPORTED. */
 bool bc__bag_can_view(const bc_bag *bag);

@@ -86,17 +86,12 @@ static int check_interleaved(const bc_bag *bag) {
   return 0;
 }
 
-int bc_bag_open(bc_bag **out, const char *spec, const bc_reader_options *opts) {
-  static const bc_reader_options defaults = BC_READER_OPTIONS_INIT;
-  bc__shard_path *paths = NULL;
-  size_t npaths = 0, opened = 0;
-  bc_bag *bag = NULL;
+/* Opens the shards paths[0..npaths) as one bag (opts checked). */
+static int open_paths(bc_bag **out, const bc__shard_path *paths, size_t npaths,
+                      const bc_reader_options *opts) {
+  size_t opened = 0;
   int rc = 0;
-  if (out == NULL || spec == NULL) return bc__error(BC_EINVAL, "bc_bag_open: NULL argument");
-  if (opts == NULL) opts = &defaults;
-  if ((rc = check_options(opts)) != 0) return rc;
-
-  bag = calloc(1, sizeof *bag);
+  bc_bag *bag = calloc(1, sizeof *bag);
   if (bag == NULL) return bc__error(BC_ENOMEM, "out of memory");
   bag->opts = *opts;
   if (bag->opts.max_parallelism == 0) bag->opts.max_parallelism = bc__cpu_count();
@@ -114,9 +109,6 @@ int bc_bag_open(bc_bag **out, const char *spec, const bc_reader_options *opts) {
     bag->opts.dictionary = NULL;
   }
 
-  rc = bc__spec_expand(spec, opts->limits_placement == BC_LIMITS_SEPARATE,
-                       &paths, &npaths);
-  if (rc != 0) goto cleanup;
   bag->shards = calloc(npaths ? npaths : 1, sizeof *bag->shards);
   bag->ends = calloc(npaths + 1, sizeof *bag->ends);
   if (bag->shards == NULL || bag->ends == NULL) {
@@ -169,7 +161,36 @@ cleanup:
     bag->nshards = opened;
     bc_bag_close(bag);
   }
+  return rc;
+}
+
+int bc_bag_open(bc_bag **out, const char *spec, const bc_reader_options *opts) {
+  static const bc_reader_options defaults = BC_READER_OPTIONS_INIT;
+  bc__shard_path *paths = NULL;
+  size_t npaths = 0;
+  if (out == NULL || spec == NULL) return bc__error(BC_EINVAL, "bc_bag_open: NULL argument");
+  if (opts == NULL) opts = &defaults;
+  int rc = check_options(opts);
+  if (rc == 0)
+    rc = bc__spec_expand(spec, opts->limits_placement == BC_LIMITS_SEPARATE,
+                         &paths, &npaths);
+  if (rc == 0) rc = open_paths(out, paths, npaths, opts);
   bc__spec_free(paths, npaths);
+  return rc;
+}
+
+int bc__bag_open_file(bc_bag **out, const char *path,
+                      const bc_reader_options *opts) {
+  static const bc_reader_options defaults = BC_READER_OPTIONS_INIT;
+  if (opts == NULL) opts = &defaults;
+  int rc = check_options(opts);
+  if (rc != 0) return rc;
+  bc__shard_path p = {(char *)path, NULL};
+  if (opts->limits_placement == BC_LIMITS_SEPARATE &&
+      (p.limits = bc_limits_path(path)) == NULL)
+    return bc__error(BC_ENOMEM, "out of memory");
+  rc = open_paths(out, &p, 1, opts);
+  free(p.limits);
   return rc;
 }
 

@@ -431,6 +431,8 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
                    "(%llu bytes)", c->root, (unsigned long long)limit,
                    (unsigned long long)size);
   if (rc == 0 && limit != 0) rc = reap_dead_claims(c, t, shard);
+  /* This process's recent opens count before victims are picked. */
+  if (rc == 0 && limit != 0) rc = bc__access_apply(c, t, &clock);
   uint64_t victims[32];
   size_t nvictims = 0;
   while (rc == 0 && limit != 0 && bytes + size > limit) {
@@ -459,7 +461,7 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
   if (rc != 0) {
     /* Nothing unlinked yet, or the unlinks are recorded: commit those. */
     if (nvictims > 0 && bc__u64_put(t, meta, "bytes", bytes) == 0 &&
-        bc__txn_commit(t) == 0)
+        bc__u64_put(t, meta, "clock", clock) == 0 && bc__txn_commit(t) == 0)
       t = NULL;
     if (t) mdb_txn_abort(t);
     return rc;
@@ -477,6 +479,7 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
     /* Keep the evictions (their files are gone) even though the publish
      * failed: the state then matches shards/. */
     bc__u64_put(t, meta, "bytes", bytes);
+    bc__u64_put(t, meta, "clock", clock); /* the bumps applied above */
     if (bc__txn_commit(t) != 0) { /* the state now lists lost files:
                                      readers find them missing and refill */
     }

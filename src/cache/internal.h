@@ -156,6 +156,11 @@ typedef struct bc__reader {
   bc__treg *reg;
 } bc__reader;
 
+/* Access-clock bumps of shard opens waiting in a cache, at most: a full
+ * list is committed at once, so opens of many distinct shards pay one disk
+ * sync per this many (about 2 us each at 2.5 ms a sync). */
+#define BC__ACCESS_PENDING 1024
+
 /* A shard this process is filling, so its other threads wait for it (in
  * the root's bc__fill_registry). */
 typedef struct bc__filling {
@@ -196,6 +201,11 @@ struct bc_cache {
   struct bc_cache *next_open; /* the process's list of open caches (fork) */
   uint64_t queue[64];
   size_t qlen;
+  /* Access-clock bumps of shard opens not committed yet, oldest first
+   * (access.c; lock); access_since_ms: when the oldest was noted. */
+  uint64_t access_pending[BC__ACCESS_PENDING];
+  size_t naccess;
+  int64_t access_since_ms;
   bool drain_requested, stopping;
   atomic_bool stop_fills;      /* close: fills and drains end early */
   uint64_t failed_shards[32];  /* shards a drain worker failed to fill */
@@ -244,6 +254,15 @@ size_t bc__readers_open_count(bc_cache *c);
  * unlinked files are closed (and their disk space freed) as soon as they
  * are unused. */
 void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n);
+
+/* access.c: the access-clock bumps of shard opens, batched (see there).
+ * note: shard was opened (its bump is committed later, within about a
+ * second while opens go on); apply: commits the pending bumps in write
+ * transaction t, whose caller reads and writes the "clock" value *clock;
+ * flush: commits them in a transaction of its own. */
+void bc__access_note(bc_cache *c, uint64_t shard);
+int bc__access_apply(bc_cache *c, MDB_txn *t, uint64_t *clock);
+void bc__access_flush(bc_cache *c);
 
 /* fill.c: makes shard s PRESENT (filling, waiting for another filler, or
  * taking over a dead one's claim) and returns its state.  BC_ERANGE when

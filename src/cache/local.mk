@@ -7,6 +7,7 @@ BC_CACHE_SOURCES = \
 	src/cache/slots.h \
 	src/cache/slots.c \
 	src/cache/readers.c \
+	src/cache/access.c \
 	src/cache/fill.c \
 	src/cache/maint.c \
 	src/cache/prefetch.c

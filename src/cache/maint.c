@@ -224,7 +224,7 @@ int bc_cache_verify(bc_cache *c, uint64_t *bad_start) {
     } else if ((uint64_t)st.st_size != s->bytes) {
       rc = bc__error(BC_ECORRUPT, "%s: %llu bytes, %llu recorded", s->path,
                      (unsigned long long)st.st_size, (unsigned long long)s->bytes);
-    } else if ((rc = bc_bag_open(&bag, s->path, NULL)) == 0) {
+    } else if ((rc = bc__bag_open_file(&bag, s->path, NULL)) == 0) {
       if (bc_bag_len(bag) != s->end - s->start)
         rc = bc__error(BC_ECORRUPT, "%s: %llu records, %llu recorded", s->path,
                        (unsigned long long)bc_bag_len(bag),

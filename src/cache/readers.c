@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bag/internal.h"
 #include "cache/internal.h"
 
 #define TOUCH_INTERVAL_MS 1000 /* between access-clock bumps per shard */
@@ -148,8 +149,9 @@ static bc__treg *my_reg(bc_cache *c) {
   return g;
 }
 
-/* Bumps the shard's access clock in the shared state.  Returns false when
- * the shard is no longer PRESENT (evicted by someone). */
+/* Bumps the shard's access clock in the shared state, with the pending
+ * bumps of opens (access.c) first.  Returns false when the shard is no
+ * longer PRESENT (evicted by someone). */
 static bool touch(bc_cache *c, uint64_t shard) {
   MDB_txn *t;
   if (bc__txn_begin(c->env, true, &t) != 0) return true;
@@ -159,7 +161,8 @@ static bool touch(bc_cache *c, uint64_t shard) {
   bool cf;
   if (bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found) == 0 && found &&
       rec.state == SHARD_PRESENT &&
-      bc__u64_get(t, bc__dbi_meta(c->env), "clock", &clock, &cf) == 0) {
+      bc__u64_get(t, bc__dbi_meta(c->env), "clock", &clock, &cf) == 0 &&
+      bc__access_apply(c, t, &clock) == 0) {
     rec.last_access = ++clock;
     if (bc__rec_put(t, bc__dbi_shard(c->env), shard, &rec) == 0 &&
         bc__u64_put(t, bc__dbi_meta(c->env), "clock", clock) == 0) {
@@ -179,7 +182,8 @@ static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
   bc__cache_shard_file(c, shard, rec->records, rec->zstd, path, sizeof path);
   bc_reader_options o = BC_READER_OPTIONS_INIT;
   o.max_parallelism = 1;
-  int rc = bc_bag_open(out, path, &o);
+  /* The literal path: the root's name may hold ',' or '@' (spec syntax). */
+  int rc = bc__bag_open_file(out, path, &o);
   if (rc != 0) return rc;
   bc_shard_info info;
   bc_bag_shard_info(*out, 0, &info);
@@ -290,8 +294,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
     if ((rc = bc__forget_shard(c, shard, &rec)) != 0) return rc;
   }
   atomic_fetch_add(&c->stats.shard_opens, 1);
-  touch(c, shard);
-  sweep_evicted(c);
+  bc__access_note(c, shard); /* no disk sync here: committed in a batch */
 
   bc__slot *closing[TRIM_BATCH];
   size_t nclosing = 0;
@@ -304,6 +307,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
      * under the lock we hold): use that one. */
     pthread_mutex_unlock(&c->lock);
     bc_bag_close(bag);
+    sweep_evicted(c);
     *out = (bc__reader){atomic_load_explicit(&s->bag, memory_order_relaxed),
                         shard * c->R, s, NULL};
     return 0;
@@ -324,6 +328,9 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
   }
   pthread_mutex_unlock(&c->lock);
   close_dropped(c, closing, nclosing);
+  /* After the trim: readers it just closed need no lookup (with one open
+   * shard allowed, none is left to check, and no transaction is begun). */
+  sweep_evicted(c);
   bc__prefetch_after(c, shard * c->R);
   return 0;
 }

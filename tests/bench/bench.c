@@ -110,7 +110,7 @@ void bench_print_row(const bench_row *row) {
     double r = row->time > 0 ? row->base_time / row->time : 0;
     snprintf(ratio, sizeof ratio, "%.2f", r);
     if (row->target > 0) {
-      snprintf(target, sizeof target, ">= %.1f", row->target);
+      snprintf(target, sizeof target, ">= %.2g", row->target);
       snprintf(verdict, sizeof verdict, "%s", r >= row->target ? "ok" : "below");
     }
   }

@@ -4,8 +4,8 @@
  * fails or the cache returns bytes other than the source's; 2 on bad usage.
  * BC_BENCH_VERBOSE=1 in the environment prints every run's times.
  *
- *   cache [--records N] [--reads N] [--repeat R] [--dir DIR] [--quick]
- *         [--only drain,get,limit,fill]
+ *   cache [--records N] [--reads N] [--cold-reads N] [--repeat R]
+ *         [--dir DIR] [--quick] [--only drain,get,limit,fill,cold]
  *
  * The source: N records (default 200,000) of 1 KiB, record i being one of
  * 1024 pre-generated word-salad records (seeded) with "iNNNNNNNNNN " stamped
@@ -42,6 +42,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -49,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -438,6 +440,117 @@ static double time_fill(const char *root, fill_mode mode, uint64_t n,
   return t;
 }
 
+/* ---- 5. cold get: every read opens its shard ------------------------------------ */
+
+#define COLD_SHARDS 8
+
+/* Fills a cache of COLD_SHARDS shards of `shard` records at root (once). */
+static void make_cold_cache(const char *root, uint64_t shard) {
+  src_payload payload = {COLD_SHARDS * shard, 0};
+  bc_source src = make_source(&payload);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = shard;
+  o.prefetch_shards = -1;
+  clear_root(root);
+  bc_cache *c = NULL;
+  check(root, bc_cache_open(&c, root, &src, &o));
+  check("fill_all", bc_cache_fill_all(c));
+  bc_cache_close(c);
+}
+
+/* The baseline of one cold read: what any reader of a Bagz file it does
+ * not keep open must do, with raw POSIX calls.  Record `i` of the tail
+ * file `path` into dst (REC bytes). */
+static void raw_cold_read(const char *path, uint64_t i, unsigned char *dst) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die("%s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) die("%s: %s", path, strerror(errno));
+  size_t size = (size_t)st.st_size;
+  const unsigned char *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) die("%s: mmap: %s", path, strerror(errno));
+  close(fd);
+  uint64_t end, lo = 0, hi;
+  memcpy(&end, m + size - 8, 8); /* little-endian host */
+  const unsigned char *lim = m + end + 8 * i;
+  if (i > 0) memcpy(&lo, lim - 8, 8);
+  memcpy(&hi, lim, 8);
+  if (hi - lo != REC) die("%s: record %llu is not %d bytes", path, (unsigned long long)i, REC);
+  memcpy(dst, m + lo, REC);
+  munmap((void *)m, size);
+}
+
+/* Times `reads` cold gets through a cache opened with max_open_shards 1
+ * (nothing open at the start) and the raw baseline on the same indices,
+ * alternating, `repeat` times; checks both against the source. */
+static void cold_gets(const char *root, uint64_t shard, uint64_t reads, int repeat,
+                      double *t_cache, double *t_raw) {
+  uint64_t *idx = malloc(reads * sizeof *idx);
+  if (idx == NULL) die("out of memory");
+  bench_rng rng = {11};
+  uint64_t prev = COLD_SHARDS;
+  for (uint64_t k = 0; k < reads; k++) {
+    uint64_t s;
+    do s = bench_rng_below(&rng, COLD_SHARDS); while (s == prev);
+    prev = s;
+    idx[k] = s * shard + bench_rng_below(&rng, shard);
+  }
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.max_open_shards = 1;
+  o.prefetch_shards = -1;
+  bc_cache *probe = NULL;
+  check(root, bc_cache_open(&probe, root, NULL, &o));
+  bc_cache_shard *list = calloc(COLD_SHARDS, sizeof *list);
+  if (list == NULL) die("out of memory");
+  size_t n = 0;
+  check("shards", bc_cache_shards(probe, list, COLD_SHARDS, &n));
+  if (n != COLD_SHARDS) die("%s: %zu shards, expected %d", root, n, COLD_SHARDS);
+  bc_cache_close(probe);
+
+  unsigned char *got = malloc(REC), want[REC];
+  bc_buf buf = BC_BUF_INIT;
+  if (got == NULL) die("out of memory");
+  /* Untimed: both sides return the source's bytes. */
+  bc_cache *c = NULL;
+  check(root, bc_cache_open(&c, root, NULL, &o));
+  for (uint64_t k = 0; k < reads && k < 64; k++) {
+    gen_record(idx[k], want);
+    raw_cold_read(list[idx[k] / shard].path, idx[k] % shard, got);
+    check("cold get", bc_cache_get(c, (int64_t)idx[k], &buf));
+    if (memcmp(got, want, REC) != 0 || buf.size != REC ||
+        memcmp(buf.data, want, REC) != 0)
+      die("cold read: record %llu differs from the source's",
+          (unsigned long long)idx[k]);
+  }
+  bc_cache_close(c);
+  double tc[16], tr[16];
+  for (int r = 0; r < repeat; r++) {
+    double t0 = bench_now();
+    for (uint64_t k = 0; k < reads; k++)
+      raw_cold_read(list[idx[k] / shard].path, idx[k] % shard, got);
+    tr[r] = bench_now() - t0;
+    /* A new handle each run: no reader open at the start. */
+    check(root, bc_cache_open(&c, root, NULL, &o));
+    t0 = bench_now();
+    for (uint64_t k = 0; k < reads; k++)
+      check("cold get", bc_cache_get(c, (int64_t)idx[k], &buf));
+    tc[r] = bench_now() - t0;
+    bc_cache_stats st;
+    check("stats", bc_cache_stats_get(c, &st));
+    if (st.shard_opens != reads || st.hits != 0)
+      die("cold get: %llu opens and %llu hits for %llu reads",
+          (unsigned long long)st.shard_opens, (unsigned long long)st.hits,
+          (unsigned long long)reads);
+    bc_cache_close(c);
+  }
+  *t_cache = bench_median(tc, (size_t)repeat);
+  *t_raw = bench_median(tr, (size_t)repeat);
+  bc_buf_release(&buf);
+  free(got);
+  free(list);
+  free(idx);
+}
+
 /* ---- main ------------------------------------------------------------------------ */
 
 /* True when `key` is in the comma list `only` (or there is no list). */
@@ -455,11 +568,13 @@ static bool wanted(const char *only, const char *key) {
 
 int main(int argc, char **argv) {
   uint64_t records = 200000, reads = 1000000, limit_gets = 20000;
+  uint64_t cold_reads = 2000, cold_shard = 65536;
   int repeat = 5;
   const char *dir_arg = NULL, *only = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--records") && i + 1 < argc) records = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--reads") && i + 1 < argc) reads = strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--cold-reads") && i + 1 < argc) cold_reads = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir_arg = argv[++i];
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
@@ -467,15 +582,19 @@ int main(int argc, char **argv) {
       records = 8000;
       reads = 20000;
       limit_gets = 1000;
+      cold_reads = 200;
+      cold_shard = 1024;
       repeat = 3;
     } else {
-      fprintf(stderr, "usage: cache [--records N] [--reads N] [--repeat R] "
-                      "[--dir DIR] [--quick] [--only drain,get,limit,fill]\n");
+      fprintf(stderr, "usage: cache [--records N] [--reads N] [--cold-reads N] "
+                      "[--repeat R] [--dir DIR] [--quick] "
+                      "[--only drain,get,limit,fill,cold]\n");
       return 2;
     }
   }
-  if (records < 40 || reads < 1) {
-    fprintf(stderr, "cache: --records must be at least 40, --reads at least 1\n");
+  if (records < 40 || reads < 1 || cold_reads < 1) {
+    fprintf(stderr, "cache: --records must be at least 40, --reads and "
+                    "--cold-reads at least 1\n");
     return 2;
   }
   if (repeat < 1) repeat = 1;
@@ -504,6 +623,8 @@ int main(int argc, char **argv) {
     snprintf(base[z], sizeof base[z], "%s/base.%s", dir, z ? "bagz" : "bag");
   }
   snprintf(root_tmp, sizeof root_tmp, "%s/cache-work", dir);
+  char root_cold[PATH_MAX + 32];
+  snprintf(root_cold, sizeof root_cold, "%s/cache-cold", dir);
 
   uint64_t drain_shard = records / 20 < 10000 ? records / 20 : 10000;
   uint64_t limit_shard = records / 200 ? records / 200 : 1;
@@ -613,6 +734,16 @@ int main(int argc, char **argv) {
     }
   }
 
+  /* ---- 5. cold get ------------------------------------------------------------ */
+  if (wanted(only, "cold")) {
+    double tc, tr;
+    make_cold_cache(root_cold, cold_shard);
+    cold_gets(root_cold, cold_shard, cold_reads, repeat, &tc, &tr);
+    bench_row row = {"cold get, max_open_shards 1", tc, (double)cold_reads, false,
+                     "open + mmap + read + munmap + close", tr, 1.0 / 3};
+    bench_print_row(&row);
+  }
+
   /* ---- details ---------------------------------------------------------------- */
   printf("\n");
   if (drained)
@@ -649,12 +780,19 @@ int main(int argc, char **argv) {
              (unsigned long long)st_fill[m].passes_opened,
              (unsigned long long)st_fill[m].records_skipped);
   }
+  if (wanted(only, "cold"))
+    printf("cold get: %d shards of %llu records (%llu bytes each), %llu reads, "
+           "each in another shard than the one before\n", COLD_SHARDS,
+           (unsigned long long)cold_shard,
+           (unsigned long long)(cold_shard * (REC + 8)),
+           (unsigned long long)cold_reads);
   printf("load average %.2f at the end\n", load_average());
   if (atomic_load(&notices) > 0)
     printf("%d notices, the first: %s\n", atomic_load(&notices), first_notice);
 
   for (int z = 0; z < 2; z++) clear_root(root[z]);
   clear_root(root_tmp);
+  clear_root(root_cold);
   if (dir_arg == NULL) rmdir(dir);
   free(idx);
   free(pool);

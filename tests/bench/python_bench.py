@@ -10,9 +10,10 @@ the bytes, 2 on bad usage).
 Options: --build DIR (the build tree: python/pkg and .libs/libbagcache.so;
 default $BC_BUILDDIR or the current directory), --records N (200,000),
 --reads N (1,000,000), --loadit-reads N (200,000), --repeat R (5),
+--cold-reads N (2,000), --cold-shard N (65,536 records),
 --dir DIR (where the data goes; default a new temporary directory),
 --only KEY,... (rows: get view-get read-indices indices-iter
-loadit-get loadit-fill), --quick (tiny sizes).
+loadit-get loadit-fill loadit-cold), --quick (tiny sizes).
 
 Data: N records of 1,024 bytes of word salad (the C benchmark's 32 words),
 written with bagcache.Writer to DIR/data.bag; `--reads` uniformly random
@@ -50,6 +51,14 @@ Rows (doc/performance.md, section "Python", explains them):
                 Writer; the first pass over a generator that counts the
                 words of each text (about 10 us of work per record).
                 Removing the files and roots is not timed.
+  LoadIt cold   loader[i] with max_cache_size=1 on a LoadIt of 8 shards of
+                --cold-shard records (about 1 KiB pickles: 64 MiB shards),
+                at random indices each in another shard than the one
+                before, so every read opens its shard file (a new LoadIt
+                per run: nothing open at the start), against the same
+                reads done by hand: os.open, mmap, os.close, the two
+                limits from the tail, pickle.loads of the slice,
+                mmap.close.  Target <= 3x time.
 """
 
 import argparse
@@ -80,6 +89,8 @@ def parse_args():
     p.add_argument("--records", type=int, default=200_000)
     p.add_argument("--reads", type=int, default=1_000_000)
     p.add_argument("--loadit-reads", type=int, default=200_000)
+    p.add_argument("--cold-reads", type=int, default=2_000)
+    p.add_argument("--cold-shard", type=int, default=65_536)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--dir")
     p.add_argument("--only", default="")
@@ -87,7 +98,8 @@ def parse_args():
     a = p.parse_args()
     if a.quick:
         a.records, a.reads, a.loadit_reads, a.repeat = 20_000, 100_000, 20_000, 3
-    if min(a.records, a.reads, a.loadit_reads, a.repeat) < 1:
+        a.cold_reads, a.cold_shard = 200, 1_024
+    if min(a.records, a.reads, a.loadit_reads, a.repeat, a.cold_reads, a.cold_shard) < 1:
         p.error("sizes must be >= 1")
     return a
 
@@ -484,6 +496,96 @@ def bench_loadit(a, np, bagcache, tmp, texts):
             f"{t / tb:.2f}x time", "", True)
 
 
+# ---- cold reads: every loader[i] opens its shard -------------------------------------
+
+COLD_SHARDS = 8
+
+
+def bench_cold(a, np, bagcache, tmp, texts):
+    """The "LoadIt cold get" row (see the module doc)."""
+    only = set(a.only.split(",")) if a.only else None
+    if only is not None and "loadit-cold" not in only:
+        return
+    LoadIt = getattr(bagcache, "LoadIt", None)
+    name, base_name = "LoadIt cold get (max_cache_size=1)", "os.open + mmap + slice + loads"
+    if LoadIt is None:
+        skipped(name, base_name, "n/a (LoadIt missing)")
+        return
+    R, m = a.cold_shard, len(texts)
+    n = COLD_SHARDS * R
+
+    def gen():
+        for k in range(n):
+            yield texts[k % m]
+
+    root = os.path.join(tmp, "loadit-cold")
+    with LoadIt(root, gen, max_shard_length=R, preload_fn=None) as loader:
+        for _ in loader:
+            pass
+        loader.wait_until_all_cached()
+        paths = [s.path for s in sorted(loader.shards.get_all_shards(), key=lambda s: s.start)]
+    assert len(paths) == COLD_SHARDS, paths
+    rng = np.random.default_rng(5)
+    idx, prev = [], -1
+    for _ in range(a.cold_reads):
+        s = int(rng.integers(0, COLD_SHARDS - 1))
+        s += s >= prev >= 0  # any shard but the previous one
+        prev = s
+        idx.append(s * R + int(rng.integers(0, R)))
+    loads, from_bytes = pickle.loads, int.from_bytes
+
+    def by_hand(i):
+        fd = os.open(paths[i // R], os.O_RDONLY)
+        try:
+            m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        try:
+            k = i % R
+            lim = from_bytes(m[-8:], "little") + 8 * k
+            lo = from_bytes(m[lim - 8:lim], "little") if k else 0
+            return loads(m[lo:from_bytes(m[lim:lim + 8], "little")])
+        finally:
+            m.close()
+
+    def base():
+        for i in idx:
+            by_hand(i)
+
+    def sub():
+        with LoadIt(root, None, max_cache_size=1, preload_fn=None) as loader:
+            t0 = time.perf_counter()
+            for i in idx:
+                loader[i]
+            t = time.perf_counter() - t0
+            st = loader.stats()
+        if st["shard_opens"] != len(idx) or st["hits"] != 0:
+            print(f"python_bench: cold reads made {st['shard_opens']} opens and "
+                  f"{st['hits']} hits", file=sys.stderr)
+            sys.exit(1)
+        return t
+
+    with LoadIt(root, None, max_cache_size=1, preload_fn=None) as loader:
+        if [loader[i] for i in idx[:50]] != [by_hand(i) for i in idx[:50]]:
+            print("python_bench: LoadIt and the mmap reads disagree", file=sys.stderr)
+            sys.exit(1)
+    tb, t = measure_self_timed_subject(a.repeat, base, sub)
+    shutil.rmtree(root)
+    row(name, t, base_name, tb, len(idx), f"{t / tb:.2f}x time", "<= 3x", t / tb <= 3)
+
+
+def measure_self_timed_subject(repeat, baseline, subject):
+    """measure() for a subject that returns its own time (its LoadIt's
+    opening and closing are not timed)."""
+    tb, ts = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        baseline()
+        tb.append(time.perf_counter() - t0)
+        ts.append(subject())
+    return statistics.median(tb), statistics.median(ts)
+
+
 def remover(path):
     """A function that removes the file at path if there is one (for the
     untimed after_baseline step of measure)."""
@@ -587,6 +689,7 @@ def main():
         texts = [r[:1000].decode() for r in records]
         del records
         bench_loadit(a, np, bagcache, tmp, texts)
+        bench_cold(a, np, bagcache, tmp, texts)
     finally:
         if not a.dir:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache/internal.h"
 #include "util.h"
 
 typedef struct fixture {
@@ -392,6 +393,78 @@ static void test_limit_removed(void **state) {
   assert_int_equal(st.bytes_on_disk, cu_dir_bytes(f->shards, NULL));
 }
 
+/* ---- the access clock of shard opens ---------------------------------------- */
+
+/* The id of the last transaction committed to the root's shared state. */
+static size_t last_commit(const char *root) {
+  char *locks = cu_path(root, "locks");
+  bc__env *env = NULL;
+  bool fresh = false;
+  CU_OK(bc__env_acquire(&env, locks, 0644, &fresh));
+  MDB_txn *t = NULL;
+  CU_OK(bc__txn_begin(env, false, &t));
+  size_t id = mdb_txn_id(t);
+  mdb_txn_abort(t);
+  bc__env_release(env);
+  free(locks);
+  return id;
+}
+
+/* Cold reads (one open shard allowed, every read in another shard) commit
+ * nothing per read: an open's access-clock bump waits in a batch (one
+ * transaction, so one disk sync, a second at most).  The bumps still land,
+ * in the order of the opens, by the time the cache closes. */
+static void test_cold_opens_commit_in_batches(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(40);
+  cfg.fixed = true;
+  bc_cache_options o = limited(10, 0);
+  o.max_open_shards = 1;
+  open_with(f, &cfg, &o);
+  for (int64_t i = 0; i < 40; i += 10) get_ok(f->c, i, true); /* fills 0..3 */
+  bc_cache_close(f->c);
+  f->c = NULL;
+  open_with(f, &cfg, &o);
+  size_t before = last_commit(f->root);
+  /* Shards 0, 3, 2, 1, 0, 3, 2, 1, ... : every read opens its shard. */
+  for (int k = 0; k < 40; k++) get_ok(f->c, (int64_t)((4 - k % 4) % 4 * 10 + k % 10), true);
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.shard_opens, 40);
+  assert_int_equal(st.hits, 0);
+  size_t commits = last_commit(f->root) - before;
+  /* One per read before batching; one a second now (a slow machine may
+   * spread the reads over a few seconds). */
+  if (commits > 4) fail_msg("40 cold reads committed %zu transactions", commits);
+  bc_cache_close(f->c);
+  f->c = NULL;
+  open_with(f, &cfg, &o);
+  bc_cache_shard list[4];
+  size_t n = 0;
+  CU_OK(bc_cache_shards(f->c, list, 4, &n));
+  assert_int_equal(n, 4);
+  /* Filled 0, 1, 2, 3; opened last in the order 0, 3, 2, 1. */
+  assert_true(list[0].last_access < list[3].last_access);
+  assert_true(list[3].last_access < list[2].last_access);
+  assert_true(list[2].last_access < list[1].last_access);
+}
+
+/* A shard this process opened counts as recently used for its own next
+ * eviction at once, even though the open's bump is not committed yet. */
+static void test_open_protects_from_own_eviction(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  bc_cache_options o = limited(10, 3 * sizes[0] + sizes[0] / 2); /* 3 shards */
+  o.max_open_shards = 1;
+  open_with(f, &cfg, &o);
+  for (int64_t i = 0; i < 30; i += 10) get_ok(f->c, i, true); /* 0, 1, 2 */
+  get_ok(f->c, 5, true); /* opens shard 0 again: now the most recent */
+  get_ok(f->c, 35, true); /* fills 3, evicting the least recent: 1 */
+  assert_int_equal(present_set(f->c, 10), 0xd);
+  assert_int_equal(stats_of(f->c).evictions, 1);
+}
+
 int main(void) {
   bc_set_notice_handler(NULL, NULL);
   const struct CMUnitTest tests[] = {
@@ -408,6 +481,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_evicted_readers_released, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_limit_removed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cold_opens_commit_in_batches, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_open_protects_from_own_eviction,
+                                      setup, teardown),
   };
   return cmocka_run_group_tests_name("cache disk limit", tests, NULL, NULL);
 }
