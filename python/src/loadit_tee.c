@@ -262,24 +262,6 @@ static void hand_over(bcpy_tee *t) {
 
 /* ---- the pass's side ---------------------------------------------------------------- */
 
-/* Moves the cache lines of [from, to) out of this core's private caches
- * into the shared one (CLDEMOTE), once the pass has copied a record: the
- * consumer soon writes new pickles into that memory, and a line still
- * held here would first have to be taken back from this core.  A hint:
- * it executes as a NOP on x86-64 processors without CLDEMOTE, and is
- * left out elsewhere.  The consumer's CPU time in a first pass of 200,000
- * 1 KiB pickles: 1.34-1.36x the baseline's with it, 1.39-1.58x without
- * (four alternating pairs of medians of 5). */
-static void demote(const void *from, const void *to) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  for (uintptr_t p = (uintptr_t)from & ~(uintptr_t)63; p < (uintptr_t)to; p += 64)
-    __asm__ volatile(".byte 0x0f, 0x1c, 0x00" /* cldemote (%rax) */ : : "a"(p) : "memory");
-#else
-  (void)from;
-  (void)to;
-#endif
-}
-
 bcpy_tee *bcpy_tee_attach(bcpy_source *s) {
   bcpy_tee *t = s->tee;
   if (t == NULL || t->pid != getpid() || t->attached || atomic_load(&t->head) != 0 ||
@@ -390,7 +372,6 @@ int bcpy_tee_next(bcpy_tee *t, const bcpy_source *s, unsigned long generation,
     }
     if (n > 0) memcpy(out->data, PyBytes_AS_STRING(b), n);
     out->size = n;
-    demote(b, (const char *)PyBytes_AS_STRING(b) + n);
   }
   atomic_store(&t->head, head + 1); /* seq_cst: then the flag (Dekker) */
   if (((head + 1) % WAKE_EVERY == 0 || head + 1 == t->tail_seen) &&
