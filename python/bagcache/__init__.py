@@ -475,6 +475,7 @@ __all__ += [
 # ---- LoadIt: random access to an iterator, cached on disk (bagcache.loadit) ----
 
 from .loadit import (  # noqa: E402
+    CacheWarning,
     LoadIt,
     LoadItView,
     NondeterministicError,
@@ -484,6 +485,7 @@ from .loadit import (  # noqa: E402
 )
 
 __all__ += [
+    "CacheWarning",
     "LoadIt",
     "LoadItView",
     "NondeterministicError",

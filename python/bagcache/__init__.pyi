@@ -204,6 +204,10 @@ class SourceError(RuntimeError): ...
 class NotCachedError(IndexError): ...
 class NondeterministicError(ValueError): ...
 
+class CacheWarning(RuntimeWarning):
+    errno: int | None
+    filename: str
+
 _Key = slice | Sequence[int] | tuple[int, ...] | numpy.typing.NDArray[numpy.integer[Any]]
 
 class LoadItView(Sequence[Any]):

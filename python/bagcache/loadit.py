@@ -16,7 +16,10 @@
 
 Iterating a loader whose root holds nothing yet (the first pass) runs the
 iterator in the iterating thread and yields its own objects while their
-pickles are written on another thread; later passes read the cache.
+pickles are written on another thread; when the loop ends they are all on
+disk (the length final), and later passes read the cache.  Should the cache
+not be writable (a full disk), the loop warns once (CacheWarning) and goes
+on with the iterator's items.
 
 Records are pickled (protocol 5) into shards of a root directory; shards are
 Bagz files (``shards/START.END.bag[z]``, readable by bagz itself), shared
@@ -119,9 +122,10 @@ import re as _re
 import weakref as _weakref
 
 from . import _bagcache, _progress
-from ._bagcache import NondeterministicError, NotCachedError, SourceError
+from ._bagcache import CacheWarning, NondeterministicError, NotCachedError, SourceError
 
 __all__ = [
+    "CacheWarning",
     "LoadIt",
     "LoadItView",
     "NondeterministicError",

@@ -137,6 +137,8 @@ extern const char bcpy_waits_mark[];
 extern PyObject *bcpy_SourceError;
 extern PyObject *bcpy_NotCachedError;
 extern PyObject *bcpy_NondeterministicError;
+/* Warned when the fill behind a first pass fails (a RuntimeWarning). */
+extern PyObject *bcpy_CacheWarning;
 
 /* The exception a cache's source raised, when `message` (a BC_ESOURCE
  * message) names one still stored: new reference, or NULL (no error set). */

@@ -46,6 +46,7 @@
 PyObject *bcpy_SourceError;
 PyObject *bcpy_NotCachedError;
 PyObject *bcpy_NondeterministicError;
+PyObject *bcpy_CacheWarning;
 
 typedef struct {
   PyObject_HEAD
@@ -335,17 +336,22 @@ static int core_check(bcpy_core *c) {
   return -1;
 }
 
-static void core_close(bcpy_core *c) {
+/* Closes (idempotent).  -1 with an exception when the first pass's
+ * settling was interrupted (`interruptible`) or warned as an error: the
+ * cache is closed all the same. */
+static int core_close(bcpy_core *c, bool interruptible) {
   bc_cache *cache = c->cache;
-  if (cache == NULL) return;
-  /* A first pass that has met its end finishes writing what it read. */
-  bcpy_tee_settle(c->src);
+  if (cache == NULL) return 0;
+  /* A first pass that has met its end, or was broken off, finishes
+   * writing the shards it was in. */
+  int rc = bcpy_tee_settle(c->src, interruptible);
   c->cache = NULL;
   /* A preload or prefetch in progress stops at its next record (otherwise
    * closing would wait for a whole drain), and nothing starts a new pass:
    * reads still in flight (an interrupted iteration's) end quickly. */
   bcpy_source_close(c->src);
   teardown(cache, NULL, NULL);
+  return rc;
 }
 
 static bool recent_has(const bcpy_core *c, uint64_t shard) {
@@ -516,7 +522,7 @@ fail:
 static void core_finalize(bcpy_core *self) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  core_close(self);
+  if (core_close(self, false) < 0) PyErr_WriteUnraisable((PyObject *)self);
   PyErr_Restore(type, value, tb);
 }
 
@@ -548,7 +554,12 @@ static int core_clear(bcpy_core *self) {
 static void core_dealloc(bcpy_core *self) {
   PyObject_GC_UnTrack(self);
   if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
-  if (self->cache != NULL) bcpy_tee_settle(self->src);
+  if (self->cache != NULL) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (bcpy_tee_settle(self->src, false) < 0) PyErr_WriteUnraisable(NULL);
+    PyErr_Restore(type, value, tb);
+  }
   bcpy_source_close(self->src);
   bc_cache *cache = self->cache;
   bc_seq *seq = self->seq;
@@ -564,7 +575,7 @@ static void core_dealloc(bcpy_core *self) {
 
 static PyObject *core_close_method(bcpy_core *self, PyObject *unused) {
   (void)unused;
-  core_close(self);
+  if (core_close(self, true) < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -1500,7 +1511,8 @@ static bool first_pass(bcpy_lobj *self) {
 static PyObject *lobj_iter(bcpy_lobj *self) {
   if (lobj_check(self) < 0) return NULL;
   if (first_pass(self)) {
-    PyObject *tee = bcpy_tee_start((PyObject *)self, self->core->src, self->seq, self->core->R);
+    PyObject *tee = bcpy_tee_start((PyObject *)self, self->core->src, self->seq,
+                                   self->core->R, self->core->root);
     if (tee != NULL || PyErr_Occurred()) return tee;
   }
   return cache_iter_at(self, 0);
@@ -1651,7 +1663,13 @@ int bcpy_loadit_init(PyObject *mod) {
       add_exception(mod, &bcpy_NondeterministicError, "NondeterministicError",
                     PyExc_ValueError,
                     "A regenerated shard differs from the first time: the iterator "
-                    "is not deterministic.") < 0)
+                    "is not deterministic.") < 0 ||
+      add_exception(mod, &bcpy_CacheWarning, "CacheWarning", PyExc_RuntimeWarning,
+                    "Warned once when the fill behind a LoadIt's first pass fails "
+                    "(a full disk, an I/O error...): the loop goes on with the "
+                    "iterator's items, which are not saved.  `filename` is the "
+                    "cache's root, `errno` the system's error number (None when the "
+                    "failure is not the system's).") < 0)
     return -1;
   return 0;
 }

@@ -51,6 +51,8 @@ typedef struct bcpy_source {
   PyObject *loader;      /* weak reference to the loader passed to it */
   atomic_int passes;     /* passes open now */
   struct bcpy_tee *tee;  /* the first pass in progress, if any (GIL) */
+  struct bcpy_tee *unwarned; /* a first pass whose driver failed after its
+                                loop: warned about by the close (GIL) */
   atomic_bool tee_active; /* tee != NULL: no prefetch meanwhile */
   uint64_t bytes_read;   /* bytes of the records passes pulled from the
                             iterator, serialized (GIL): for progress */
@@ -165,11 +167,12 @@ int bcpy_runner_init(void);
 typedef struct bcpy_tee bcpy_tee;
 
 /* The iterator of a first pass over the loader `loader` (whose sequence is
- * `seq`, R records per shard): the iterator's own objects, stored on the
- * way.  NULL with an exception when create_iter() failed; NULL without
- * one when no such pass can start now (a pass is open, one runs already):
- * the caller then iterates the cache. */
-PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *src, bc_seq *seq, uint64_t R);
+ * `seq`, R records per shard, in the directory `root`, a str): the
+ * iterator's own objects, stored on the way.  NULL with an exception when
+ * create_iter() failed; NULL without one when no such pass can start now
+ * (a pass is open, one runs already): the caller then iterates the cache. */
+PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *src, bc_seq *seq, uint64_t R,
+                         PyObject *root);
 /* A pass being opened reads the first pass's records (GIL held): the tee,
  * with a reference for the pass, or NULL. */
 bcpy_tee *bcpy_tee_attach(bcpy_source *s);
@@ -182,9 +185,16 @@ int bcpy_tee_next(bcpy_tee *t, const bcpy_source *s, unsigned long generation,
                   bc_buf *out, PyObject **it, uint64_t *stop_at);
 /* The attached pass closes (GIL held); drops its reference. */
 void bcpy_tee_detach(bcpy_tee *t);
-/* A first pass that has met its end: waits until its last shard is written
- * (GIL held, released meanwhile).  Called before the loader closes. */
-void bcpy_tee_settle(bcpy_source *s);
+/* Called before the loader closes (GIL held, released meanwhile): a first
+ * pass that met its end, or was broken off (an OPEN one is broken off
+ * now, unless its thread is inside the iterator), has its shards written
+ * first: waits until its driver is done.  Then warns (CacheWarning) about
+ * a driver failure nobody warned about.  0, or -1 with an exception: a
+ * signal handler raised while waiting (only when `interruptible`), or the
+ * warning was made an error. */
+int bcpy_tee_settle(bcpy_source *s, bool interruptible);
+/* Drops s->unwarned (GIL held). */
+void bcpy_tee_forget(bcpy_source *s);
 
 /* ---- types (loadit.c) -------------------------------------------------------- */
 

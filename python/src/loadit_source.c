@@ -267,6 +267,7 @@ void bcpy_source_unref(bcpy_source *s) {
     Py_XDECREF(s->dumps_args);
     Py_XDECREF(s->prefetch_fn);
     Py_XDECREF(s->loader);
+    bcpy_tee_forget(s);
     bcpy_gil_leave(gil);
   }
   PyMem_RawFree(s);

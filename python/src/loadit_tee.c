@@ -39,7 +39,13 @@
  *             stuck (it waits for a fill itself, or nothing came for
  *             STALL_NS): the consumer then continues from the cache;
  *   DETACHED  the pass went away (its fill failed or the engine closed
- *             it): the consumer continues from the cache.
+ *             it): the consumer continues from the cache, once the driver
+ *             has stopped and said whether the fill failed;
+ *   ALONE     the driver failed to write the cache (fill_rc: a full disk,
+ *             an I/O error...): the consumer warns once (CacheWarning) and
+ *             goes on pulling from the iterator, pushing nothing; a pass
+ *             still attached fails at the ring's end (cancelled: its
+ *             waiters retry with a pass of their own).
  * `in_next` (GIL) is true while the consumer is inside the iterator or
  * dumps or waiting to push; the iterator is never taken from it then.
  *
@@ -52,9 +58,18 @@
  * sleeper may wait one slice with fewer records than that ready; state
  * changes wake it at once.
  *
- * The end: close() waits (bcpy_tee_settle) until the driver has seen the
- * shards of an ENDED first pass written; any other state is cancelled by
- * the close like every fill.
+ * The end: when the iterator is exhausted, or raises an Exception, the
+ * consumer waits until the driver is done (all shards up to the end
+ * published, the length final) before StopIteration or the exception
+ * reaches the caller: at most one ring to drain and one publish.  So a
+ * process may exit right after its loop, and a later access retries
+ * instead of meeting the failing fill.  A pass opened after the iterator
+ * raised never reads the ring (it would only meet that old failure), except
+ * the driver's own.  close() and the loader's collection wait the same way
+ * (bcpy_tee_settle) for an ENDED pass and for a GIVEN one broken off by
+ * its loop (the shard it was in is completed); an OPEN one is broken off
+ * by the close first.  A driver failure nobody warned about is warned
+ * about there.
  *
  * Lock order: GIL -> lock.  `lock` is a leaf: nothing is taken while it
  * is held, and the GIL is never requested with it held.
@@ -69,19 +84,16 @@
 #include <unistd.h>
 
 #define SLOTS 4096                    /* records in the ring at most */
-/* Bytes kept by the ring at most.  1 MiB, half of a core's L2 here: the
- * pickles are written into memory the fill thread's core read a moment
- * before, and a smaller footprint keeps that memory near.  Measured with
- * alternating builds: the reading thread's CPU 1.37-1.55x the baseline's
- * at 1 MiB against 1.52-1.65x at 4 MiB (256 KiB: 1.75-1.79x, more
- * sleeps while the fill thread is in write()). */
+/* Bytes kept by the ring at most: what the end of a pass may have to
+ * drain before the loop ends (see the header), and the memory a pass
+ * holds beyond the shard being written. */
 #define HELD_BYTES ((size_t)1 << 20)
 #define RECLAIM_EVERY 32               /* pushes between reclaims */
 #define WAKE_EVERY 64                  /* records between wake-ups of a sleeper */
 #define STALL_NS 1000000000ull         /* an idle consumer this long is stuck */
 #define WAIT_SLICE_NS 20000000ull      /* timed waits, to re-check */
 
-enum { TEE_OPEN, TEE_ENDED, TEE_GIVEN, TEE_DETACHED };
+enum { TEE_OPEN, TEE_ENDED, TEE_GIVEN, TEE_DETACHED, TEE_ALONE };
 
 struct bcpy_tee {
   atomic_long refs; /* consumer, registration, pass, driver */
@@ -113,10 +125,14 @@ struct bcpy_tee {
   PyObject *it;     /* the iterator; the pass takes its own reference */
   int end_rc;
   char end_msg[1024];
+  PyObject *root;   /* the cache's root (str), for the warning */
+  bool warned;      /* the CacheWarning was given (GIL) */
   /* the driver */
-  atomic_int fill_rc; /* its failure (not the source's): raised by the consumer */
+  atomic_int fill_rc; /* its failure (not the source's): warned about */
   char fill_msg[1024];
   atomic_bool driver_done;
+  atomic_bool driver_started;
+  pthread_t driver_thread; /* set before driver_started */
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -159,6 +175,7 @@ static void tee_unref(bcpy_tee *t) {
   uint64_t tail = atomic_load(&t->tail);
   for (uint64_t k = t->reclaimed; k < tail; k++) Py_XDECREF(t->slots[k % SLOTS]);
   Py_XDECREF(t->it);
+  Py_XDECREF(t->root);
   PyMem_RawFree(t->slots);
   pthread_mutex_destroy(&t->lock);
   pthread_cond_destroy(&t->cond);
@@ -260,30 +277,85 @@ static void hand_over(bcpy_tee *t) {
   pthread_mutex_unlock(&t->lock);
 }
 
-/* ---- the pass's side ---------------------------------------------------------------- */
-
-/* Moves the cache lines of [from, to) out of this core's private caches
- * into the shared one (CLDEMOTE), once the pass has copied a record: the
- * consumer soon writes new pickles into that memory, and a line still
- * held here would first have to be taken back from this core.  A hint:
- * it executes as a NOP on x86-64 processors without CLDEMOTE, and is
- * left out elsewhere.  The consumer's CPU time in a first pass of 200,000
- * 1 KiB pickles: 1.34-1.36x the baseline's with it, 1.39-1.58x without
- * (four alternating pairs of medians of 5). */
-static void demote(const void *from, const void *to) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  for (uintptr_t p = (uintptr_t)from & ~(uintptr_t)63; p < (uintptr_t)to; p += 64)
-    __asm__ volatile(".byte 0x0f, 0x1c, 0x00" /* cldemote (%rax) */ : : "a"(p) : "memory");
-#else
-  (void)from;
-  (void)to;
-#endif
+/* Waits until the driver is done (GIL held, released meanwhile).  0, or
+ * -1 with an exception when a signal handler raised (interruptible). */
+static int wait_driver(bcpy_tee *t, bool interruptible) {
+  while (!atomic_load(&t->driver_done)) {
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&t->lock);
+    if (!atomic_load(&t->driver_done)) wait_slice(t);
+    pthread_mutex_unlock(&t->lock);
+    Py_END_ALLOW_THREADS
+    if (interruptible && PyErr_CheckSignals() < 0) return -1;
+  }
+  return 0;
 }
+
+/* The errno behind a driver failure's code, 0 when it is not the system's. */
+static int fill_errno(int rc) {
+  switch (rc) {
+    case BC_ENOSPC: return ENOSPC; /* also EDQUOT and EFBIG underneath */
+    case BC_EIO: return EIO;
+    case BC_EPERM: return EACCES;
+    case BC_ENOTFOUND: return ENOENT;
+    case BC_ENOMEM: return ENOMEM;
+    default: return 0;
+  }
+}
+
+/* Warns once that the driver failed to write the cache (GIL held, no
+ * exception set): a CacheWarning whose `filename` is the root and `errno`
+ * the system's error number (None when the failure is not the system's).
+ * -1 with an exception when the warning filters made it an error. */
+static int warn_fill_failed(bcpy_tee *t) {
+  int rc = atomic_load(&t->fill_rc);
+  if (rc == 0 || t->warned) return 0;
+  t->warned = true;
+  int err = fill_errno(rc);
+  PyObject *msg = NULL, *w = NULL, *warnings = NULL, *r = NULL, *no = NULL;
+  if (err != 0)
+    msg = PyUnicode_FromFormat("the first pass could not write the cache in %U "
+                               "([Errno %d] %s): %s; its items are not saved from there on",
+                               t->root, err, strerror(err), t->fill_msg);
+  else
+    msg = PyUnicode_FromFormat("the first pass could not write the cache in %U: %s; "
+                               "its items are not saved from there on", t->root, t->fill_msg);
+  if (msg == NULL || (w = PyObject_CallFunctionObjArgs(bcpy_CacheWarning, msg, NULL)) == NULL) goto done;
+  if (err != 0) {
+    no = PyLong_FromLong(err);
+  } else {
+    Py_INCREF(Py_None);
+    no = Py_None;
+  }
+  if (no == NULL || PyObject_SetAttrString(w, "errno", no) < 0 ||
+      PyObject_SetAttrString(w, "filename", t->root) < 0)
+    goto done;
+  /* warnings.warn(w): attributed to the Python code iterating. */
+  if ((warnings = PyImport_ImportModule("warnings")) == NULL) goto done;
+  r = PyObject_CallMethod(warnings, "warn", "O", w);
+done:
+  Py_XDECREF(msg);
+  Py_XDECREF(w);
+  Py_XDECREF(no);
+  Py_XDECREF(warnings);
+  int ok = r != NULL ? 0 : -1;
+  Py_XDECREF(r);
+  return ok;
+}
+
+/* ---- the pass's side ---------------------------------------------------------------- */
 
 bcpy_tee *bcpy_tee_attach(bcpy_source *s) {
   bcpy_tee *t = s->tee;
-  if (t == NULL || t->pid != getpid() || t->attached || atomic_load(&t->head) != 0 ||
-      atomic_load(&t->state) == TEE_DETACHED)
+  if (t == NULL || t->pid != getpid() || t->attached || atomic_load(&t->head) != 0)
+    return NULL;
+  int state = atomic_load(&t->state);
+  if (state == TEE_DETACHED || state == TEE_ALONE) return NULL;
+  /* After the iterator raised, only the driver reads the ring (to write
+   * the complete shards before the failure): any other pass would only
+   * meet that old failure, instead of retrying. */
+  if (state == TEE_ENDED && t->end_rc < 0 &&
+      !(atomic_load(&t->driver_started) && pthread_equal(pthread_self(), t->driver_thread)))
     return NULL;
   t->attached = true;
   return tee_ref(t);
@@ -368,6 +440,9 @@ int bcpy_tee_next(bcpy_tee *t, const bcpy_source *s, unsigned long generation,
       if (t->end_rc < 0) return bc_set_errmsg(t->end_rc, "%s", t->end_msg);
       return 0;
     }
+    if (state == TEE_ALONE)
+      return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK
+                           " the first pass stopped writing the cache");
     if (state == TEE_GIVEN) {
       PyGILState_STATE gil = bcpy_gil_enter();
       Py_INCREF(t->it);
@@ -390,7 +465,6 @@ int bcpy_tee_next(bcpy_tee *t, const bcpy_source *s, unsigned long generation,
     }
     if (n > 0) memcpy(out->data, PyBytes_AS_STRING(b), n);
     out->size = n;
-    demote(b, (const char *)PyBytes_AS_STRING(b) + n);
   }
   atomic_store(&t->head, head + 1); /* seq_cst: then the flag (Dekker) */
   if (((head + 1) % WAKE_EVERY == 0 || head + 1 == t->tail_seen) &&
@@ -431,6 +505,10 @@ static int driver_run(bcpy_job *job) {
   driver_job *j = (driver_job *)job;
   bcpy_tee *t = j->t;
   bc_buf buf = BC_BUF_INIT;
+  /* The fills below run in this thread: their passes may read the ring
+   * of a pass that raised (bcpy_tee_attach). */
+  t->driver_thread = pthread_self();
+  atomic_store(&t->driver_started, true);
   for (uint64_t k = 0; driver_wants(t, k); k++) {
     int rc = bc_seq_get(j->seq, (int64_t)(k * t->R), &buf);
     if (rc == BC_ERANGE) break; /* the end came at a shard boundary */
@@ -444,6 +522,8 @@ static int driver_run(bcpy_job *job) {
       break;
     }
   }
+  /* This thread may run other jobs from now on. */
+  atomic_store(&t->driver_started, false);
   bc_buf_release(&buf);
   return 0;
 }
@@ -459,23 +539,43 @@ static void driver_release(bcpy_job *job) {
   if (j->src->tee == j->t) { /* the first pass is over: a new one may start */
     j->src->tee = NULL;
     atomic_store(&j->src->tee_active, false);
-    tee_unref(j->t);
+    if (atomic_load(&j->t->fill_rc) != 0 && !j->t->warned && j->src->unwarned == NULL)
+      j->src->unwarned = j->t; /* the reference passes: close() warns */
+    else
+      tee_unref(j->t);
   }
   tee_unref(j->t);
   bcpy_gil_leave(gil);
   bcpy_source_unref(j->src);
 }
 
-void bcpy_tee_settle(bcpy_source *s) {
+int bcpy_tee_settle(bcpy_source *s, bool interruptible) {
   bcpy_tee *t = s != NULL ? s->tee : NULL;
-  if (t == NULL || t->pid != getpid() || atomic_load(&t->state) != TEE_ENDED) return;
-  tee_ref(t);
-  Py_BEGIN_ALLOW_THREADS
-  pthread_mutex_lock(&t->lock);
-  while (!atomic_load(&t->driver_done)) wait_slice(t);
-  pthread_mutex_unlock(&t->lock);
-  Py_END_ALLOW_THREADS
-  tee_unref(t);
+  int rc = 0;
+  if (t != NULL && t->pid == getpid()) {
+    tee_ref(t);
+    /* A loop holding its iterator mid-way is broken off by the close
+     * (unless it is inside the iterator now): as if it had been dropped. */
+    if (atomic_load(&t->state) == TEE_OPEN && !t->in_next) hand_over(t);
+    int state = atomic_load(&t->state);
+    if (state == TEE_ENDED || (state == TEE_GIVEN && !t->driver_stop))
+      rc = wait_driver(t, interruptible);
+    if (rc == 0) rc = warn_fill_failed(t);
+    tee_unref(t);
+  }
+  if (rc == 0 && s != NULL && s->unwarned != NULL) { /* a driver that failed alone */
+    t = s->unwarned;
+    s->unwarned = NULL;
+    if (t->pid == getpid()) rc = warn_fill_failed(t);
+    tee_unref(t);
+  }
+  return rc;
+}
+
+void bcpy_tee_forget(bcpy_source *s) {
+  if (s == NULL || s->unwarned == NULL) return;
+  tee_unref(s->unwarned);
+  s->unwarned = NULL;
 }
 
 /* ---- _TeeIter ---------------------------------------------------------------------- */
@@ -487,6 +587,7 @@ typedef struct {
   bcpy_tee *tee;      /* NULL once it is not read from any more */
   PyObject *fallback; /* the cache's iterator, from where the ring stopped */
   bool done;
+  bool alone;         /* the cache failed: the iterator's items, not saved */
   unsigned forks; /* bcpy_forks() when made */
 } bcpy_teeiter;
 
@@ -518,13 +619,77 @@ static PyObject *fall_back(bcpy_teeiter *self) {
   return Py_TYPE(self->fallback)->tp_iternext(self->fallback);
 }
 
-/* Writing the cache failed (the driver's code `rc`): raised, and the
- * iteration is over. */
-static PyObject *fill_failed(bcpy_teeiter *self, int rc) {
-  self->done = true;
-  PyObject *r = bcpy_raise(rc, self->tee->fill_msg);
-  leave(self);
-  return r;
+/* Where the records come from once the ring may not be read any more
+ * (GIL held, not in the iterator): 0 the ring still, 1 the iterator alone
+ * (the driver failed to write the cache: warned once), 2 the cache, or -1
+ * with an exception (a signal, or the warning made an error: the
+ * iteration is then over). */
+static int choose(bcpy_teeiter *self) {
+  bcpy_tee *t = self->tee;
+  int state = atomic_load(&t->state);
+  if (state == TEE_OPEN && !atomic_load(&t->driver_done) && atomic_load(&t->fill_rc) == 0)
+    return 0;
+  if (state == TEE_DETACHED) {
+    /* The pass went away: whether its fill failed is the driver's to say
+     * (it stops after the request in progress).  in_next keeps other
+     * threads out of the iterator meanwhile. */
+    t->in_next = true;
+    int rc = wait_driver(t, true);
+    t->in_next = false;
+    if (rc < 0) return -1;
+  }
+  state = atomic_load(&t->state);
+  if (atomic_load(&t->fill_rc) == 0 || (state != TEE_OPEN && state != TEE_DETACHED))
+    return 2;
+  set_state(t, TEE_ALONE); /* the iterator is still the consumer's */
+  self->alone = true;
+  if (warn_fill_failed(t) < 0) {
+    self->done = true;
+    leave(self);
+    return -1;
+  }
+  return 1;
+}
+
+/* The iterator ended, with the exception pending if any (GIL held): waits
+ * (when `wait`) until the driver has published the shards up to the end
+ * and made the length final, or failed the shard of the failure, and
+ * warns if it could not write the cache.  A signal or an error of the
+ * warning during that becomes the exception, with the pending one as its
+ * context. */
+static void end_of_pass(bcpy_tee *t, bool wait) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  int rc = wait ? wait_driver(t, true) : 0;
+  if (rc == 0) rc = warn_fill_failed(t);
+  if (rc == 0 || value == NULL) {
+    if (rc == 0) PyErr_Restore(type, value, tb);
+    return;
+  }
+  PyObject *type2, *value2, *tb2;
+  PyErr_Fetch(&type2, &value2, &tb2);
+  PyErr_NormalizeException(&type2, &value2, &tb2);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb != NULL) PyException_SetTraceback(value, tb);
+  PyException_SetContext(value2, value); /* takes the reference */
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  PyErr_Restore(type2, value2, tb2);
+}
+
+static PyObject *serialize(bcpy_source *s, PyObject *item);
+
+/* A record pulled while the iterator's items go on alone: as the cache
+ * would give it back (raw: its bytes), or NULL with an exception. */
+static PyObject *alone_item(bcpy_teeiter *self, PyObject *item) {
+  if (self->src->dumps != NULL) return item;
+  PyObject *record = serialize(self->src, item);
+  Py_DECREF(item);
+  if (record == NULL) {
+    self->done = true;
+    leave(self);
+  }
+  return record;
 }
 
 /* Ends the ring with the pending exception (kept for the fill's waiters)
@@ -593,29 +758,46 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
     PyErr_SetString(PyExc_ValueError, "the LoadIt is closed");
     return NULL;
   }
-  int fill_rc = atomic_load(&t->fill_rc);
-  if (fill_rc != 0) return fill_failed(self, fill_rc);
-  if (atomic_load(&t->state) != TEE_OPEN || atomic_load(&t->driver_done))
-    return fall_back(self); /* the rest is (or will be) in the cache */
+  if (!self->alone) {
+    int mode = choose(self);
+    if (mode < 0) return NULL;
+    if (mode == 2) return fall_back(self); /* the rest is (or will be) in the cache */
+  }
 
   t->in_next = true;
   PyObject *item = PyIter_Next(t->it), *record = NULL;
   if (item == NULL) {
     self->done = true;
+    t->in_next = false;
+    if (self->alone) goto out;
+    /* KeyboardInterrupt, SystemExit...: no waiting (and the fill is
+     * cancelled); the end or an Exception: the caller gets it once the
+     * driver is done (see the header). */
+    bool wait = !PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_Exception);
     if (PyErr_Occurred()) end_with_exception(t, "iterator");
     else end(t, 0);
+    end_of_pass(t, wait);
     goto out;
   }
-  if (atomic_load(&t->state) != TEE_OPEN) { /* the pass went away meanwhile */
-    Py_DECREF(item);
+  if (self->alone) {
     t->in_next = false;
-    return fall_back(self);
+    return alone_item(self, item);
+  }
+  if (atomic_load(&t->state) != TEE_OPEN) { /* the pass went away meanwhile */
+    t->in_next = false;
+    int mode = choose(self);
+    if (mode == 1) return alone_item(self, item);
+    Py_DECREF(item);
+    return mode < 0 ? NULL : fall_back(self);
   }
   record = serialize(s, item);
   if (record == NULL) {
     self->done = true;
     Py_CLEAR(item);
+    bool wait = PyErr_ExceptionMatches(PyExc_Exception);
     end_with_exception(t, "serializer");
+    t->in_next = false;
+    end_of_pass(t, wait);
     goto out;
   }
   int room = make_room(t);
@@ -630,12 +812,13 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
     PyErr_Restore(type, value, tb);
     return NULL;
   }
-  if (room > 0) { /* nobody reads the ring: this record and the next from the cache */
-    Py_DECREF(item);
+  if (room > 0) { /* nobody reads the ring: the cache, or the iterator alone */
     Py_DECREF(record);
     t->in_next = false;
-    int rc = atomic_load(&t->fill_rc);
-    return rc == 0 ? fall_back(self) : fill_failed(self, rc);
+    int mode = choose(self);
+    if (mode == 1) return alone_item(self, item);
+    Py_DECREF(item);
+    return mode < 0 ? NULL : fall_back(self);
   }
   if (s->dumps == NULL) { /* raw: what the cache will give back */
     Py_DECREF(item);
@@ -677,7 +860,8 @@ PyTypeObject bcpy_TeeIter_Type = {
     .tp_iternext = (iternextfunc)teeiter_next,
 };
 
-PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *s, bc_seq *seq, uint64_t R) {
+PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *s, bc_seq *seq, uint64_t R,
+                         PyObject *root) {
   if (R == 0 || atomic_load(&s->closed) || atomic_load(&s->passes) != 0 ||
       (s->tee != NULL && s->tee->pid == getpid()))
     return NULL;
@@ -695,6 +879,7 @@ PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *s, bc_seq *seq, uint64_t
   self->fallback = NULL;
   self->tee = NULL;
   self->done = false;
+  self->alone = false;
   self->forks = bcpy_forks();
   atomic_fetch_add(&s->refs, 1);
   self->src = s;
@@ -707,6 +892,8 @@ PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *s, bc_seq *seq, uint64_t
   t->consumer = pthread_self();
   t->R = R;
   t->slots = slots;
+  Py_INCREF(root);
+  t->root = root;
   pthread_mutex_init(&t->lock, NULL);
   pthread_cond_init(&t->cond, NULL);
   atomic_init(&t->state, TEE_OPEN);

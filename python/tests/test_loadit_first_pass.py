@@ -94,15 +94,14 @@ def test_second_pass_reads_the_cache(tmp_path):
     src = Counting(40)
     loader = LoadIt(root, src, max_shard_length=10)
     assert [x for x in loader] == model(40)
-    # Right away: it waits for the last writes (or, racing a shard's
-    # publish, may fill that shard with a pass of its own).
+    # Right away: the first loop ended with everything on disk.
+    assert type(iter(loader)).__name__ == "_CacheIter"
     assert [x for x in loader] == model(40)
     loader.close()
-    passes = src.passes
     again = LoadIt(root, src, max_shard_length=10)
     assert type(iter(again)).__name__ == "_CacheIter"  # not a first pass
     assert [x for x in again] == model(40)
-    assert src.passes == passes  # everything came from the cache
+    assert src.passes == 1  # everything came from the cache
 
 
 @pytest.mark.parametrize("stop", [15, 20])
@@ -340,3 +339,225 @@ def test_raw_record_of_the_wrong_type(tmp_path):
     assert next(it) == b"fine"
     with pytest.raises(TypeError, match="bytes-like"):
         next(it)
+
+
+# ---- what is on disk when the loop ends, or when close() returns ---------------
+
+
+def big_item(i):
+    """Record i of big_source: about 2 KiB, so that the last shard takes the
+    fill thread a while to write."""
+    return {"i": i, "pad": bytes([i % 251]) * 2000}
+
+
+def big_source(n):
+    def create():
+        for i in range(n):
+            yield big_item(i)
+    return create
+
+
+@pytest.mark.parametrize("n", [950, 1000])  # the end inside a shard, at its end
+def test_the_loop_ends_with_everything_on_disk(tmp_path, n):
+    root = str(tmp_path / "c")
+    loader = LoadIt(root, big_source(n), max_shard_length=100)
+    count = 0
+    for x in loader:
+        count += 1
+    # Right away, no close(): the last shard published, the length final.
+    assert count == n
+    assert loader.all_cached_to_disk()
+    other = reopen(root)  # another handle, as another process would open it
+    st = other.stats()
+    assert (st["length"], st["length_final"], st["shards_present"]) == (n, True, (n + 99) // 100)
+    assert len(other) == n
+    assert [other[i] for i in (0, n - 101, n - 1)] == [big_item(i) for i in (0, n - 101, n - 1)]
+    loader.close()
+
+
+def _loop_then_exit(root, n):
+    """A process that iterates a new root and leaves without any clean-up,
+    as multiprocessing's workers do (os._exit)."""
+    loader = LoadIt(root, big_source(n), max_shard_length=100)
+    count = sum(1 for _ in loader)
+    os._exit(0 if count == n else 3)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_process_that_exits_right_after_the_loop_leaves_everything(tmp_path, method):
+    import multiprocessing as mp
+
+    root = str(tmp_path / "c")
+    n = 950
+    proc = mp.get_context(method).Process(target=_loop_then_exit, args=(root, n))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
+    cached = reopen(root)
+    assert len(cached) == n
+    assert cached.stats()["length_final"]
+    assert [x for x in cached] == [big_item(i) for i in range(n)]
+    assert scratch(root) == []
+
+
+@pytest.mark.parametrize("how", ["break", "held", "collected"])
+def test_a_broken_off_pass_has_its_shard_on_disk_once_closed(tmp_path, how):
+    import gc
+
+    root = str(tmp_path / "c")
+    src = Counting(100)
+    loader = LoadIt(root, src, max_shard_length=10, preload_fn=None)
+    if how == "held":  # the iterator is still held when close() comes
+        it = iter(loader)
+        assert [next(it) for _ in range(15)] == model(15)
+    else:
+        for x in loader:
+            if x["i"] == 14:
+                break
+    if how == "collected":
+        del loader
+        gc.collect()
+    else:
+        loader.close()
+    # The shard the loop was in is complete, by the same iterator, and
+    # nothing after it was generated.
+    assert src.passes == 1 and src.pulled == 20
+    cached = reopen(root)
+    assert cached.stats()["shards_present"] == 2
+    assert [cached[i] for i in range(20)] == model(20)
+    assert scratch(root) == []
+
+
+# ---- a first pass that raised: a later access retries ---------------------------
+
+
+class Boom(Exception):
+    pass
+
+
+def test_a_later_access_retries_after_the_first_pass_raised(tmp_path):
+    root = str(tmp_path / "c")
+    state = {"fail": True, "passes": 0}
+
+    def create():
+        state["passes"] += 1
+        for i in range(100):
+            if i == 35 and state["fail"]:
+                raise Boom(f"boom at {i}")
+            yield item(i)
+
+    loader = LoadIt(root, create, max_shard_length=10)
+    got = []
+    with pytest.raises(Boom, match="boom at 35") as first:
+        for x in loader:
+            got.append(x)
+    assert got == model(35)
+    # Still failing: a new attempt, so a new exception.
+    with pytest.raises(Boom, match="boom at 35") as again:
+        loader[40]
+    assert again.value is not first.value
+    assert state["passes"] == 2
+    state["fail"] = False
+    assert loader[40] == item(40)
+    assert loader[33] == item(33)  # the shard of the failure
+    assert [x for x in loader] == model(100)
+    loader.close()
+    assert reopen(root).stats()["length"] == 100
+
+
+# ---- the fill behind a first pass fails: a warning, and the loop goes on ---------
+
+FULL_DISK_CHILD = r"""
+import json, os, resource, signal, sys, warnings
+from bagcache import CacheWarning, LoadIt
+
+root, n = sys.argv[1], 300
+
+def create():
+    for i in range(n):
+        yield {"i": i, "pad": bytes([i % 251]) * 4000}
+
+loader = LoadIt(root, create, max_shard_length=100, preload_fn=None)
+# No file may grow past 256 KiB: a shard (about 400 KB) cannot be written,
+# the shared state (tens of KB) can.  write() then fails with EFBIG.
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    got = [x["i"] for x in loader]
+    loader.close()
+print(json.dumps({
+    "got": got,
+    "warnings": [[issubclass(w.category, CacheWarning), w.message.errno,
+                  w.message.filename, str(w.message), w.filename] for w in caught],
+}))
+"""
+
+
+def check_full_disk_warning(report, root, n):
+    assert report["got"] == list(range(n))  # every item, in order, nothing raised
+    assert len(report["warnings"]) == 1  # once
+    is_cache_warning, errno_, filename, text, where = report["warnings"][0]
+    assert is_cache_warning
+    assert errno_ == 28  # errno.ENOSPC: a full disk, a quota or a file size limit
+    assert filename == root
+    assert root in text and "No space left on device" in text
+    assert where == "<string>"  # attributed to the loop
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs RLIMIT_FSIZE")
+def test_a_full_disk_warns_once_and_the_loop_goes_on(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    root = str(tmp_path / "c")
+    out = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, root], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    check_full_disk_warning(json.loads(out.stdout), root, 300)
+    cached = reopen(root)  # what is there is sound: nothing, here
+    assert cached.stats()["shards_present"] == 0
+    assert scratch(root) == []
+
+
+def test_a_full_tmpfs_warns_once_and_the_loop_goes_on(tmp_path):
+    import subprocess
+    import warnings
+
+    from bagcache import CacheWarning
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
+                                 capture_output=True, timeout=30).returncode == 0
+    except OSError:
+        mounted = False
+    if not mounted:
+        pytest.skip("mounting a small tmpfs is refused here (needs root); "
+                    "the RLIMIT_FSIZE test covers the same path")
+    try:
+        root = str(mnt / "c")
+        n = 600  # about 1.2 MB of 2 KiB records: more than the 512 KiB tmpfs
+
+        loader = LoadIt(root, big_source(n), max_shard_length=50, preload_fn=None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = [x for x in loader]
+            loader.close()
+        assert got == [big_item(i) for i in range(n)]
+        mine = [w for w in caught if issubclass(w.category, CacheWarning)]
+        assert len(mine) == 1
+        assert mine[0].message.errno == 28 and mine[0].message.filename == root
+        assert root in str(mine[0].message)
+        # The shards written before the disk filled are sound.
+        cached = reopen(root)
+        present = cached.stats()["shards_present"]
+        assert 1 <= present < n // 50
+        assert [cached[i] for i in range(50 * present)] == \
+            [big_item(i) for i in range(50 * present)]
+        del cached
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

@@ -30,6 +30,8 @@ SIZE = 65536  # 40 records: 2.5 MiB
 # The script's prelude: a slow source of N records of SIZE bytes.
 PRELUDE = f"""
 import os, sys, threading, time
+if not os.environ.get("BC_TEST_REAL_TQDM"):
+    sys.modules["tqdm"] = None  # the plain line, whether tqdm is installed or not
 from bagcache import LoadIt
 
 class Slow:
@@ -378,3 +380,20 @@ def test_tqdm_when_installed(tmp_path, monkeypatch, capsys):
     with LoadIt(slow, root_dir=root, serializer="raw", progress=True) as again:
         assert again.wait_until_all_cached()
     assert tqdm.calls[0][1]["total"] == N and tqdm.calls[-1] == ("close", N, N, True)
+
+
+def test_the_real_tqdm_when_installed(tmp_path):
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        pytest.skip("tqdm is not installed (the fake-tqdm test covers the calls)")
+    _, err = run(tmp_path, f"""
+        loader = LoadIt(root, Slow({N}, 0.002), serializer="raw", max_shard_length=4,
+                        progress=True)
+        assert len(loader) == {N}
+        say("returned")
+    """, env={"BC_TEST_REAL_TQDM": "1"})
+    frames = err.replace("\r", "\n").split("\n")
+    bars = [f for f in frames if "records" in f]
+    assert bars and "100%" in bars[-1] and f"{N}.0/{N}.0" in bars[-1] and "2.5 MiB" in bars[-1]
+    assert err.rstrip("\n").endswith("returned")
