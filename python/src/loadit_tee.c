@@ -838,9 +838,37 @@ static int teeiter_traverse(bcpy_teeiter *self, visitproc visit, void *arg) {
   return 0;
 }
 
+/* The loop dropped its iterator mid-pass (a break, an exception in the
+ * loop's body): the shard it was in is completed by the driver with the
+ * same iterator, and is on disk when the drop returns, as if each shard had
+ * been written before its records were yielded (loadit's own loop, and
+ * what code that looks at the root right after the loop expects).  The
+ * wait is interruptible on the main thread: Ctrl-C stops it and is raised
+ * again at once (a dealloc cannot raise), the driver finishing in the
+ * background.  Any exception being propagated is kept. */
+static void leave_and_settle(bcpy_teeiter *self) {
+  bcpy_tee *t = self->tee;
+  if (t == NULL) return;
+  tee_ref(t);
+  leave(self);
+  int state = atomic_load(&t->state);
+  bool driver = atomic_load(&t->driver_started) &&
+                pthread_equal(pthread_self(), t->driver_thread);
+  if (t->pid == getpid() && state == TEE_GIVEN && !t->driver_stop && !driver) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (wait_driver(t, true) < 0) {
+      if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) PyErr_SetInterrupt();
+      PyErr_Clear();
+    }
+    PyErr_Restore(type, value, tb);
+  }
+  tee_unref(t);
+}
+
 static void teeiter_dealloc(bcpy_teeiter *self) {
   PyObject_GC_UnTrack(self);
-  leave(self);
+  leave_and_settle(self);
   Py_CLEAR(self->fallback);
   Py_CLEAR(self->loader);
   bcpy_source_unref(self->src);

@@ -428,6 +428,37 @@ def test_a_broken_off_pass_has_its_shard_on_disk_once_closed(tmp_path, how):
     assert scratch(root) == []
 
 
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("how", ["break", "dropped", "raised"])
+def test_a_dropped_loop_iterator_leaves_its_shard_on_disk_at_once(tmp_path, how):
+    # loadit's test_loader_can_compress looks at the shard files right after
+    # `break`: the loop's iterator is gone, the loader still open.
+    root = str(tmp_path / "c")
+    src = Counting(100)
+    loader = LoadIt(root, src, max_shard_length=10, preload_fn=None, compression="zstd")
+    if how == "break":
+        for x in loader:
+            if x["i"] == 14:
+                break
+    elif how == "dropped":
+        it = iter(loader)
+        assert [next(it) for _ in range(15)] == model(15)
+        del it
+    else:
+        with pytest.raises(Stop):
+            for x in loader:
+                if x["i"] == 14:
+                    raise Stop()
+    assert sorted(os.listdir(os.path.join(root, "shards"))) == ["0.10.bagz", "10.20.bagz"]
+    assert src.passes == 1 and src.pulled == 20
+    assert [s.start for s in loader.shards.get_all_shards()] == [0, 10]
+    assert [reopen(root)[i] for i in range(20)] == model(20)
+    loader.close()
+
+
 # ---- a first pass that raised: a later access retries ---------------------------
 
 
