@@ -317,7 +317,8 @@ static int fast_read(void *arg) {
   const unsigned char *lim = bag->fast_limits + 8 * a->index;
   uint64_t hi = bc__load_u64le(lim);
   uint64_t lo = a->index ? bc__load_u64le(lim - 8) : 0;
-  if (lo > hi || hi > bag->fast_records_size) return 1;
+  /* hi == 0 may be zeros of a truncated file: the general path checks. */
+  if (lo > hi || hi > bag->fast_records_size || hi == 0) return 1;
   size_t n = (size_t)(hi - lo);
   if (a->out == NULL) {
     a->view = bag->fast_records + lo; /* inside the mapping: never NULL */
@@ -413,7 +414,11 @@ int bc_bag_get_views(const bc_bag *bag, const uint64_t *indices, size_t count,
       uint64_t i = indices[p];
       uint64_t hi = bc__load_u64le(lim + 8 * i);
       uint64_t lo = i ? bc__load_u64le(lim + 8 * i - 8) : 0;
-      if (lo > hi || hi > size) return bc_bag_get_view(bag, i, &data[p], &sizes[p]);
+      if (lo > hi || hi > size || hi == 0) { /* the general path decides */
+        int rc = bc_bag_get_view(bag, i, &data[p], &sizes[p]);
+        if (rc != 0) return rc;
+        continue;
+      }
       data[p] = rec + lo;
       sizes[p] = (size_t)(hi - lo);
     }
