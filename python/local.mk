@@ -62,7 +62,8 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/loadit_helpers.py \
 	python/tests/test_loadit.py \
 	python/tests/test_loadit_first_pass.py \
-	python/tests/test_loadit_procs.py
+	python/tests/test_loadit_procs.py \
+	python/tests/test_loadit_damage.py
 
 EXTRA_DIST += \
 	$(BC_PY_C_SOURCES) \

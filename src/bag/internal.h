@@ -50,6 +50,7 @@ typedef struct bc__file {
   int fd;                   /* plain descriptor (pread backends); -1 for mmap */
   int dio_fd;               /* O_DIRECT descriptor (BC_CACHE_DIRECT_IO), else -1 */
   size_t dio_align;         /* BC_CACHE_DIRECT_IO: offset/length/memory alignment */
+  uint64_t dev, ino;        /* the file opened (fstat at open) */
 } bc__file;
 
 int bc__file_open(bc__file *f, const char *path, bc_cache_policy policy,
@@ -141,6 +142,10 @@ int bc__shard_range(bc__shard *s, uint64_t i, uint64_t *start, uint64_t *end);
 static inline const bc__file *bc__shard_limits_file(const bc__shard *s) {
   return s->separate ? &s->limits_file : &s->records;
 }
+
+/* The device and inode of shard 0's records file as it was opened: which
+ * file a bag reads even after its name was replaced or removed. */
+void bc__bag_file_id(const bc_bag *bag, uint64_t *dev, uint64_t *ino);
 
 /* True when every shard can serve zero-copy views (uncompressed and
  * mapped), so bc_bag_get_view never fails with BC_EUNSUPPORTED. */

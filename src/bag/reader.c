@@ -195,6 +195,11 @@ double bc_bag_bytes_per_record(const bc_bag *bag) {
   return bag->len ? (double)bag->records_bytes / (double)bag->len : 0.0;
 }
 
+void bc__bag_file_id(const bc_bag *bag, uint64_t *dev, uint64_t *ino) {
+  *dev = bag->nshards ? bag->shards[0].records.dev : 0;
+  *ino = bag->nshards ? bag->shards[0].records.ino : 0;
+}
+
 int bc_bag_shard_info(const bc_bag *bag, size_t shard, bc_shard_info *info) {
   if (shard >= bag->nshards)
     return bc__error(BC_ERANGE, "shard %zu out of range [0, %zu)", shard,

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "bag/internal.h"
 #include "cache/internal.h"
 
 double bc__now(void) {
@@ -140,6 +141,30 @@ static int cache_length(bc_seq *self, bool exact, bc_len *out) {
   return 0;
 }
 
+/* A read of shard `shard` through reader `r` failed with BC_ECORRUPT: the
+ * file's bytes changed on disk (a record checksum failed) or it shrank
+ * under its mapping.  The reader is released and dropped, so no read of
+ * this process uses that mapping again; with a source the file is
+ * forgotten (if it is still the one read) for the caller to read the shard
+ * again, which regenerates it through the normal fill and publish.
+ * Returns 0 to retry, or the error to report. */
+static int read_damaged(bc_cache *c, uint64_t shard, bc__reader *r,
+                        int attempt) {
+  char detail[1024];
+  snprintf(detail, sizeof detail, "%s", bc_errmsg());
+  uint64_t dev, ino;
+  bc__bag_file_id(r->bag, &dev, &ino);
+  bc__reader_discard(c, r);
+  if (!c->has_source)
+    return bc__error(BC_ECORRUPT, "%s (and the cache has no source to "
+                     "regenerate it)", detail);
+  if (attempt >= 2)
+    return bc__error(BC_ECORRUPT, "%s (the shard was regenerated twice and "
+                     "read damaged again)", detail);
+  bc__notice("%s; regenerating the shard", detail);
+  return bc__forget_file(c, shard, dev, ino);
+}
+
 /* Record `index` into out; `mode` says whether to wait for work done by
  * other threads and processes (bc__obtain). */
 static int get_record(bc_cache *c, uint64_t index, bc__wait_mode mode, bc_buf *out) {
@@ -152,21 +177,26 @@ static int get_record(bc_cache *c, uint64_t index, bc__wait_mode mode, bc_buf *o
                      "%s: nothing is cached yet and the cache has no source",
                      c->root);
   uint64_t shard = index / c->R;
-  bc__reader r;
-  int rc = bc__reader_acquire(c, shard, mode, &r);
-  if (rc != 0) return rc;
-  uint64_t local = index - r.start;
-  if (local >= bc_bag_len(r.bag)) {
-    /* The last shard is short: the source ended before index. */
-    uint64_t end = r.start + bc_bag_len(r.bag);
-    bc__reader_release(c, &r);
-    return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
-                     c->root, (unsigned long long)index,
-                     (unsigned long long)end);
+  for (int attempt = 0;; attempt++) {
+    bc__reader r;
+    int rc = bc__reader_acquire(c, shard, mode, &r);
+    if (rc != 0) return rc;
+    uint64_t local = index - r.start;
+    if (local >= bc_bag_len(r.bag)) {
+      /* The last shard is short: the source ended before index. */
+      uint64_t end = r.start + bc_bag_len(r.bag);
+      bc__reader_release(c, &r);
+      return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
+                       c->root, (unsigned long long)index,
+                       (unsigned long long)end);
+    }
+    rc = bc_bag_get(r.bag, local, out);
+    if (rc != BC_ECORRUPT) {
+      bc__reader_release(c, &r);
+      return rc;
+    }
+    if ((rc = read_damaged(c, shard, &r, attempt)) != 0) return rc;
   }
-  rc = bc_bag_get(r.bag, local, out);
-  bc__reader_release(c, &r);
-  return rc;
 }
 
 static int cache_get_record(bc_seq *self, uint64_t index, bc_buf *out) {

@@ -695,6 +695,40 @@ int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *seen) {
   return rc;
 }
 
+int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino) {
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, true, &t); /* publishes wait: the file
+                                               cannot change under us */
+  if (rc != 0) return rc;
+  bc__shard_rec rec;
+  bool found;
+  rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
+  bool drop = false;
+  if (rc == 0 && found && rec.state == SHARD_PRESENT) {
+    char path[4200];
+    bc__cache_shard_file(c, shard, rec.records, rec.zstd, path, sizeof path);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+      drop = true; /* lost: its state goes too */
+    } else if ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino) {
+      drop = true;
+      unlink(path);
+    }
+  }
+  if (rc == 0 && drop) {
+    uint64_t bytes = 0;
+    bool f;
+    rc = bc__u64_get(t, bc__dbi_meta(c->env), "bytes", &bytes, &f);
+    if (rc == 0)
+      rc = bc__u64_put(t, bc__dbi_meta(c->env), "bytes",
+                       bytes > rec.bytes ? bytes - rec.bytes : 0);
+    if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
+  }
+  if (rc == 0 && drop) return bc__txn_commit(t);
+  mdb_txn_abort(t);
+  return rc;
+}
+
 /* Takes shards from the shared drain counter until the source's end.  The
  * caller and every fill worker may run this at once: each shard number is
  * taken once, so with a thread-safe source (and a cheap skip) shards are

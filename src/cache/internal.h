@@ -235,6 +235,9 @@ typedef enum {
 int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
                        bc__reader *out);
 void bc__reader_release(bc_cache *c, bc__reader *r);
+/* Releases a reader whose shard was found damaged by a read, and drops it
+ * from its slot so the next read opens the shard's file anew. */
+void bc__reader_discard(bc_cache *c, bc__reader *r);
 void bc__readers_close_all(bc_cache *c);
 /* Reads served from open readers, summed over the threads' records. */
 uint64_t bc__readers_hits(bc_cache *c);
@@ -250,6 +253,10 @@ void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n);
 int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *rec);
 /* Forgets a damaged shard (unlinks it, drops its state) so it is refilled. */
 int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *rec);
+/* Forgets shard `shard` if its file is still the one with device `dev` and
+ * inode `ino` (a read found it damaged), or is gone; a file published since
+ * (another thread or process regenerated it already) is kept. */
+int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino);
 /* Drains the source to its end (known_length becomes final), with the fill
  * workers joining in when there are several.  `from_start`: also fill every
  * missing shard before the known length (fill_all); otherwise start at the

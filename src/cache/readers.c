@@ -337,6 +337,11 @@ void bc__reader_release(bc_cache *c, bc__reader *r) {
     bc_bag_close(r->bag);
 }
 
+void bc__reader_discard(bc_cache *c, bc__reader *r) {
+  if (r->slot != NULL) drop_if_open(c, r->slot); /* no new reads from it */
+  bc__reader_release(c, r); /* closes it when no other read is in it */
+}
+
 void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n) {
   for (size_t i = 0; i < n; i++) {
     bc__slot *s = bc__slots_find(&c->slots, shards[i]);
