@@ -190,7 +190,20 @@ int bc__decoder_decode(bc__decoder *d, const void *src, size_t size,
 struct bc__encoder {
   ZSTD_CCtx *cctx;
   ZSTD_CDict *cdict;
+  bool checksum; /* frames carry zstd's content checksum */
 };
+
+int bc__encoder_checksum(bc__encoder *e) {
+  /* The CDict still fixes the compression parameters (zstd: "superseded
+   * by cdict"); the CCtx adds the frame's content checksum flag. */
+  size_t r = ZSTD_CCtx_refCDict(e->cctx, e->cdict);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(e->cctx, ZSTD_c_checksumFlag, 1);
+  if (ZSTD_isError(r))
+    return bc__error(BC_EIO, "zstd: cannot enable content checksums: %s",
+                     ZSTD_getErrorName(r));
+  e->checksum = true;
+  return 0;
+}
 
 int bc__encoder_new(bc__encoder **out, int level, const void *dict,
                     size_t dict_size) {
@@ -224,8 +237,10 @@ int bc__encoder_encode(bc__encoder *e, const void *src, size_t size,
                      size);
   int rc = bc__buf_reserve(out, bound);
   if (rc != 0) return rc;
-  size_t n = ZSTD_compress_usingCDict(e->cctx, out->data, bound, src, size,
-                                      e->cdict);
+  size_t n = e->checksum
+                 ? ZSTD_compress2(e->cctx, out->data, bound, src, size)
+                 : ZSTD_compress_usingCDict(e->cctx, out->data, bound, src,
+                                            size, e->cdict);
   if (ZSTD_isError(n))
     return bc__error(BC_EIO, "zstd compression failed: %s",
                      ZSTD_getErrorName(n));

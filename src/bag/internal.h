@@ -93,6 +93,11 @@ int bc__encoder_new(bc__encoder **out, int level, const void *dict,
                     size_t dict_size);
 void bc__encoder_free(bc__encoder *e);
 
+/* From now on frames carry zstd's 32-bit content checksum (XXH64), which
+ * every zstd decoder, bagz's included, verifies: the frames stay standard
+ * but are no longer byte-identical to bagz's.  The cache's shards only. */
+int bc__encoder_checksum(bc__encoder *e);
+
 /* Compresses one non-empty record as a single frame, as bagz does
  * (ZSTD_compress_usingCDict with a CDict made once per writer). */
 int bc__encoder_encode(bc__encoder *e, const void *src, size_t size,
@@ -142,6 +147,42 @@ int bc__shard_range(bc__shard *s, uint64_t i, uint64_t *start, uint64_t *end);
 static inline const bc__file *bc__shard_limits_file(const bc__shard *s) {
   return s->separate ? &s->limits_file : &s->records;
 }
+
+/* ---- record checksums (crc_table.c) --------------------------------------- */
+
+/* A sidecar of CRC-32C values, one per record, mapped (layout in
+ * crc_table.c). */
+#define BC__CRC_HEADER 24
+typedef struct bc__crc_table {
+  bc__file file;
+  uint64_t count;
+} bc__crc_table;
+
+/* Opens and checks a sidecar for `count` records whose records section has
+ * `records_bytes` bytes: BC_ECORRUPT if it does not match. */
+int bc__crc_table_open(bc__crc_table *t, const char *path, uint64_t count,
+                       uint64_t records_bytes);
+void bc__crc_table_close(bc__crc_table *t);
+/* BC_ECORRUPT (naming `records_path` and record i) unless data[0..size)
+ * has record i's checksum.  Reads the mapping: run guarded. */
+int bc__crc_table_check(const bc__crc_table *t, uint64_t i, const void *data,
+                        size_t size, const char *records_path);
+/* The sidecar's header for `count` records of `records_bytes` bytes. */
+void bc__crc_table_header(unsigned char out[BC__CRC_HEADER], uint64_t count,
+                          uint64_t records_bytes);
+
+/* Attaches the sidecar at `path` to a one-shard bag: from then on every
+ * read through bc_bag_get, bc_bag_get_many and bc_bag_verify checks the
+ * record's checksum, and zero-copy reads are BC_EUNSUPPORTED (their bytes
+ * would go unchecked).  Not thread-safe with reads: call it right after
+ * bc_bag_open. */
+int bc__bag_attach_crcs(bc_bag *bag, const char *path);
+
+/* Makes a zstd writer's frames carry content checksums
+ * (bc__encoder_checksum); no effect on an uncompressed one.  Before the
+ * first write.  Plain bc_writer_open never does this: its files stay
+ * byte-identical to bagz's. */
+int bc__writer_checksum_frames(bc_writer *w);
 
 /* The device and inode of shard 0's records file as it was opened: which
  * file a bag reads even after its name was replaced or removed. */

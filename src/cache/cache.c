@@ -40,6 +40,34 @@ void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
            zstd ? "bagz" : "bag");
 }
 
+void bc__cache_crc_file(const char *shard_path, char *out, size_t size) {
+  snprintf(out, size, "%s.crc", shard_path);
+}
+
+int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out) {
+  bc_reader_options o = BC_READER_OPTIONS_INIT;
+  o.max_parallelism = 1;
+  bc_bag *bag = NULL;
+  int rc = bc_bag_open(&bag, path, &o);
+  if (rc == 0 && c->crc && !bc__path_is_bagz(path)) {
+    char crc[4200];
+    bc__cache_crc_file(path, crc, sizeof crc);
+    rc = bc__bag_attach_crcs(bag, crc);
+    struct stat st;
+    if (rc == BC_ENOTFOUND && stat(path, &st) == 0)
+      /* The shard is there but not its checksums: damaged (an eviction
+       * meanwhile removes both, and stays BC_ENOTFOUND). */
+      rc = bc__error(BC_ECORRUPT, "%s: damaged shard: its checksum file %s "
+                     "is missing", path, crc);
+  }
+  if (rc != 0) {
+    bc_bag_close(bag);
+    return rc;
+  }
+  *out = bag;
+  return 0;
+}
+
 int bc__cache_load_length(bc_cache *c, MDB_txn *t) {
   uint64_t len = 0, fin = 0;
   bool f1 = false, f2 = false;
@@ -293,6 +321,8 @@ static int recover_layout(bc_cache *c, MDB_txn *t, bc__meta *m) {
                (unsigned long long)l.shard_records, l.zstd ? "zstd" : "none");
     m->shard_records = l.shard_records;
     m->zstd = l.zstd;
+    /* Shards without sidecars were written by a version 1 bagcache. */
+    if (!l.zstd && !l.crc) m->version = 1;
     if (!m->length_final || m->length < l.length) {
       m->length = l.length;
       m->length_final = false;
@@ -382,6 +412,7 @@ static int load_or_create_meta(bc_cache *c, uint64_t estimated) {
   c->R = m.shard_records;
   c->zstd = m.zstd;
   c->level = m.zstd_level;
+  c->crc = m.version >= 2 && !m.zstd;
   if ((c->opts.shard_records && c->opts.shard_records != m.shard_records) ||
       (c->opts.compression == BC_COMPRESSION_ZSTD) != m.zstd)
     bc__notice("%s: keeping the existing cache's shard length (%llu records) "

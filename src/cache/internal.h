@@ -32,7 +32,11 @@
 
 #include "common/internal.h"
 
-#define BC_CACHE_FORMAT_VERSION 1
+/* Version 2: uncompressed shards carry record checksums in a sidecar
+ * START.END.bag.crc (src/bag/crc_table.c), published with the shard.
+ * Version 1 roots (no sidecars) are read and written as before. */
+#define BC_CACHE_FORMAT_VERSION 2
+#define BC_CACHE_FORMAT_OLDEST 1
 
 /* ---- owners: a process identity that survives pid reuse (owner.c) ------ */
 
@@ -178,6 +182,7 @@ struct bc_cache {
   uint64_t R; /* records per shard (0: undecided, nothing cached) */
   bool zstd;
   int level;
+  bool crc; /* shards are .bag with .bag.crc sidecars (format version 2) */
   bc__owner self;
   _Atomic uint64_t known_length; /* records known to exist */
   atomic_bool final;             /* known_length is the exact length */
@@ -218,6 +223,11 @@ double bc__coarse_now(void);
 /* Paths of a shard's file and its records range. */
 void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
                     bool zstd, char *out, size_t size);
+/* The checksum sidecar of shard file `shard_path`: "SHARD_PATH.crc". */
+void bc__cache_crc_file(const char *shard_path, char *out, size_t size);
+/* Opens shard file `path` (of `records` records) as this cache reads it:
+ * with its checksum sidecar attached when the root has them. */
+int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out);
 /* Refreshes known_length/final from the shared state (read txn `t`). */
 int bc__cache_load_length(bc_cache *c, MDB_txn *t);
 
@@ -274,6 +284,7 @@ typedef struct {
   uint64_t shard_records; /* R */
   bool zstd;
   uint64_t length;        /* the highest end: a lower bound */
+  bool crc;               /* every .bag file has its .bag.crc sidecar */
 } bc__layout;
 int bc__infer_layout(bc_cache *c, bc__layout *out);
 /* Removes every file of shard `shard` from shards/ (whatever its end). */

@@ -31,6 +31,18 @@ static bool parse_shard_name(const char *name, uint64_t *start, uint64_t *end,
   return true;
 }
 
+/* Parses a sidecar's name "START.END.bag.crc". */
+static bool parse_crc_name(const char *name, uint64_t *start, uint64_t *end) {
+  size_t n = strlen(name);
+  char shard[256];
+  bool zstd;
+  if (n < 5 || n - 4 >= sizeof shard || strcmp(name + n - 4, ".crc") != 0)
+    return false;
+  memcpy(shard, name, n - 4);
+  shard[n - 4] = '\0';
+  return parse_shard_name(shard, start, end, &zstd) && !zstd;
+}
+
 void bc__unlink_shard_files(bc_cache *c, uint64_t shard) {
   DIR *d = opendir(c->shards_dir);
   if (d == NULL) return;
@@ -38,7 +50,9 @@ void bc__unlink_shard_files(bc_cache *c, uint64_t shard) {
   while ((e = readdir(d)) != NULL) {
     uint64_t start, end;
     bool zstd;
-    if (parse_shard_name(e->d_name, &start, &end, &zstd) && start == shard * c->R) {
+    if ((parse_shard_name(e->d_name, &start, &end, &zstd) ||
+         parse_crc_name(e->d_name, &start, &end)) &&
+        start == shard * c->R) {
       char path[4200];
       snprintf(path, sizeof path, "%s/%s", c->shards_dir, e->d_name);
       unlink(path);
@@ -61,14 +75,19 @@ int bc__infer_layout(bc_cache *c, bc__layout *out) {
   if (d == NULL)
     return errno == ENOENT ? 0 : bc__error_errno(errno, "%s", c->shards_dir);
   uint64_t top_start = 0, top_len = 0, full = 0;
-  size_t nzstd = 0;
+  size_t nzstd = 0, nraw = 0, ncrc = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     uint64_t start, end;
     bool zstd;
+    if (parse_crc_name(e->d_name, &start, &end)) {
+      ncrc++;
+      continue;
+    }
     if (!parse_shard_name(e->d_name, &start, &end, &zstd)) continue;
     out->files++;
     nzstd += zstd;
+    nraw += !zstd;
     if (end > out->length) out->length = end;
     if (out->files == 1 || start > top_start) {
       if (out->files > 1 && top_len > full) full = top_len; /* not the top */
@@ -79,6 +98,7 @@ int bc__infer_layout(bc_cache *c, bc__layout *out) {
     }
   }
   closedir(d);
+  out->crc = ncrc >= nraw; /* a sidecar beside every uncompressed shard */
   if (out->files == 0) return 0;
   out->zstd = 2 * nzstd > out->files;
   uint64_t r = full > top_len ? full : top_len;
@@ -224,7 +244,7 @@ int bc_cache_verify(bc_cache *c, uint64_t *bad_start) {
     } else if ((uint64_t)st.st_size != s->bytes) {
       rc = bc__error(BC_ECORRUPT, "%s: %llu bytes, %llu recorded", s->path,
                      (unsigned long long)st.st_size, (unsigned long long)s->bytes);
-    } else if ((rc = bc_bag_open(&bag, s->path, NULL)) == 0) {
+    } else if ((rc = bc__cache_open_shard(c, s->path, &bag)) == 0) {
       if (bc_bag_len(bag) != s->end - s->start)
         rc = bc__error(BC_ECORRUPT, "%s: %llu records, %llu recorded", s->path,
                        (unsigned long long)bc_bag_len(bag),

@@ -177,9 +177,7 @@ static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
                         bc_bag **out) {
   char path[4200];
   bc__cache_shard_file(c, shard, rec->records, rec->zstd, path, sizeof path);
-  bc_reader_options o = BC_READER_OPTIONS_INIT;
-  o.max_parallelism = 1;
-  int rc = bc_bag_open(out, path, &o);
+  int rc = bc__cache_open_shard(c, path, out);
   if (rc != 0) return rc;
   bc_shard_info info;
   bc_bag_shard_info(*out, 0, &info);
