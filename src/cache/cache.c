@@ -40,8 +40,10 @@ void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
            zstd ? "bagz" : "bag");
 }
 
-void bc__cache_crc_file(const char *shard_path, char *out, size_t size) {
-  snprintf(out, size, "%s.crc", shard_path);
+void bc__cache_crc_file(const bc_cache *c, const char *shard_path, char *out,
+                        size_t size) {
+  const char *slash = strrchr(shard_path, '/');
+  snprintf(out, size, "%s/%s.crc", c->sums_dir, slash ? slash + 1 : shard_path);
 }
 
 int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out) {
@@ -51,7 +53,7 @@ int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out) {
   int rc = bc_bag_open(&bag, path, &o);
   if (rc == 0 && c->crc && !bc__path_is_bagz(path)) {
     char crc[4200];
-    bc__cache_crc_file(path, crc, sizeof crc);
+    bc__cache_crc_file(c, path, crc, sizeof crc);
     rc = bc__bag_attach_crcs(bag, crc);
     struct stat st;
     if (rc == BC_ENOTFOUND && stat(path, &st) == 0)
@@ -245,6 +247,7 @@ static void cache_destroy(bc_seq *self) {
   free(c->workers);
   free(c->root);
   free(c->shards_dir);
+  free(c->sums_dir);
   free(c->scratch_dir);
   free(c->locks_dir);
   free(c->meta_path);
@@ -466,10 +469,11 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   c->passes = calloc(c->max_passes, sizeof *c->passes);
   c->root = strdup(root);
   c->shards_dir = join(root, "shards");
+  c->sums_dir = join(root, "sums");
   c->scratch_dir = join(root, "scratch");
   c->locks_dir = join(root, "locks");
   c->meta_path = join(root, "metadata.json");
-  if (!c->passes || !c->root || !c->shards_dir || !c->scratch_dir ||
+  if (!c->passes || !c->root || !c->shards_dir || !c->sums_dir || !c->scratch_dir ||
       !c->locks_dir || !c->meta_path) {
     rc = bc__error(BC_ENOMEM, "out of memory");
     goto fail;
@@ -492,6 +496,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
       (rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh)) != 0)
     goto fail;
   if ((rc = load_or_create_meta(c, estimated)) != 0) goto fail;
+  if (c->crc && (rc = make_dir(c->sums_dir)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;
   if (opts->disk_limit != 0) {
     /* Every process enforces the limit stored here at each publish; a

@@ -240,6 +240,15 @@ static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
   return rc;
 }
 
+/* The sidecar of a scratch file: SCRATCH.crc, in scratch/ (removed with
+ * the scratch files of dead processes). */
+static void scratch_crc_file(const char *scratch, char *out, size_t size) {
+  size_t n = strlen(scratch);
+  if (n + 5 > size) n = size - 5; /* never: paths are shorter than PATH_MAX */
+  memcpy(out, scratch, n);
+  memcpy(out + n, ".crc", 5);
+}
+
 /* ---- publishing ------------------------------------------------------------------- */
 
 /* Picks the least recently used PRESENT shard other than `keep`. */
@@ -308,17 +317,18 @@ static int publish_nested(bc_cache *c, MDB_txn *parent, uint64_t shard,
   int rc = 0;
   bool renamed = false, crc_renamed = false;
   char scratch_crc[4200], final_crc[4200];
-  bc__cache_crc_file(scratch, scratch_crc, sizeof scratch_crc);
-  bc__cache_crc_file(final_path, final_crc, sizeof final_crc);
-  /* The sidecar first: whenever the shard is under its name, so are its
-   * checksums.  One fsync of shards/ makes both names durable; a crash
-   * before the commit leaves files the state does not list, removed with
-   * the dead claim (bc__unlink_shard_files). */
+  scratch_crc_file(scratch, scratch_crc, sizeof scratch_crc);
+  bc__cache_crc_file(c, final_path, final_crc, sizeof final_crc);
+  /* The sidecar first, durably: whenever the shard is under its name, so
+   * are its checksums.  A crash before the commit leaves files the state
+   * does not list, removed with the dead claim (bc__unlink_shard_files);
+   * a sidecar alone is replaced by the shard's next publish. */
   if (c->crc) {
     if (rename(scratch_crc, final_crc) != 0)
       rc = bc__error_errno(errno, "%s: rename from %s", final_crc, scratch_crc);
     else
       crc_renamed = true;
+    if (rc == 0) rc = bc__fsync_parent_dir(final_crc);
   }
   if (rc == 0 && rename(scratch, final_path) != 0)
     rc = bc__error_errno(errno, "%s: rename from %s", final_path, scratch);
@@ -429,7 +439,7 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
     }
     if (!vrec.zstd) { /* its checksums, if the root has them */
       char vcrc[4200];
-      bc__cache_crc_file(vpath, vcrc, sizeof vcrc);
+      bc__cache_crc_file(c, vpath, vcrc, sizeof vcrc);
       unlink(vcrc);
     }
     rc = bc__rec_del(t, sdb, victim);
@@ -467,7 +477,7 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
   rc = bc__txn_commit(t);
   if (rc != 0) { /* unknown to the state: take them back */
     char final_crc[4200];
-    bc__cache_crc_file(final_path, final_crc, sizeof final_crc);
+    bc__cache_crc_file(c, final_path, final_crc, sizeof final_crc);
     unlink(final_path);
     if (c->crc) unlink(final_crc);
   }
@@ -499,7 +509,7 @@ static int crc_append(bc_buf *crcs, const void *data, size_t size) {
 static int write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
                          uint64_t records, uint64_t records_bytes) {
   char path[4200];
-  bc__cache_crc_file(scratch, path, sizeof path);
+  scratch_crc_file(scratch, path, sizeof path);
   int rc = bc__buf_reserve(crcs, BC__CRC_HEADER + 4 * records);
   if (rc != 0) return rc;
   crcs->size = BC__CRC_HEADER + 4 * records;
@@ -589,7 +599,7 @@ cleanup:
   if (rc != 0 && rc != BC_ERANGE) {
     /* Nothing partial survives: the writer discards, the scratch file goes. */
     char scratch_crc[4200];
-    bc__cache_crc_file(scratch, scratch_crc, sizeof scratch_crc);
+    scratch_crc_file(scratch, scratch_crc, sizeof scratch_crc);
     unlink(scratch);
     if (c->crc) unlink(scratch_crc);
   }
@@ -750,7 +760,7 @@ int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *seen) {
       rec.bytes == seen->bytes && rec.records == seen->records) {
     char path[4200], crc[4200];
     bc__cache_shard_file(c, shard, rec.records, rec.zstd, path, sizeof path);
-    bc__cache_crc_file(path, crc, sizeof crc);
+    bc__cache_crc_file(c, path, crc, sizeof crc);
     unlink(path);
     if (!rec.zstd) unlink(crc);
     uint64_t bytes = 0;
@@ -781,12 +791,12 @@ int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino) {
     struct stat st;
     if (stat(path, &st) != 0) {
       char crc[4200];
-      bc__cache_crc_file(path, crc, sizeof crc);
+      bc__cache_crc_file(c, path, crc, sizeof crc);
       drop = true; /* lost: its state goes too, and any sidecar left */
       if (!rec.zstd) unlink(crc);
     } else if ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino) {
       char crc[4200];
-      bc__cache_crc_file(path, crc, sizeof crc);
+      bc__cache_crc_file(c, path, crc, sizeof crc);
       drop = true;
       unlink(path);
       if (!rec.zstd) unlink(crc);

@@ -3,6 +3,7 @@
  *
  * Files are the truth, LMDB is the coordination state:
  *   shards/START.END.bag[z]  published shards (complete Bagz files)
+ *   sums/START.END.bag.crc   record checksums of .bag shards (version 2)
  *   scratch/                 shards being written (owner pid in the name)
  *   locks/                   the LMDB environment
  *   metadata.json            format version, shard length, length,
@@ -33,7 +34,7 @@
 #include "common/internal.h"
 
 /* Version 2: uncompressed shards carry record checksums in a sidecar
- * START.END.bag.crc (src/bag/crc_table.c), published with the shard.
+ * sums/START.END.bag.crc (src/bag/crc_table.c), published with the shard.
  * Version 1 roots (no sidecars) are read and written as before. */
 #define BC_CACHE_FORMAT_VERSION 2
 #define BC_CACHE_FORMAT_OLDEST 1
@@ -173,7 +174,7 @@ typedef struct bc__filling {
 
 struct bc_cache {
   bc_seq base; /* first: the cache is a sequence leaf */
-  char *root, *shards_dir, *scratch_dir, *locks_dir, *meta_path;
+  char *root, *shards_dir, *sums_dir, *scratch_dir, *locks_dir, *meta_path;
   bc__env *env;
   bc_source src;
   bool has_source;
@@ -223,8 +224,9 @@ double bc__coarse_now(void);
 /* Paths of a shard's file and its records range. */
 void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
                     bool zstd, char *out, size_t size);
-/* The checksum sidecar of shard file `shard_path`: "SHARD_PATH.crc". */
-void bc__cache_crc_file(const char *shard_path, char *out, size_t size);
+/* The checksum sidecar of shard file `shard_path`: sums/NAME.crc. */
+void bc__cache_crc_file(const bc_cache *c, const char *shard_path, char *out,
+                        size_t size);
 /* Opens shard file `path` (of `records` records) as this cache reads it:
  * with its checksum sidecar attached when the root has them. */
 int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out);

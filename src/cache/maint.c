@@ -43,22 +43,36 @@ static bool parse_crc_name(const char *name, uint64_t *start, uint64_t *end) {
   return parse_shard_name(shard, start, end, &zstd) && !zstd;
 }
 
-void bc__unlink_shard_files(bc_cache *c, uint64_t shard) {
-  DIR *d = opendir(c->shards_dir);
+/* Removes every file of shard `shard` from dir (shard files, or sidecars). */
+static void unlink_in(bc_cache *c, const char *dir, uint64_t shard, bool sums) {
+  DIR *d = opendir(dir);
   if (d == NULL) return;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     uint64_t start, end;
     bool zstd;
-    if ((parse_shard_name(e->d_name, &start, &end, &zstd) ||
-         parse_crc_name(e->d_name, &start, &end)) &&
+    if ((sums ? parse_crc_name(e->d_name, &start, &end)
+              : parse_shard_name(e->d_name, &start, &end, &zstd)) &&
         start == shard * c->R) {
       char path[4200];
-      snprintf(path, sizeof path, "%s/%s", c->shards_dir, e->d_name);
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
       unlink(path);
     }
   }
   closedir(d);
+}
+
+void bc__unlink_shard_files(bc_cache *c, uint64_t shard) {
+  unlink_in(c, c->shards_dir, shard, false);
+  if (c->crc) unlink_in(c, c->sums_dir, shard, true); /* after: never a
+                                                          shard without */
+}
+
+/* True when shard file NAME has its sidecar in sums/. */
+static bool has_sidecar(const bc_cache *c, const char *name) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s.crc", c->sums_dir, name);
+  return access(path, F_OK) == 0;
 }
 
 /* Infers the shard length, compression and known length from the files
@@ -75,19 +89,16 @@ int bc__infer_layout(bc_cache *c, bc__layout *out) {
   if (d == NULL)
     return errno == ENOENT ? 0 : bc__error_errno(errno, "%s", c->shards_dir);
   uint64_t top_start = 0, top_len = 0, full = 0;
-  size_t nzstd = 0, nraw = 0, ncrc = 0;
+  size_t nzstd = 0;
+  bool all_crc = true;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     uint64_t start, end;
     bool zstd;
-    if (parse_crc_name(e->d_name, &start, &end)) {
-      ncrc++;
-      continue;
-    }
     if (!parse_shard_name(e->d_name, &start, &end, &zstd)) continue;
     out->files++;
     nzstd += zstd;
-    nraw += !zstd;
+    if (!zstd && all_crc) all_crc = has_sidecar(c, e->d_name);
     if (end > out->length) out->length = end;
     if (out->files == 1 || start > top_start) {
       if (out->files > 1 && top_len > full) full = top_len; /* not the top */
@@ -98,7 +109,7 @@ int bc__infer_layout(bc_cache *c, bc__layout *out) {
     }
   }
   closedir(d);
-  out->crc = ncrc >= nraw; /* a sidecar beside every uncompressed shard */
+  out->crc = all_crc; /* version 2 wrote one for every .bag shard */
   if (out->files == 0) return 0;
   out->zstd = 2 * nzstd > out->files;
   uint64_t r = full > top_len ? full : top_len;
@@ -331,9 +342,9 @@ int bc_cache_clear(const char *root) {
   if (access(path, F_OK) != 0)
     return bc__error(BC_EINVAL, "%s: not a bagcache cache (no metadata.json); "
                      "refusing to delete anything", root);
-  static const char *const dirs[] = {"shards", "scratch", "locks"};
+  static const char *const dirs[] = {"shards", "sums", "scratch", "locks"};
   int rc = 0;
-  for (size_t i = 0; rc == 0 && i < 3; i++) {
+  for (size_t i = 0; rc == 0 && i < 4; i++) {
     snprintf(path, sizeof path, "%s/%s", root, dirs[i]);
     rc = remove_dir_files(path);
   }
