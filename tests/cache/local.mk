@@ -12,6 +12,7 @@ BC_CACHE_TESTS = \
 	tests/cache/test_cache_threads \
 	tests/cache/test_cache_crash \
 	tests/cache/test_cache_damage \
+	tests/cache/test_cache_checksums \
 	tests/cache/test_slots
 
 if BC_TESTS
@@ -68,6 +69,11 @@ tests_cache_test_cache_crash_SOURCES = tests/cache/test_cache_crash.c \
 	$(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_crash_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_crash_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_checksums_SOURCES = tests/cache/test_cache_checksums.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_checksums_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_checksums_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_damage_SOURCES = tests/cache/test_cache_damage.c \
 	$(BC_CACHE_TEST_UTIL)
