@@ -81,3 +81,97 @@ def test_truncated_without_source_raises_corrupt(tmp_path, serializer):
     assert os.path.getsize(shard_path(root, 10)) == 95
     assert [reader[i] for i in range(20, N)] == expect[20:]
     reader.close()
+
+
+# ---- item 3: bytes changed on disk ------------------------------------------
+
+
+def flip(path, at, mask=0x04):
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([b ^ mask]))
+
+
+@pytest.mark.parametrize("serializer", ["raw", "pickle"])
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_flipped_bit_is_regenerated(tmp_path, serializer, compression):
+    root = str(tmp_path / "r")
+    ld = open_loader(root, serializer, compression)
+    expect = want(serializer)
+    assert [ld[i] for i in range(N)] == expect
+    path = shard_path(root, 30, compression)
+    size = os.path.getsize(path)
+    flip(path, 14)  # inside record 30 or 31, the file's size unchanged
+    assert os.path.getsize(path) == size
+    assert [ld[i] for i in range(30, 40)] == expect[30:40]  # was served as is
+    assert ld.stats()["regenerations"] == 1
+    assert [ld[i] for i in range(N)] == expect
+    ld.close()
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_flipped_bit_without_source_raises_corrupt(tmp_path, compression):
+    root = str(tmp_path / "r")
+    ld = open_loader(root, "raw", compression)
+    expect = want("raw")
+    assert list(ld) == expect
+    ld.close()
+    reader = open_loader(root, "raw", compression, source=False)
+    flip(shard_path(root, 30, compression), 14)
+    failures = 0
+    for i in range(30, 40):
+        try:
+            got = reader[i]
+        except bagcache.CorruptError as e:
+            assert "no source" in str(e), str(e)
+            failures += 1
+        else:
+            assert got == expect[i]
+    assert failures >= 1
+    assert [reader[i] for i in range(40, N)] == expect[40:]
+    reader.close()
+
+
+def test_every_byte_of_a_raw_shard_is_checked(tmp_path):
+    root = str(tmp_path / "r")
+    ld = open_loader(root, "raw")
+    expect = want("raw")
+    assert list(ld) == expect
+    ld.close()
+    reader = open_loader(root, "raw", source=False)
+    path = shard_path(root, 50)
+    for at in range(os.path.getsize(path)):
+        flip(path, at, 0x01)
+        failures = 0
+        for i in range(50, 60):
+            try:
+                got = reader[i]
+            except bagcache.CorruptError:
+                failures += 1
+            else:
+                assert got == expect[i], (at, i)
+        assert failures >= 1, at
+        flip(path, at, 0x01)
+    assert [reader[i] for i in range(N)] == expect
+    reader.close()
+
+
+def test_writer_bytes_unchanged_by_cache_checksums(tmp_path):
+    # Plain Writer files stay bagz's bytes: no zstd content checksum.
+    path = str(tmp_path / "plain.bagz")
+    with bagcache.Writer(path) as w:
+        w.write(b"hello world")
+    with open(path, "rb") as f:
+        head = f.read(5)
+    assert head[:4] == b"\x28\xb5\x2f\xfd" and not head[4] & 0x04
+    # The cache's zstd shards do carry it, and the plain Reader reads them.
+    root = str(tmp_path / "z")
+    ld = open_loader(root, "raw", "zstd")
+    assert list(ld) == want("raw")
+    with open(shard_path(root, 0, "zstd"), "rb") as f:
+        head = f.read(5)
+    assert head[4] & 0x04
+    assert list(bagcache.Reader(shard_path(root, 0, "zstd"))) == want("raw")[:R]
+    ld.close()
