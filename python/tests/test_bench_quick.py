@@ -23,6 +23,8 @@ ROWS = (
     "(O_DIRECT write of as many bytes)",
     "(Writer of the same pickles)",
     "(LoadIt first pass, word counts)",
+    "LoadIt get raw 1 KiB, record CRC-32C",
+    "LoadIt get raw 1 KiB, zstd checksums",
 )
 
 
