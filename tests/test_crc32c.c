@@ -94,6 +94,34 @@ static void test_every_length_and_kind(void **state) {
   free(buf);
 }
 
+/* bc__crc32c_copy copies exactly and returns the CRC of the copy, at every
+ * length and alignment of source and destination, leaving the bytes around
+ * the destination alone. */
+static void test_copy(void **state) {
+  (void)state;
+  enum { MAX = 2100 };
+  unsigned char *src = malloc(MAX + 64), *dst = malloc(MAX + 128);
+  assert_non_null(src);
+  assert_non_null(dst);
+  uint64_t x = 0x2545F4914F6CDD1DULL;
+  for (size_t i = 0; i < MAX + 64; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    src[i] = (unsigned char)x;
+  }
+  for (size_t n = 0; n <= MAX; n++) {
+    size_t so = n % 37, d = 64 + n % 29;
+    memset(dst, 0xa5, MAX + 128);
+    uint32_t seed = (uint32_t)n * 40503u;
+    uint32_t got = bc__crc32c_copy(seed, dst + d, src + so, n);
+    assert_int_equal(got, reference(seed, src + so, n));
+    if (memcmp(dst + d, src + so, n) != 0) fail_msg("%zu bytes: bad copy", n);
+    for (size_t k = 0; k < d; k++) assert_int_equal(dst[k], 0xa5);
+    for (size_t k = d + n; k < MAX + 128; k++) assert_int_equal(dst[k], 0xa5);
+  }
+  free(src);
+  free(dst);
+}
+
 /* A single flipped bit anywhere in a 1 KiB record changes the CRC. */
 static void test_detects_every_single_bit_flip(void **state) {
   (void)state;
@@ -111,6 +139,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_known_vectors),
       cmocka_unit_test(test_every_length_and_kind),
+      cmocka_unit_test(test_copy),
       cmocka_unit_test(test_detects_every_single_bit_flip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -79,16 +79,29 @@ int bc__crc_table_open(bc__crc_table *t, const char *path, uint64_t count,
 
 void bc__crc_table_close(bc__crc_table *t) { bc__file_close(&t->file); }
 
-int bc__crc_table_check(const bc__crc_table *t, uint64_t i, const void *data,
-                        size_t size, const char *records_path) {
+static uint32_t recorded(const bc__crc_table *t, uint64_t i) {
   const unsigned char *p = t->file.map + BC__CRC_HEADER + 4 * i;
-  uint32_t want = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                  (uint32_t)p[3] << 24;
-  uint32_t got = bc__crc32c(0, data, size);
-  if (got == want) return 0;
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+         (uint32_t)p[3] << 24;
+}
+
+static int mismatch(const bc__crc_table *t, uint64_t i, uint32_t got,
+                    uint32_t want, const char *records_path) {
   return bc__error(BC_ECORRUPT,
                    "%s: record %llu: checksum mismatch (CRC-32C %08x, %08x "
                    "recorded in %s): its bytes changed on disk",
                    records_path, (unsigned long long)i, got, want,
                    t->file.path);
+}
+
+int bc__crc_table_check(const bc__crc_table *t, uint64_t i, const void *data,
+                        size_t size, const char *records_path) {
+  uint32_t want = recorded(t, i), got = bc__crc32c(0, data, size);
+  return got == want ? 0 : mismatch(t, i, got, want, records_path);
+}
+
+int bc__crc_table_copy(const bc__crc_table *t, uint64_t i, void *dst,
+                       const void *src, size_t size, const char *records_path) {
+  uint32_t want = recorded(t, i), got = bc__crc32c_copy(0, dst, src, size);
+  return got == want ? 0 : mismatch(t, i, got, want, records_path);
 }

@@ -167,6 +167,10 @@ void bc__crc_table_close(bc__crc_table *t);
  * has record i's checksum.  Reads the mapping: run guarded. */
 int bc__crc_table_check(const bc__crc_table *t, uint64_t i, const void *data,
                         size_t size, const char *records_path);
+/* Copies record i's bytes from src[0..size) to dst and checks them, in one
+ * pass (bc__crc32c_copy): what is checked is what was copied. */
+int bc__crc_table_copy(const bc__crc_table *t, uint64_t i, void *dst,
+                       const void *src, size_t size, const char *records_path);
 /* The sidecar's header for `count` records of `records_bytes` bytes. */
 void bc__crc_table_header(unsigned char out[BC__CRC_HEADER], uint64_t count,
                           uint64_t records_bytes);

@@ -361,11 +361,12 @@ static int fast_read(void *arg) {
   }
   int rc = bc__buf_reserve(a->out, n);
   if (rc != 0) return rc;
-  if (n > 0) memcpy(a->out->data, bag->fast_records + lo, n);
   a->out->size = n;
-  if (bag->crcs != NULL)
-    return bc__crc_table_check(bag->crcs, a->index, a->out->data, n,
-                               bag->shards[0].records.path);
+  if (bag->crcs != NULL) /* copied and checked in one pass */
+    return bc__crc_table_copy(bag->crcs, a->index, a->out->data,
+                              bag->fast_records + lo, n,
+                              bag->shards[0].records.path);
+  if (n > 0) memcpy(a->out->data, bag->fast_records + lo, n);
   return 0;
 }
 

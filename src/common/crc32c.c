@@ -155,26 +155,45 @@ fold128(__m128i x, fold_k k, __m128i y) {
                        y);
 }
 
-__attribute__((target(VPCLMUL_TARGET))) static uint32_t
-crc_vpclmul(uint32_t reg, const unsigned char *p, size_t n) {
-  if (n < 64) return crc_sse42(reg, p, n);
+/* Loads 64 bytes at p + off, and stores them at d + off when copying. */
+__attribute__((target(VPCLMUL_TARGET))) static inline __m512i
+load512(const unsigned char *p, unsigned char *d, size_t off) {
+  __m512i v = _mm512_loadu_si512(p + off);
+  if (d != NULL) _mm512_storeu_si512(d + off, v);
+  return v;
+}
+
+/* The CRC register after p[0..n), from `reg`; when d is not NULL the bytes
+ * are also copied to d[0..n), and the CRC is of exactly the bytes stored
+ * (the registers folded are the registers stored, or the tail is summed
+ * from d after it was copied), so bytes that change in p meanwhile cannot
+ * pass unchecked. */
+__attribute__((target(VPCLMUL_TARGET), always_inline)) static inline uint32_t
+vpclmul_body(uint32_t reg, const unsigned char *p, unsigned char *d, size_t n) {
+  if (n < 64) {
+    if (d == NULL) return crc_sse42(reg, p, n);
+    memcpy(d, p, n);
+    return crc_sse42(reg, d, n);
+  }
   __m512i init = _mm512_inserti32x4(_mm512_setzero_si512(),
                                     _mm_cvtsi32_si128((int)reg), 0);
   __m512i x;
   if (n >= 256) {
-    __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(p), init);
-    __m512i x1 = _mm512_loadu_si512(p + 64);
-    __m512i x2 = _mm512_loadu_si512(p + 128);
-    __m512i x3 = _mm512_loadu_si512(p + 192);
+    __m512i x0 = _mm512_xor_si512(load512(p, d, 0), init);
+    __m512i x1 = load512(p, d, 64);
+    __m512i x2 = load512(p, d, 128);
+    __m512i x3 = load512(p, d, 192);
     p += 256;
+    d = d ? d + 256 : NULL;
     n -= 256;
     __m512i k = k512_of(k2048);
     while (n >= 256) {
-      x0 = fold512(x0, k, _mm512_loadu_si512(p));
-      x1 = fold512(x1, k, _mm512_loadu_si512(p + 64));
-      x2 = fold512(x2, k, _mm512_loadu_si512(p + 128));
-      x3 = fold512(x3, k, _mm512_loadu_si512(p + 192));
+      x0 = fold512(x0, k, load512(p, d, 0));
+      x1 = fold512(x1, k, load512(p, d, 64));
+      x2 = fold512(x2, k, load512(p, d, 128));
+      x3 = fold512(x3, k, load512(p, d, 192));
       p += 256;
+      d = d ? d + 256 : NULL;
       n -= 256;
     }
     /* Into x3's place, independently (one multiply's latency). */
@@ -183,14 +202,16 @@ crc_vpclmul(uint32_t reg, const unsigned char *p, size_t n) {
                                   fold512(x1, k512_of(k1024), zero),
                                   fold512(x2, k512_of(k512), zero), 0x96);
   } else {
-    x = _mm512_xor_si512(_mm512_loadu_si512(p), init);
+    x = _mm512_xor_si512(load512(p, d, 0), init);
     p += 64;
+    d = d ? d + 64 : NULL;
     n -= 64;
   }
   __m512i k = k512_of(k512);
   while (n >= 64) {
-    x = fold512(x, k, _mm512_loadu_si512(p));
+    x = fold512(x, k, load512(p, d, 0));
     p += 64;
+    d = d ? d + 64 : NULL;
     n -= 64;
   }
   /* Lanes 0..2 folded into lane 3's place. */
@@ -204,6 +225,10 @@ crc_vpclmul(uint32_t reg, const unsigned char *p, size_t n) {
                     _mm512_extracti32x4_epi32(t, 0)),
       _mm_xor_si128(_mm512_extracti32x4_epi32(t, 1),
                     _mm512_extracti32x4_epi32(t, 2)));
+  if (d != NULL) { /* the tail: copied first, then summed from the copy */
+    memcpy(d, p, n);
+    p = d;
+  }
   while (n >= 16) {
     c = fold128(c, k128, _mm_loadu_si128((const __m128i *)p));
     p += 16;
@@ -214,13 +239,26 @@ crc_vpclmul(uint32_t reg, const unsigned char *p, size_t n) {
   return crc_sse42((uint32_t)r, p, n);
 }
 
+__attribute__((target(VPCLMUL_TARGET))) static uint32_t
+crc_vpclmul(uint32_t reg, const unsigned char *p, size_t n) {
+  return vpclmul_body(reg, p, NULL, n);
+}
+
+__attribute__((target(VPCLMUL_TARGET))) static uint32_t
+copy_vpclmul(uint32_t reg, unsigned char *d, const unsigned char *p, size_t n) {
+  return vpclmul_body(reg, p, d, n);
+}
+
 #endif /* BC_CRC_X86 */
 
 /* ---- dispatch ----------------------------------------------------------- */
 
 typedef uint32_t (*crc_fn)(uint32_t reg, const unsigned char *p, size_t n);
+typedef uint32_t (*copy_fn)(uint32_t reg, unsigned char *d,
+                            const unsigned char *p, size_t n);
 static crc_fn impls[BC__CRC32C_KINDS];
 static _Atomic(crc_fn) chosen;
+static copy_fn chosen_copy; /* NULL: memcpy, then chosen; set before chosen */
 static bc__crc32c_kind chosen_kind;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -243,6 +281,7 @@ static void crc_init(void) {
       k1536 = fold_const(1536);
       k2048 = fold_const(2048);
       impls[BC__CRC32C_VPCLMUL] = crc_vpclmul;
+      chosen_copy = copy_vpclmul;
       best = BC__CRC32C_VPCLMUL;
     }
   }
@@ -263,6 +302,13 @@ static crc_fn get_impl(void) {
 uint32_t bc__crc32c(uint32_t crc, const void *data, size_t size) {
   crc_fn f = get_impl();
   return ~f(~crc, data, size);
+}
+
+uint32_t bc__crc32c_copy(uint32_t crc, void *dst, const void *src, size_t size) {
+  crc_fn f = get_impl(); /* its release store publishes chosen_copy */
+  if (chosen_copy != NULL) return ~chosen_copy(~crc, dst, src, size);
+  if (size > 0) memcpy(dst, src, size);
+  return ~f(~crc, dst, size);
 }
 
 int bc__crc32c_with(bc__crc32c_kind kind, uint32_t crc, const void *data,

@@ -20,6 +20,12 @@
  * a followed by b.  Start with 0. */
 uint32_t bc__crc32c(uint32_t crc, const void *data, size_t size);
 
+/* Copies src[0..size) to dst and returns bc__crc32c(crc, dst, size): the
+ * CRC of exactly the bytes stored in dst, computed in the same pass where
+ * the CPU allows (so a source that changes meanwhile cannot slip through:
+ * what is checked is what was copied).  The ranges must not overlap. */
+uint32_t bc__crc32c_copy(uint32_t crc, void *dst, const void *src, size_t size);
+
 /* The implementations, for tests and benchmarks: each is 0 ("not on this
  * CPU") or usable.  BC__CRC32C_PORTABLE always is. */
 typedef enum {
