@@ -175,3 +175,26 @@ def test_writer_bytes_unchanged_by_cache_checksums(tmp_path):
     assert head[4] & 0x04
     assert list(bagcache.Reader(shard_path(root, 0, "zstd"))) == want("raw")[:R]
     ld.close()
+
+
+def test_other_holder_of_the_old_mapping(tmp_path):
+    # Two loaders on one root each map the shard (as two processes would).
+    # The first to read a damaged record regenerates the shard; the other,
+    # still mapping the damaged file, finds its record damaged too, leaves
+    # the new file alone (another inode) and reads it: nobody is served
+    # the damaged bytes and the shard is regenerated once.
+    root = str(tmp_path / "r")
+    a = open_loader(root, "raw")
+    b = open_loader(root, "raw")
+    expect = want("raw")
+    assert list(a) == expect and [b[i] for i in range(N)] == expect
+    path = shard_path(root, 30)
+    flip(path, 14)
+    assert [a[i] for i in range(30, 40)] == expect[30:40]
+    assert a.stats()["regenerations"] == 1
+    ino = os.stat(path).st_ino
+    assert [b[i] for i in range(30, 40)] == expect[30:40]
+    assert b.stats()["regenerations"] == 0
+    assert os.stat(path).st_ino == ino  # the regenerated file was kept
+    a.close()
+    b.close()
