@@ -1,7 +1,9 @@
 /*
  * test_crc32c: CRC-32C against published vectors and a bitwise reference,
  * through every implementation this CPU offers (crc32c.h), at every length
- * up to a few KiB and every start alignment, whole and in pieces.
+ * up to a few KiB and every start alignment, whole and in pieces.  And
+ * XXH64 (the zstd content checksum) against the checksums zstd itself
+ * writes.
  */
 #include "config.h"
 
@@ -9,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zstd.h>
+
 #include "common/crc32c.h"
+#include "common/internal.h"
 #include "testutil.h"
 
 /* One bit at a time, straight from the definition. */
@@ -135,12 +140,41 @@ static void test_detects_every_single_bit_flip(void **state) {
   }
 }
 
+/* XXH64: published values, and the low 32 bits zstd appends to a frame
+ * with content checksums, at every length to 1100 bytes. */
+static void test_xxh64(void **state) {
+  (void)state;
+  assert_true(bc__xxh64("", 0, 0) == 0xEF46DB3751D8E999ULL);
+  assert_true(bc__xxh64("abc", 3, 0) == 0x44BC2CF5AD770999ULL);
+  enum { MAX = 1100 };
+  unsigned char src[MAX];
+  for (size_t i = 0; i < MAX; i++) src[i] = (unsigned char)(i * 131 + (i >> 3));
+  ZSTD_CCtx *cctx = ZSTD_createCCtx();
+  assert_non_null(cctx);
+  assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1)));
+  size_t cap = ZSTD_compressBound(MAX);
+  unsigned char *dst = malloc(cap);
+  assert_non_null(dst);
+  for (size_t n = 0; n <= MAX; n++) {
+    size_t z = ZSTD_compress2(cctx, dst, cap, src, n);
+    assert_false(ZSTD_isError(z));
+    uint32_t want = (uint32_t)dst[z - 4] | (uint32_t)dst[z - 3] << 8 |
+                    (uint32_t)dst[z - 2] << 16 | (uint32_t)dst[z - 1] << 24;
+    if ((uint32_t)bc__xxh64(src, n, 0) != want)
+      fail_msg("%zu bytes: xxh64 %08x, zstd's checksum %08x", n,
+               (uint32_t)bc__xxh64(src, n, 0), want);
+  }
+  free(dst);
+  ZSTD_freeCCtx(cctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_known_vectors),
       cmocka_unit_test(test_every_length_and_kind),
       cmocka_unit_test(test_copy),
       cmocka_unit_test(test_detects_every_single_bit_flip),
+      cmocka_unit_test(test_xxh64),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -94,8 +94,9 @@ int bc__encoder_new(bc__encoder **out, int level, const void *dict,
 void bc__encoder_free(bc__encoder *e);
 
 /* From now on frames carry zstd's 32-bit content checksum (XXH64), which
- * every zstd decoder, bagz's included, verifies: the frames stay standard
- * but are no longer byte-identical to bagz's.  The cache's shards only. */
+ * every zstd decoder, bagz's included, verifies: the frames stay standard,
+ * bagz's bytes but for the checksum flag and 4 bytes at the end of each.
+ * The cache's shards only. */
 int bc__encoder_checksum(bc__encoder *e);
 
 /* Compresses one non-empty record as a single frame, as bagz does

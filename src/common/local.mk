@@ -9,5 +9,6 @@ BC_COMMON_SOURCES = \
 	src/common/hash.c \
 	src/common/crc32c.c \
 	src/common/crc32c.h \
+	src/common/xxh64.c \
 	src/common/version.c \
 	src/common/guard.c
