@@ -19,7 +19,8 @@ if BC_TESTS
 check_PROGRAMS += $(BC_CACHE_TESTS)
 TESTS += $(BC_CACHE_TESTS)
 endif
-BC_THREAD_TESTS += tests/cache/test_cache_threads tests/cache/test_cache_introspect
+BC_THREAD_TESTS += tests/cache/test_cache_threads tests/cache/test_cache_introspect \
+	tests/cache/test_cache_checksums
 
 BC_CACHE_TEST_UTIL = tests/cache/source.c tests/cache/source.h \
 	tests/cache/util.c tests/cache/util.h

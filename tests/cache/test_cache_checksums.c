@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,47 @@ static void test_regenerated_zstd(void **state) {
   fixture *f = *state;
   regenerated(f, "20.30.bagz", 20);
   assert_int_equal(cu_dir_count(f->sums), 0);
+}
+
+/* Threads reading a shard that turns out damaged: each finds the damage
+ * (their reads share the mapping), one regeneration serves them all, and
+ * every record read is the model's. */
+typedef struct {
+  bc_cache *c;
+  int failures;
+} reader_arg;
+
+static void *read_shard(void *p) {
+  reader_arg *a = p;
+  bc_buf b = BC_BUF_INIT;
+  for (int round = 0; round < 20; round++)
+    for (int64_t i = 20; i < 30; i++) a->failures += cu_get_cmp(a->c, i, false, &b) != 0;
+  bc_buf_release(&b);
+  return NULL;
+}
+
+static void test_threads_meet_damage(void **state) {
+  fixture *f = *state;
+  char *path = cu_path(f->shards, "20.30.bag");
+  open_source(f);
+  cu_check_all(f->c, N, false);
+  xor_byte(path, 40, 0x10);
+  enum { T = 4 };
+  pthread_t th[T];
+  reader_arg args[T];
+  for (int k = 0; k < T; k++) {
+    args[k] = (reader_arg){f->c, 0};
+    assert_int_equal(pthread_create(&th[k], NULL, read_shard, &args[k]), 0);
+  }
+  for (int k = 0; k < T; k++) {
+    pthread_join(th[k], NULL);
+    assert_int_equal(args[k].failures, 0);
+  }
+  assert_int_equal(stats_of(f->c).regenerations, 1);
+  uint64_t bad = 0;
+  CU_OK(bc_cache_verify(f->c, &bad));
+  close_cache(f);
+  free(path);
 }
 
 /* The sidecars: one per shard, the documented layout, and damage to them
@@ -443,6 +485,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_every_byte_zstd, setup_zstd, teardown),
       cmocka_unit_test_setup_teardown(test_regenerated_raw, setup, teardown),
       cmocka_unit_test_setup_teardown(test_regenerated_zstd, setup_zstd, teardown),
+      cmocka_unit_test_setup_teardown(test_threads_meet_damage, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sidecar_layout, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sidecar_damaged, setup, teardown),
       cmocka_unit_test_setup_teardown(test_eviction_removes_sidecars, setup,
