@@ -505,7 +505,7 @@ static int crc_append(bc_buf *crcs, const void *data, size_t size) {
 }
 
 /* Writes the shard's checksums to SCRATCH.crc and fsyncs it; publish
- * renames it into shards/ with the shard. */
+ * renames it into sums/ with the shard. */
 static int write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
                          uint64_t records, uint64_t records_bytes) {
   char path[4200];
@@ -786,21 +786,14 @@ int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino) {
   rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
   bool drop = false;
   if (rc == 0 && found && rec.state == SHARD_PRESENT) {
-    char path[4200];
+    char path[4200], crc[4200];
     bc__cache_shard_file(c, shard, rec.records, rec.zstd, path, sizeof path);
+    bc__cache_crc_file(c, path, crc, sizeof crc);
     struct stat st;
-    if (stat(path, &st) != 0) {
-      char crc[4200];
-      bc__cache_crc_file(c, path, crc, sizeof crc);
-      drop = true; /* lost: its state goes too, and any sidecar left */
-      if (!rec.zstd) unlink(crc);
-    } else if ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino) {
-      char crc[4200];
-      bc__cache_crc_file(c, path, crc, sizeof crc);
-      drop = true;
-      unlink(path);
-      if (!rec.zstd) unlink(crc);
-    }
+    bool lost = stat(path, &st) != 0; /* its state goes too */
+    drop = lost || ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino);
+    if (drop && !lost) unlink(path);
+    if (drop && !rec.zstd) unlink(crc); /* the shard first, as evictions do */
   }
   if (rc == 0 && drop) {
     uint64_t bytes = 0;
