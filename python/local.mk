@@ -66,7 +66,8 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit_procs.py \
 	python/tests/test_loadit_dropin.py \
 	python/tests/test_loadit_root.py \
-	python/tests/test_loadit_progress.py
+	python/tests/test_loadit_progress.py \
+	python/tests/test_loadit_damage.py
 
 EXTRA_DIST += \
 	$(BC_PY_C_SOURCES) \

@@ -12,7 +12,8 @@ BC_CMOCKA_TESTS = \
 	tests/test_property \
 	tests/test_index \
 	tests/test_errors \
-	tests/test_threads
+	tests/test_threads \
+	tests/test_crc32c
 
 # The tests that exercise worker threads; CI runs them under ThreadSanitizer.
 BC_THREAD_TESTS = tests/test_threads tests/test_options tests/test_property \
@@ -71,6 +72,10 @@ tests_test_errors_LDADD = $(BC_TEST_LDADD)
 tests_test_threads_SOURCES = tests/test_threads.c $(BC_TEST_UTIL)
 tests_test_threads_CFLAGS = $(BC_TEST_CFLAGS)
 tests_test_threads_LDADD = $(BC_TEST_LDADD)
+
+tests_test_crc32c_SOURCES = tests/test_crc32c.c $(BC_TEST_UTIL)
+tests_test_crc32c_CFLAGS = $(BC_TEST_CFLAGS)
+tests_test_crc32c_LDADD = $(BC_TEST_LDADD)
 
 # Golden vectors (copied from the reference build of bagz; see
 # tests/data/bagz/manifest.json).  Listed one by one for `make dist`.

@@ -24,7 +24,7 @@ import enum as _enum
 import os as _os
 
 from . import _bagcache
-from ._bagcache import Index, InvalidSliceError, MultiIndex, ReaderIterator
+from ._bagcache import CorruptError, Index, InvalidSliceError, MultiIndex, ReaderIterator
 
 __all__ = [
     "AccessPattern",
@@ -32,6 +32,7 @@ __all__ = [
     "CompressionAutoDetect",
     "CompressionNone",
     "CompressionZstd",
+    "CorruptError",
     "Index",
     "InvalidSliceError",
     "LimitsPlacement",

@@ -136,6 +136,7 @@ extern const char bcpy_waits_mark[];
  * (an IndexError) and BC_ENONDET (a ValueError). */
 extern PyObject *bcpy_SourceError;
 extern PyObject *bcpy_NotCachedError;
+extern PyObject *bcpy_CorruptError; /* BC_ECORRUPT (a ValueError) */
 extern PyObject *bcpy_NondeterministicError;
 /* Warned when the fill behind a first pass fails (a RuntimeWarning). */
 extern PyObject *bcpy_CacheWarning;

@@ -5,12 +5,14 @@
 #include "bcpy.h"
 
 PyObject *bcpy_InvalidSliceError;
+PyObject *bcpy_CorruptError;
 
 PyObject *bcpy_error_type(int code) {
   switch (code) {
     case BC_ERANGE: return PyExc_IndexError;
     case BC_ENOTFOUND: return PyExc_FileNotFoundError;
     case BC_ENOMEM: return PyExc_MemoryError;
+    case BC_ECORRUPT: return bcpy_CorruptError;
     /* Only caches (loadit.c) report these. */
     case BC_ENOTCACHED: return bcpy_NotCachedError;
     case BC_ENONDET: return bcpy_NondeterministicError;
@@ -92,6 +94,17 @@ PyMODINIT_FUNC PyInit__bagcache(void) {
   Py_INCREF(bcpy_InvalidSliceError);
   if (PyModule_AddObject(mod, "InvalidSliceError", bcpy_InvalidSliceError) < 0) {
     Py_DECREF(bcpy_InvalidSliceError);
+    goto fail;
+  }
+  bcpy_CorruptError = PyErr_NewExceptionWithDoc(
+      "bagcache.CorruptError",
+      "Damaged data: a file that is not valid Bagz, a record whose bytes "
+      "changed on disk (its checksum fails), a file that shrank while open.",
+      PyExc_ValueError, NULL);
+  if (bcpy_CorruptError == NULL) goto fail;
+  Py_INCREF(bcpy_CorruptError);
+  if (PyModule_AddObject(mod, "CorruptError", bcpy_CorruptError) < 0) {
+    Py_DECREF(bcpy_CorruptError);
     goto fail;
   }
   if (PyModule_AddIntConstant(mod, "CHUNK", BCPY_CHUNK) < 0) goto fail;

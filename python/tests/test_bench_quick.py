@@ -24,6 +24,8 @@ ROWS = (
     "(Writer of the same pickles)",
     "(LoadIt first pass, word counts)",
     "LoadIt cold get (max_cache_size=1)",
+    "LoadIt get raw 1 KiB, record CRC-32C",
+    "LoadIt get raw 1 KiB, zstd checksums",
 )
 
 

@@ -190,7 +190,31 @@ int bc__decoder_decode(bc__decoder *d, const void *src, size_t size,
 struct bc__encoder {
   ZSTD_CCtx *cctx;
   ZSTD_CDict *cdict;
+  bool checksum; /* frames carry zstd's content checksum */
 };
+
+int bc__encoder_checksum(bc__encoder *e) {
+  e->checksum = true;
+  return 0;
+}
+
+/* Turns a frame from ZSTD_compress_usingCDict (no checksum) into the same
+ * frame with zstd's content checksum: the Content_Checksum_flag (bit 2 of
+ * the frame header descriptor, after the 4-byte magic number) set and the
+ * low 32 bits of XXH64(content, 0) appended, little-endian.  Only those
+ * bits change, so the compression stays exactly bagz's (asking zstd for
+ * checksums goes through ZSTD_compress2, whose parameters for small
+ * records differ).  `cap` is the room in out->data. */
+static int add_checksum(bc_buf *out, size_t cap, const void *src, size_t size) {
+  if (out->size < 5 || out->size + 4 > cap)
+    return bc__error(BC_EIO, "zstd frame of %zu bytes: no room for its checksum",
+                     out->size);
+  out->data[4] |= 0x04;
+  uint32_t sum = (uint32_t)bc__xxh64(src, size, 0);
+  for (int i = 0; i < 4; i++) out->data[out->size + i] = (unsigned char)(sum >> (8 * i));
+  out->size += 4;
+  return 0;
+}
 
 int bc__encoder_new(bc__encoder **out, int level, const void *dict,
                     size_t dict_size) {
@@ -222,7 +246,7 @@ int bc__encoder_encode(bc__encoder *e, const void *src, size_t size,
   if (ZSTD_isError(bound))
     return bc__error(BC_EINVAL, "record of %zu bytes is too large for zstd",
                      size);
-  int rc = bc__buf_reserve(out, bound);
+  int rc = bc__buf_reserve(out, bound + 4); /* + a content checksum */
   if (rc != 0) return rc;
   size_t n = ZSTD_compress_usingCDict(e->cctx, out->data, bound, src, size,
                                       e->cdict);
@@ -230,5 +254,5 @@ int bc__encoder_encode(bc__encoder *e, const void *src, size_t size,
     return bc__error(BC_EIO, "zstd compression failed: %s",
                      ZSTD_getErrorName(n));
   out->size = n;
-  return 0;
+  return e->checksum ? add_checksum(out, bound + 4, src, size) : 0;
 }

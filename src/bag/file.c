@@ -55,6 +55,8 @@ int bc__file_open(bc__file *f, const char *path, bc_cache_policy policy,
     goto cleanup;
   }
   f->size = (uint64_t)st.st_size;
+  f->dev = (uint64_t)st.st_dev;
+  f->ino = (uint64_t)st.st_ino;
 
   if (policy == BC_CACHE_DIRECT_IO) {
     f->dio_fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);

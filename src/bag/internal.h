@@ -50,6 +50,7 @@ typedef struct bc__file {
   int fd;                   /* plain descriptor (pread backends); -1 for mmap */
   int dio_fd;               /* O_DIRECT descriptor (BC_CACHE_DIRECT_IO), else -1 */
   size_t dio_align;         /* BC_CACHE_DIRECT_IO: offset/length/memory alignment */
+  uint64_t dev, ino;        /* the file opened (fstat at open) */
 } bc__file;
 
 int bc__file_open(bc__file *f, const char *path, bc_cache_policy policy,
@@ -91,6 +92,12 @@ typedef struct bc__encoder bc__encoder; /* one thread at a time */
 int bc__encoder_new(bc__encoder **out, int level, const void *dict,
                     size_t dict_size);
 void bc__encoder_free(bc__encoder *e);
+
+/* From now on frames carry zstd's 32-bit content checksum (XXH64), which
+ * every zstd decoder, bagz's included, verifies: the frames stay standard,
+ * bagz's bytes but for the checksum flag and 4 bytes at the end of each.
+ * The cache's shards only. */
+int bc__encoder_checksum(bc__encoder *e);
 
 /* Compresses one non-empty record as a single frame, as bagz does
  * (ZSTD_compress_usingCDict with a CDict made once per writer). */
@@ -147,6 +154,50 @@ static inline const bc__file *bc__shard_limits_file(const bc__shard *s) {
  * too).  With BC_LIMITS_SEPARATE its limits are DIR/limits.NAME. */
 int bc__bag_open_file(bc_bag **out, const char *path,
                       const bc_reader_options *opts);
+
+/* ---- record checksums (crc_table.c) --------------------------------------- */
+
+/* A sidecar of CRC-32C values, one per record, mapped (layout in
+ * crc_table.c). */
+#define BC__CRC_HEADER 24
+typedef struct bc__crc_table {
+  bc__file file;
+  uint64_t count;
+} bc__crc_table;
+
+/* Opens and checks a sidecar for `count` records whose records section has
+ * `records_bytes` bytes: BC_ECORRUPT if it does not match. */
+int bc__crc_table_open(bc__crc_table *t, const char *path, uint64_t count,
+                       uint64_t records_bytes);
+void bc__crc_table_close(bc__crc_table *t);
+/* BC_ECORRUPT (naming `records_path` and record i) unless data[0..size)
+ * has record i's checksum.  Reads the mapping: run guarded. */
+int bc__crc_table_check(const bc__crc_table *t, uint64_t i, const void *data,
+                        size_t size, const char *records_path);
+/* Copies record i's bytes from src[0..size) to dst and checks them, in one
+ * pass (bc__crc32c_copy): what is checked is what was copied. */
+int bc__crc_table_copy(const bc__crc_table *t, uint64_t i, void *dst,
+                       const void *src, size_t size, const char *records_path);
+/* The sidecar's header for `count` records of `records_bytes` bytes. */
+void bc__crc_table_header(unsigned char out[BC__CRC_HEADER], uint64_t count,
+                          uint64_t records_bytes);
+
+/* Attaches the sidecar at `path` to a one-shard bag: from then on every
+ * read through bc_bag_get, bc_bag_get_many and bc_bag_verify checks the
+ * record's checksum, and zero-copy reads are BC_EUNSUPPORTED (their bytes
+ * would go unchecked).  Not thread-safe with reads: call it right after
+ * bc_bag_open. */
+int bc__bag_attach_crcs(bc_bag *bag, const char *path);
+
+/* Makes a zstd writer's frames carry content checksums
+ * (bc__encoder_checksum); no effect on an uncompressed one.  Before the
+ * first write.  Plain bc_writer_open never does this: its files stay
+ * byte-identical to bagz's. */
+int bc__writer_checksum_frames(bc_writer *w);
+
+/* The device and inode of shard 0's records file as it was opened: which
+ * file a bag reads even after its name was replaced or removed. */
+void bc__bag_file_id(const bc_bag *bag, uint64_t *dev, uint64_t *ino);
 
 /* True when every shard can serve zero-copy views (uncompressed and
  * mapped), so bc_bag_get_view never fails with BC_EUNSUPPORTED. */

@@ -6,5 +6,6 @@ BC_BAG_SOURCES = \
 	src/bag/codec.c \
 	src/bag/shard.c \
 	src/bag/reader.c \
+	src/bag/crc_table.c \
 	src/bag/writer.c \
 	src/bag/index.c

@@ -30,6 +30,7 @@ struct bc_bag {
    * general way, which reports the error. */
   const unsigned char *fast_records, *fast_limits;
   uint64_t fast_records_size;
+  bc__crc_table *crcs; /* record checksums (bc__bag_attach_crcs), or NULL */
 };
 
 /* ---- opening ------------------------------------------------------------ */
@@ -198,6 +199,8 @@ void bc_bag_close(bc_bag *bag) {
   if (bag == NULL) return;
   for (size_t s = 0; s < bag->nshards; s++) bc__shard_close(&bag->shards[s]);
   bc__decoder_free(bag->decoder);
+  if (bag->crcs != NULL) bc__crc_table_close(bag->crcs);
+  free(bag->crcs);
   free(bag->shards);
   free(bag->ends);
   free(bag->dict);
@@ -214,6 +217,26 @@ const bc_reader_options *bc_bag_options(const bc_bag *bag) { return &bag->opts; 
 
 double bc_bag_bytes_per_record(const bc_bag *bag) {
   return bag->len ? (double)bag->records_bytes / (double)bag->len : 0.0;
+}
+
+int bc__bag_attach_crcs(bc_bag *bag, const char *path) {
+  if (bag->nshards != 1 || bag->crcs != NULL)
+    return bc__error(BC_EINVAL, "%s: checksums attach to one-shard bags, once",
+                     path);
+  bc__crc_table *t = malloc(sizeof *t);
+  if (t == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  int rc = bc__crc_table_open(t, path, bag->len, bag->shards[0].records_size);
+  if (rc != 0) {
+    free(t);
+    return rc;
+  }
+  bag->crcs = t;
+  return 0;
+}
+
+void bc__bag_file_id(const bc_bag *bag, uint64_t *dev, uint64_t *ino) {
+  *dev = bag->nshards ? bag->shards[0].records.dev : 0;
+  *ino = bag->nshards ? bag->shards[0].records.ino : 0;
 }
 
 int bc_bag_shard_info(const bc_bag *bag, size_t shard, bc_shard_info *info) {
@@ -309,6 +332,17 @@ static int read_in_shard(void *arg) {
                             a->local);
 }
 
+/* read_in_shard, then the record's checksum when the bag has them (one
+ * shard: the local index is the record's). */
+static int read_checked(void *arg) {
+  read_args *a = arg;
+  int rc = read_in_shard(a);
+  if (rc == 0 && a->bag->crcs != NULL)
+    rc = bc__crc_table_check(a->bag->crcs, a->local, a->out->data,
+                             a->out->size, a->shard->records.path);
+  return rc;
+}
+
 /* Reads record `index` (< len) into out. */
 static int read_record(const bc_bag *bag, uint64_t index, bc_buf *out,
                        bc_buf *scratch) {
@@ -316,9 +350,9 @@ static int read_record(const bc_bag *bag, uint64_t index, bc_buf *out,
   read_args a = {bag, NULL, 0, out, scratch};
   locate(bag, index, &si, &a.local);
   a.shard = &bag->shards[si];
-  if (a.shard->records.map == NULL && !a.shard->separate)
+  if (a.shard->records.map == NULL && !a.shard->separate && bag->crcs == NULL)
     return read_in_shard(&a); /* nothing mapped: nothing to guard */
-  return bc__guarded(read_in_shard, &a, a.shard->records.path);
+  return bc__guarded(read_checked, &a, a.shard->records.path);
 }
 
 /* The fast path (see struct bc_bag), run guarded: reads record `index`
@@ -338,7 +372,8 @@ static int fast_read(void *arg) {
   const unsigned char *lim = bag->fast_limits + 8 * a->index;
   uint64_t hi = bc__load_u64le(lim);
   uint64_t lo = a->index ? bc__load_u64le(lim - 8) : 0;
-  if (lo > hi || hi > bag->fast_records_size) return 1;
+  /* hi == 0 may be zeros of a truncated file: the general path checks. */
+  if (lo > hi || hi > bag->fast_records_size || hi == 0) return 1;
   size_t n = (size_t)(hi - lo);
   if (a->out == NULL) {
     a->view = bag->fast_records + lo; /* inside the mapping: never NULL */
@@ -347,8 +382,12 @@ static int fast_read(void *arg) {
   }
   int rc = bc__buf_reserve(a->out, n);
   if (rc != 0) return rc;
-  if (n > 0) memcpy(a->out->data, bag->fast_records + lo, n);
   a->out->size = n;
+  if (bag->crcs != NULL) /* copied and checked in one pass */
+    return bc__crc_table_copy(bag->crcs, a->index, a->out->data,
+                              bag->fast_records + lo, n,
+                              bag->shards[0].records.path);
+  if (n > 0) memcpy(a->out->data, bag->fast_records + lo, n);
   return 0;
 }
 
@@ -366,6 +405,7 @@ int bc_bag_get(const bc_bag *bag, uint64_t index, bc_buf *out) {
 }
 
 bool bc__bag_can_view(const bc_bag *bag) {
+  if (bag->crcs != NULL) return false;
   for (size_t i = 0; i < bag->nshards; i++)
     if (bag->shards[i].zstd || bag->shards[i].records.policy != BC_CACHE_SYSTEM)
       return false;
@@ -385,6 +425,9 @@ static int range_in_shard(void *arg) {
 int bc_bag_get_view(const bc_bag *bag, uint64_t index, const void **data,
                     size_t *size) {
   static const unsigned char empty[1];
+  if (bag->crcs != NULL)
+    return bc__error(BC_EUNSUPPORTED, "%s: zero-copy reads cannot check the "
+                     "record checksums", bag->shards[0].records.path);
   if (bag->fast_limits != NULL && index < bag->len) {
     /* Unguarded: the caller reads the record through the returned pointer
      * outside any guard anyway, so zero-copy reads are exactly as safe as
@@ -425,7 +468,7 @@ int bc_bag_get_views(const bc_bag *bag, const uint64_t *indices, size_t count,
       return bc__error(BC_ERANGE, "indices[%zu] = %llu out of range [0, %llu)",
                        p, (unsigned long long)indices[p],
                        (unsigned long long)bag->len);
-  if (bag->fast_limits != NULL) {
+  if (bag->fast_limits != NULL && bag->crcs == NULL) {
     /* One mapped uncompressed shard: pointer arithmetic in a tight loop;
      * a record with bad limits falls back to the general path's error. */
     const unsigned char *lim = bag->fast_limits, *rec = bag->fast_records;
@@ -434,7 +477,11 @@ int bc_bag_get_views(const bc_bag *bag, const uint64_t *indices, size_t count,
       uint64_t i = indices[p];
       uint64_t hi = bc__load_u64le(lim + 8 * i);
       uint64_t lo = i ? bc__load_u64le(lim + 8 * i - 8) : 0;
-      if (lo > hi || hi > size) return bc_bag_get_view(bag, i, &data[p], &sizes[p]);
+      if (lo > hi || hi > size || hi == 0) { /* the general path decides */
+        int rc = bc_bag_get_view(bag, i, &data[p], &sizes[p]);
+        if (rc != 0) return rc;
+        continue;
+      }
       data[p] = rec + lo;
       sizes[p] = (size_t)(hi - lo);
     }

@@ -100,6 +100,17 @@ static int load_limits(bc__shard *s, const uint64_t **table) {
     free(t);
     return rc;
   }
+  if (!s->separate && n > 0 && bc__load_u64le(&t[n - 1]) != s->records_size) {
+    /* Read after a truncation: zeros where the limits were (see
+     * check_not_shrunk). */
+    uint64_t last = bc__load_u64le(&t[n - 1]);
+    free(t);
+    return bc__error(BC_ECORRUPT,
+                     "%s: the file shrank since it was opened (its last limit "
+                     "reads %llu, not %llu)", s->records.path,
+                     (unsigned long long)last,
+                     (unsigned long long)s->records_size);
+  }
   uint64_t prev = 0, i = 0;
   for (; i < n; i++) {
     uint64_t v = bc__load_u64le(&t[i]);
@@ -119,6 +130,24 @@ static int load_limits(bc__shard *s, const uint64_t **table) {
   free(t); /* another thread published first: same contents */
   *table = published;
   return 0;
+}
+
+/* A file truncated under its mapping reads as zeros up to the end of its
+ * last page (and faults beyond: guard.c), so zeroed limits would pass the
+ * order checks as empty records.  A record ending at 0 in a tail file with
+ * records is therefore served only while the file's last limit still reads
+ * as the records size it had at open: a truncation removes that limit
+ * first (it is the file's last 8 bytes). */
+static int check_not_shrunk(const bc__shard *s, uint64_t i) {
+  const bc__file *f = &s->records;
+  if (s->separate || s->records_size == 0 || f->map == NULL) return 0;
+  uint64_t last = bc__load_u64le(f->map + f->size - 8);
+  if (last == s->records_size) return 0;
+  return bc__error(BC_ECORRUPT,
+                   "%s: record %llu: the file shrank since it was opened (its "
+                   "last limit reads %llu, not %llu)", f->path,
+                   (unsigned long long)i, (unsigned long long)last,
+                   (unsigned long long)s->records_size);
 }
 
 int bc__shard_range(bc__shard *s, uint64_t i, uint64_t *start, uint64_t *end) {
@@ -164,6 +193,10 @@ int bc__shard_range(bc__shard *s, uint64_t i, uint64_t *start, uint64_t *end) {
                        s->records.path, (unsigned long long)i,
                        (unsigned long long)lo, (unsigned long long)hi,
                        (unsigned long long)s->records_size);
+  }
+  if (hi == 0) {
+    int rc = check_not_shrunk(s, i);
+    if (rc != 0) return rc;
   }
   *start = lo;
   *end = hi;

@@ -294,6 +294,12 @@ void bc_writer_free(bc_writer *w) {
   free(w);
 }
 
+int bc__writer_checksum_frames(bc_writer *w) {
+  int rc = check_open(w, "checksum_frames");
+  if (rc == 0 && w->encoder != NULL) rc = bc__encoder_checksum(w->encoder);
+  return rc;
+}
+
 uint64_t bc_writer_count(const bc_writer *w) { return w->count; }
 
 uint64_t bc_writer_records_bytes(const bc_writer *w) { return w->offset; }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "bag/internal.h"
 #include "cache/internal.h"
 
 double bc__now(void) {
@@ -60,6 +61,37 @@ void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
   *p++ = '.';
   p = put_decimal(p, start + records);
   memcpy(p, zstd ? ".bagz" : ".bag", zstd ? 6 : 5);
+}
+
+void bc__cache_crc_file(const bc_cache *c, const char *shard_path, char *out,
+                        size_t size) {
+  const char *slash = strrchr(shard_path, '/');
+  snprintf(out, size, "%s/%s.crc", c->sums_dir, slash ? slash + 1 : shard_path);
+}
+
+int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out) {
+  bc_reader_options o = BC_READER_OPTIONS_INIT;
+  o.max_parallelism = 1;
+  bc_bag *bag = NULL;
+  /* The literal path: the root's name may hold ',' or '@' (spec syntax). */
+  int rc = bc__bag_open_file(&bag, path, &o);
+  if (rc == 0 && c->crc && !bc__path_is_bagz(path)) {
+    char crc[4200];
+    bc__cache_crc_file(c, path, crc, sizeof crc);
+    rc = bc__bag_attach_crcs(bag, crc);
+    struct stat st;
+    if (rc == BC_ENOTFOUND && stat(path, &st) == 0)
+      /* The shard is there but not its checksums: damaged (an eviction
+       * meanwhile removes both, and stays BC_ENOTFOUND). */
+      rc = bc__error(BC_ECORRUPT, "%s: damaged shard: its checksum file %s "
+                     "is missing", path, crc);
+  }
+  if (rc != 0) {
+    bc_bag_close(bag);
+    return rc;
+  }
+  *out = bag;
+  return 0;
 }
 
 int bc__cache_load_length(bc_cache *c, MDB_txn *t) {
@@ -168,6 +200,30 @@ static int cache_length(bc_seq *self, bool exact, bc_len *out) {
   return 0;
 }
 
+/* A read of shard `shard` through reader `r` failed with BC_ECORRUPT: the
+ * file's bytes changed on disk (a record checksum failed) or it shrank
+ * under its mapping.  The reader is released and dropped, so no read of
+ * this process uses that mapping again; with a source the file is
+ * forgotten (if it is still the one read) for the caller to read the shard
+ * again, which regenerates it through the normal fill and publish.
+ * Returns 0 to retry, or the error to report. */
+static int read_damaged(bc_cache *c, uint64_t shard, bc__reader *r,
+                        int attempt) {
+  char detail[1024];
+  snprintf(detail, sizeof detail, "%s", bc_errmsg());
+  uint64_t dev, ino;
+  bc__bag_file_id(r->bag, &dev, &ino);
+  bc__reader_discard(c, r);
+  if (!c->has_source)
+    return bc__error(BC_ECORRUPT, "%s (and the cache has no source to "
+                     "regenerate it)", detail);
+  if (attempt >= 2)
+    return bc__error(BC_ECORRUPT, "%s (the shard was regenerated twice and "
+                     "read damaged again)", detail);
+  bc__notice("%s; regenerating the shard", detail);
+  return bc__forget_file(c, shard, dev, ino);
+}
+
 /* Record `index` into out; `mode` says whether to wait for work done by
  * other threads and processes (bc__obtain). */
 static int get_record(bc_cache *c, uint64_t index, bc__wait_mode mode, bc_buf *out) {
@@ -180,21 +236,26 @@ static int get_record(bc_cache *c, uint64_t index, bc__wait_mode mode, bc_buf *o
                      "%s: nothing is cached yet and the cache has no source",
                      c->root);
   uint64_t shard = index / c->R;
-  bc__reader r;
-  int rc = bc__reader_acquire(c, shard, mode, &r);
-  if (rc != 0) return rc;
-  uint64_t local = index - r.start;
-  if (local >= bc_bag_len(r.bag)) {
-    /* The last shard is short: the source ended before index. */
-    uint64_t end = r.start + bc_bag_len(r.bag);
-    bc__reader_release(c, &r);
-    return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
-                     c->root, (unsigned long long)index,
-                     (unsigned long long)end);
+  for (int attempt = 0;; attempt++) {
+    bc__reader r;
+    int rc = bc__reader_acquire(c, shard, mode, &r);
+    if (rc != 0) return rc;
+    uint64_t local = index - r.start;
+    if (local >= bc_bag_len(r.bag)) {
+      /* The last shard is short: the source ended before index. */
+      uint64_t end = r.start + bc_bag_len(r.bag);
+      bc__reader_release(c, &r);
+      return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
+                       c->root, (unsigned long long)index,
+                       (unsigned long long)end);
+    }
+    rc = bc_bag_get(r.bag, local, out);
+    if (rc != BC_ECORRUPT) {
+      bc__reader_release(c, &r);
+      return rc;
+    }
+    if ((rc = read_damaged(c, shard, &r, attempt)) != 0) return rc;
   }
-  rc = bc_bag_get(r.bag, local, out);
-  bc__reader_release(c, &r);
-  return rc;
 }
 
 static int cache_get_record(bc_seq *self, uint64_t index, bc_buf *out) {
@@ -216,6 +277,7 @@ static void cache_destroy(bc_seq *self) {
   free(c->workers);
   free(c->root);
   free(c->shards_dir);
+  free(c->sums_dir);
   free(c->scratch_dir);
   free(c->locks_dir);
   free(c->meta_path);
@@ -375,6 +437,8 @@ static int recover_layout(bc_cache *c, MDB_txn *t, bc__meta *m) {
                (unsigned long long)l.shard_records, l.zstd ? "zstd" : "none");
     m->shard_records = l.shard_records;
     m->zstd = l.zstd;
+    /* Shards without sidecars were written by a version 1 bagcache. */
+    if (!l.zstd && !l.crc) m->version = 1;
     if (!m->length_final || m->length < l.length) {
       m->length = l.length;
       m->length_final = false;
@@ -464,6 +528,7 @@ static int load_or_create_meta(bc_cache *c, uint64_t estimated) {
   c->R = m.shard_records;
   c->zstd = m.zstd;
   c->level = m.zstd_level;
+  c->crc = m.version >= 2 && !m.zstd;
   /* Only values the caller gave (not left at 0 / AUTO) can disagree. */
   if ((c->opts.shard_records && c->opts.shard_records != m.shard_records) ||
       (c->opts.compression != BC_COMPRESSION_AUTO &&
@@ -519,10 +584,11 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   c->passes = calloc(c->max_passes, sizeof *c->passes);
   c->root = strdup(root);
   c->shards_dir = join(root, "shards");
+  c->sums_dir = join(root, "sums");
   c->scratch_dir = join(root, "scratch");
   c->locks_dir = join(root, "locks");
   c->meta_path = join(root, "metadata.json");
-  if (!c->passes || !c->root || !c->shards_dir || !c->scratch_dir ||
+  if (!c->passes || !c->root || !c->shards_dir || !c->sums_dir || !c->scratch_dir ||
       !c->locks_dir || !c->meta_path) {
     rc = bc__error(BC_ENOMEM, "out of memory");
     goto fail;
@@ -545,6 +611,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
       (rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh)) != 0)
     goto fail;
   if ((rc = load_or_create_meta(c, estimated)) != 0) goto fail;
+  if (c->crc && (rc = make_dir(c->sums_dir)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;
   if (opts->disk_limit != 0) {
     /* Every process enforces the limit stored here at each publish; a

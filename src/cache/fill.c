@@ -32,6 +32,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bag/internal.h"
 #include "cache/internal.h"
+#include "common/crc32c.h"
 
 /* ---- the pass pool ------------------------------------------------------------ */
 
@@ -278,6 +281,15 @@ int bc_cache_finalize(bc_cache *c) {
   return rc;
 }
 
+/* The sidecar of a scratch file: SCRATCH.crc, in scratch/ (removed with
+ * the scratch files of dead processes). */
+static void scratch_crc_file(const char *scratch, char *out, size_t size) {
+  size_t n = strlen(scratch);
+  if (n + 5 > size) n = size - 5; /* never: paths are shorter than PATH_MAX */
+  memcpy(out, scratch, n);
+  memcpy(out + n, ".crc", 5);
+}
+
 /* ---- publishing ------------------------------------------------------------------- */
 
 /* Picks the least recently used PRESENT shard other than `keep`. */
@@ -344,10 +356,24 @@ static int publish_nested(bc_cache *c, MDB_txn *parent, uint64_t shard,
   if (mrc != 0) return bc__mdb_error(mrc, "cache state");
   MDB_dbi meta = bc__dbi_meta(c->env);
   int rc = 0;
-  bool renamed = false;
-  if (rename(scratch, final_path) != 0)
+  bool renamed = false, crc_renamed = false;
+  char scratch_crc[4200], final_crc[4200];
+  scratch_crc_file(scratch, scratch_crc, sizeof scratch_crc);
+  bc__cache_crc_file(c, final_path, final_crc, sizeof final_crc);
+  /* The sidecar first, durably: whenever the shard is under its name, so
+   * are its checksums.  A crash before the commit leaves files the state
+   * does not list, removed with the dead claim (bc__unlink_shard_files);
+   * a sidecar alone is replaced by the shard's next publish. */
+  if (c->crc) {
+    if (rename(scratch_crc, final_crc) != 0)
+      rc = bc__error_errno(errno, "%s: rename from %s", final_crc, scratch_crc);
+    else
+      crc_renamed = true;
+    if (rc == 0) rc = bc__fsync_parent_dir(final_crc);
+  }
+  if (rc == 0 && rename(scratch, final_path) != 0)
     rc = bc__error_errno(errno, "%s: rename from %s", final_path, scratch);
-  else
+  else if (rc == 0)
     renamed = true;
   if (rc == 0) rc = bc__fsync_parent_dir(final_path);
   if (rc == 0) rc = bc__rec_put(t, bc__dbi_shard(c->env), shard, rec);
@@ -370,6 +396,7 @@ static int publish_nested(bc_cache *c, MDB_txn *parent, uint64_t shard,
   }
   /* A file the state does not know must not stay in shards/. */
   if (rc != 0 && renamed) unlink(final_path);
+  if (rc != 0 && crc_renamed) unlink(final_crc);
   return rc;
 }
 
@@ -453,6 +480,11 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
       rc = bc__error_errno(errno, "%s: evict", vpath);
       break;
     }
+    if (!vrec.zstd) { /* its checksums, if the root has them */
+      char vcrc[4200];
+      bc__cache_crc_file(c, vpath, vcrc, sizeof vcrc);
+      unlink(vcrc);
+    }
     rc = bc__rec_del(t, sdb, victim);
     bytes = vrec.bytes > bytes ? 0 : bytes - vrec.bytes;
     atomic_fetch_add(&c->stats.evictions, 1);
@@ -487,7 +519,12 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
     return bc__error(prc, "%s", detail);
   }
   rc = bc__txn_commit(t);
-  if (rc != 0) unlink(final_path); /* unknown to the state: take it back */
+  if (rc != 0) { /* unknown to the state: take them back */
+    char final_crc[4200];
+    bc__cache_crc_file(c, final_path, final_crc, sizeof final_crc);
+    unlink(final_path);
+    if (c->crc) unlink(final_crc);
+  }
   bc__readers_forget(c, victims, nvictims);
   if (rc == 0) {
     if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
@@ -499,6 +536,36 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
 
 /* ---- filling ------------------------------------------------------------------------ */
 
+/* Appends the CRC-32C of a record (little-endian) to the sidecar's table,
+ * after room for its header. */
+static int crc_append(bc_buf *crcs, const void *data, size_t size) {
+  size_t at = crcs->size ? crcs->size : BC__CRC_HEADER;
+  int rc = bc__buf_reserve(crcs, at + 4);
+  if (rc != 0) return rc;
+  uint32_t v = bc__crc32c(0, data, size);
+  for (int i = 0; i < 4; i++) crcs->data[at + i] = (unsigned char)(v >> (8 * i));
+  crcs->size = at + 4;
+  return 0;
+}
+
+/* Writes the shard's checksums to SCRATCH.crc and fsyncs it; publish
+ * renames it into sums/ with the shard. */
+static int write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
+                         uint64_t records, uint64_t records_bytes) {
+  char path[4200];
+  scratch_crc_file(scratch, path, sizeof path);
+  int rc = bc__buf_reserve(crcs, BC__CRC_HEADER + 4 * records);
+  if (rc != 0) return rc;
+  crcs->size = BC__CRC_HEADER + 4 * records;
+  bc__crc_table_header((unsigned char *)crcs->data, records, records_bytes);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)c->mode);
+  if (fd < 0) return bc__error_errno(errno, "%s: create", path);
+  rc = bc__write_all(fd, crcs->data, crcs->size, path);
+  if (rc == 0) rc = bc__fsync(fd, path);
+  close(fd);
+  return rc;
+}
+
 /* Fills shard `shard`, which this process has claimed. */
 static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
   uint64_t start = shard * c->R;
@@ -506,7 +573,7 @@ static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
   int rc = pass_lease(c, start, mode, &slot);
   if (rc != 0) return rc;
   bc__pass *p = &c->passes[slot];
-  bc_buf buf = BC_BUF_INIT;
+  bc_buf buf = BC_BUF_INIT, crcs = BC_BUF_INIT;
   bc_writer *w = NULL;
   bool ended = false, keep = false;
   char scratch[4200];
@@ -527,6 +594,9 @@ static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
   wo.zstd_level = c->zstd ? c->level : 0;
   wo.file_mode = c->mode;
   if ((rc = bc_writer_open(&w, scratch, &wo)) != 0) goto cleanup;
+  /* zstd frames carry zstd's content checksum; records of .bag shards get
+   * a CRC-32C each, in the sidecar (format version 2). */
+  if (c->zstd && (rc = bc__writer_checksum_frames(w)) != 0) goto cleanup;
   uint64_t sum = BC__SUM_INIT, n = 0;
   while (n < c->R) {
     if (atomic_load(&c->stop_fills)) { /* closing: abandon, publish nothing */
@@ -549,6 +619,8 @@ static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
     p->pos++;
     sum = bc__sum_add(sum, buf.data, buf.size);
     if ((rc = bc_writer_write(w, buf.data, buf.size)) != 0) goto cleanup;
+    if (c->crc && (rc = crc_append(&crcs, buf.data, buf.size)) != 0)
+      goto cleanup;
     n++;
   }
   if (n == 0) { /* ended exactly at the shard's start */
@@ -559,6 +631,9 @@ static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
     goto cleanup;
   }
   if ((rc = bc_writer_close(w)) != 0) goto cleanup;
+  if (c->crc &&
+      (rc = write_sidecar(c, scratch, &crcs, n, bc_writer_records_bytes(w))) != 0)
+    goto cleanup;
   bool regenerated = false;
   rc = publish(c, shard, scratch, n, sum, ended, &regenerated);
   if (rc == 0)
@@ -567,10 +642,14 @@ static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
 cleanup:
   if (rc != 0 && rc != BC_ERANGE) {
     /* Nothing partial survives: the writer discards, the scratch file goes. */
+    char scratch_crc[4200];
+    scratch_crc_file(scratch, scratch_crc, sizeof scratch_crc);
     unlink(scratch);
+    if (c->crc) unlink(scratch_crc);
   }
   bc_writer_free(w);
   bc_buf_release(&buf);
+  bc_buf_release(&crcs);
   /* A pass that failed cannot be trusted to continue; one that ended is
    * useless; otherwise it now sits at the next shard's start. */
   pass_return(c, slot, keep);
@@ -723,9 +802,11 @@ int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *seen) {
   rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
   if (rc == 0 && found && rec.state == SHARD_PRESENT &&
       rec.bytes == seen->bytes && rec.records == seen->records) {
-    char path[4200];
+    char path[4200], crc[4200];
     bc__cache_shard_file(c, shard, rec.records, rec.zstd, path, sizeof path);
+    bc__cache_crc_file(c, path, crc, sizeof crc);
     unlink(path);
+    if (!rec.zstd) unlink(crc);
     uint64_t bytes = 0;
     bool f;
     rc = bc__u64_get(t, bc__dbi_meta(c->env), "bytes", &bytes, &f);
@@ -735,6 +816,39 @@ int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *seen) {
     if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
   }
   if (rc == 0) return bc__txn_commit(t);
+  mdb_txn_abort(t);
+  return rc;
+}
+
+int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino) {
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, true, &t); /* publishes wait: the file
+                                               cannot change under us */
+  if (rc != 0) return rc;
+  bc__shard_rec rec;
+  bool found;
+  rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
+  bool drop = false;
+  if (rc == 0 && found && rec.state == SHARD_PRESENT) {
+    char path[4200], crc[4200];
+    bc__cache_shard_file(c, shard, rec.records, rec.zstd, path, sizeof path);
+    bc__cache_crc_file(c, path, crc, sizeof crc);
+    struct stat st;
+    bool lost = stat(path, &st) != 0; /* its state goes too */
+    drop = lost || ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino);
+    if (drop && !lost) unlink(path);
+    if (drop && !rec.zstd) unlink(crc); /* the shard first, as evictions do */
+  }
+  if (rc == 0 && drop) {
+    uint64_t bytes = 0;
+    bool f;
+    rc = bc__u64_get(t, bc__dbi_meta(c->env), "bytes", &bytes, &f);
+    if (rc == 0)
+      rc = bc__u64_put(t, bc__dbi_meta(c->env), "bytes",
+                       bytes > rec.bytes ? bytes - rec.bytes : 0);
+    if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
+  }
+  if (rc == 0 && drop) return bc__txn_commit(t);
   mdb_txn_abort(t);
   return rc;
 }

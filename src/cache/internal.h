@@ -3,6 +3,7 @@
  *
  * Files are the truth, LMDB is the coordination state:
  *   shards/START.END.bag[z]  published shards (complete Bagz files)
+ *   sums/START.END.bag.crc   record checksums of .bag shards (version 2)
  *   scratch/                 shards being written (owner pid in the name)
  *   locks/                   the LMDB environment
  *   metadata.json            format version, shard length, length,
@@ -32,7 +33,11 @@
 
 #include "common/internal.h"
 
-#define BC_CACHE_FORMAT_VERSION 1
+/* Version 2: uncompressed shards carry record checksums in a sidecar
+ * sums/START.END.bag.crc (src/bag/crc_table.c), published with the shard.
+ * Version 1 roots (no sidecars) are read and written as before. */
+#define BC_CACHE_FORMAT_VERSION 2
+#define BC_CACHE_FORMAT_OLDEST 1
 
 /* ---- owners: a process identity that survives pid reuse (owner.c) ------ */
 
@@ -174,7 +179,7 @@ typedef struct bc__filling {
 
 struct bc_cache {
   bc_seq base; /* first: the cache is a sequence leaf */
-  char *root, *shards_dir, *scratch_dir, *locks_dir, *meta_path;
+  char *root, *shards_dir, *sums_dir, *scratch_dir, *locks_dir, *meta_path;
   bc__env *env;
   bc_source src;
   bool has_source;
@@ -183,6 +188,7 @@ struct bc_cache {
   uint64_t R; /* records per shard (0: undecided, nothing cached) */
   bool zstd;
   int level;
+  bool crc; /* shards are .bag with .bag.crc sidecars (format version 2) */
   bc__owner self;
   _Atomic uint64_t known_length; /* records known to exist */
   atomic_bool final;             /* known_length is the exact length */
@@ -228,6 +234,12 @@ double bc__coarse_now(void);
 /* Paths of a shard's file and its records range. */
 void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
                     bool zstd, char *out, size_t size);
+/* The checksum sidecar of shard file `shard_path`: sums/NAME.crc. */
+void bc__cache_crc_file(const bc_cache *c, const char *shard_path, char *out,
+                        size_t size);
+/* Opens shard file `path` (of `records` records) as this cache reads it:
+ * with its checksum sidecar attached when the root has them. */
+int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out);
 /* Refreshes known_length/final from the shared state (read txn `t`). */
 int bc__cache_load_length(bc_cache *c, MDB_txn *t);
 
@@ -245,6 +257,9 @@ typedef enum {
 int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
                        bc__reader *out);
 void bc__reader_release(bc_cache *c, bc__reader *r);
+/* Releases a reader whose shard was found damaged by a read, and drops it
+ * from its slot so the next read opens the shard's file anew. */
+void bc__reader_discard(bc_cache *c, bc__reader *r);
 void bc__readers_close_all(bc_cache *c);
 /* Reads served from open readers, summed over the threads' records. */
 uint64_t bc__readers_hits(bc_cache *c);
@@ -271,6 +286,10 @@ void bc__access_flush(bc_cache *c);
 int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *rec);
 /* Forgets a damaged shard (unlinks it, drops its state) so it is refilled. */
 int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *rec);
+/* Forgets shard `shard` if its file is still the one with device `dev` and
+ * inode `ino` (a read found it damaged), or is gone; a file published since
+ * (another thread or process regenerated it already) is kept. */
+int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino);
 /* Drains the source to its end (known_length becomes final), with the fill
  * workers joining in when there are several.  `from_start`: also fill every
  * missing shard before the known length (fill_all); otherwise start at the
@@ -288,6 +307,7 @@ typedef struct {
   uint64_t shard_records; /* R */
   bool zstd;
   uint64_t length;        /* the highest end: a lower bound */
+  bool crc;               /* every .bag file has its .bag.crc sidecar */
 } bc__layout;
 int bc__infer_layout(bc_cache *c, bc__layout *out);
 /* Removes every file of shard `shard` from shards/ (whatever its end). */

@@ -31,20 +31,48 @@ static bool parse_shard_name(const char *name, uint64_t *start, uint64_t *end,
   return true;
 }
 
-void bc__unlink_shard_files(bc_cache *c, uint64_t shard) {
-  DIR *d = opendir(c->shards_dir);
+/* Parses a sidecar's name "START.END.bag.crc". */
+static bool parse_crc_name(const char *name, uint64_t *start, uint64_t *end) {
+  size_t n = strlen(name);
+  char shard[256];
+  bool zstd;
+  if (n < 5 || n - 4 >= sizeof shard || strcmp(name + n - 4, ".crc") != 0)
+    return false;
+  memcpy(shard, name, n - 4);
+  shard[n - 4] = '\0';
+  return parse_shard_name(shard, start, end, &zstd) && !zstd;
+}
+
+/* Removes every file of shard `shard` from dir (shard files, or sidecars). */
+static void unlink_in(bc_cache *c, const char *dir, uint64_t shard, bool sums) {
+  DIR *d = opendir(dir);
   if (d == NULL) return;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     uint64_t start, end;
     bool zstd;
-    if (parse_shard_name(e->d_name, &start, &end, &zstd) && start == shard * c->R) {
+    if ((sums ? parse_crc_name(e->d_name, &start, &end)
+              : parse_shard_name(e->d_name, &start, &end, &zstd)) &&
+        start == shard * c->R) {
       char path[4200];
-      snprintf(path, sizeof path, "%s/%s", c->shards_dir, e->d_name);
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
       unlink(path);
     }
   }
   closedir(d);
+}
+
+void bc__unlink_shard_files(bc_cache *c, uint64_t shard) {
+  unlink_in(c, c->shards_dir, shard, false);
+  if (c->crc) unlink_in(c, c->sums_dir, shard, true); /* after: never a
+                                                          shard without */
+}
+
+/* True when shard file NAME has its sidecar in sums/. */
+static bool has_sidecar(const bc_cache *c, const char *name) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s.crc", c->sums_dir, name);
+  return access(path, F_OK) == 0;
 }
 
 /* Infers the shard length, compression and known length from the files
@@ -62,6 +90,7 @@ int bc__infer_layout(bc_cache *c, bc__layout *out) {
     return errno == ENOENT ? 0 : bc__error_errno(errno, "%s", c->shards_dir);
   uint64_t top_start = 0, top_len = 0, full = 0;
   size_t nzstd = 0;
+  bool all_crc = true;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     uint64_t start, end;
@@ -69,6 +98,7 @@ int bc__infer_layout(bc_cache *c, bc__layout *out) {
     if (!parse_shard_name(e->d_name, &start, &end, &zstd)) continue;
     out->files++;
     nzstd += zstd;
+    if (!zstd && all_crc) all_crc = has_sidecar(c, e->d_name);
     if (end > out->length) out->length = end;
     if (out->files == 1 || start > top_start) {
       if (out->files > 1 && top_len > full) full = top_len; /* not the top */
@@ -79,6 +109,7 @@ int bc__infer_layout(bc_cache *c, bc__layout *out) {
     }
   }
   closedir(d);
+  out->crc = all_crc; /* version 2 wrote one for every .bag shard */
   if (out->files == 0) return 0;
   out->zstd = 2 * nzstd > out->files;
   uint64_t r = full > top_len ? full : top_len;
@@ -224,7 +255,7 @@ int bc_cache_verify(bc_cache *c, uint64_t *bad_start) {
     } else if ((uint64_t)st.st_size != s->bytes) {
       rc = bc__error(BC_ECORRUPT, "%s: %llu bytes, %llu recorded", s->path,
                      (unsigned long long)st.st_size, (unsigned long long)s->bytes);
-    } else if ((rc = bc__bag_open_file(&bag, s->path, NULL)) == 0) {
+    } else if ((rc = bc__cache_open_shard(c, s->path, &bag)) == 0) {
       if (bc_bag_len(bag) != s->end - s->start)
         rc = bc__error(BC_ECORRUPT, "%s: %llu records, %llu recorded", s->path,
                        (unsigned long long)bc_bag_len(bag),
@@ -311,9 +342,9 @@ int bc_cache_clear(const char *root) {
   if (access(path, F_OK) != 0)
     return bc__error(BC_EINVAL, "%s: not a bagcache cache (no metadata.json); "
                      "refusing to delete anything", root);
-  static const char *const dirs[] = {"shards", "scratch", "locks"};
+  static const char *const dirs[] = {"shards", "sums", "scratch", "locks"};
   int rc = 0;
-  for (size_t i = 0; rc == 0 && i < 3; i++) {
+  for (size_t i = 0; rc == 0 && i < 4; i++) {
     snprintf(path, sizeof path, "%s/%s", root, dirs[i]);
     rc = remove_dir_files(path);
   }

@@ -47,11 +47,12 @@ int bc__meta_read(const char *path, bc__meta *m) {
     rc = corrupt(path, "\"format\" is not \"" FORMAT_NAME "\"");
   } else if (!json_is_integer(ver)) {
     rc = corrupt(path, "no integer \"version\"");
-  } else if (json_integer_value(ver) != BC_CACHE_FORMAT_VERSION) {
+  } else if (json_integer_value(ver) < BC_CACHE_FORMAT_OLDEST ||
+             json_integer_value(ver) > BC_CACHE_FORMAT_VERSION) {
     rc = bc__error(BC_EVERSION,
                    "%s: cache format version %lld; this bagcache reads "
-                   "version %d", path, (long long)json_integer_value(ver),
-                   BC_CACHE_FORMAT_VERSION);
+                   "versions %d to %d", path, (long long)json_integer_value(ver),
+                   BC_CACHE_FORMAT_OLDEST, BC_CACHE_FORMAT_VERSION);
   } else if (!json_is_integer(sr) || json_integer_value(sr) < 0 ||
              !json_is_integer(len) || json_integer_value(len) < 0 ||
              !json_is_boolean(fin) || !json_is_string(comp) ||
@@ -82,7 +83,7 @@ int bc__meta_write(const char *path, const bc__meta *m, unsigned mode) {
     return bc__error(BC_EINVAL, "user info is not JSON: %s", err.text);
   json_t *root = json_pack(
       "{s:s, s:i, s:I, s:I, s:b, s:s, s:i, s:o}", "format", FORMAT_NAME,
-      "version", BC_CACHE_FORMAT_VERSION, "shard_records",
+      "version", m->version ? m->version : BC_CACHE_FORMAT_VERSION, "shard_records",
       (json_int_t)m->shard_records, "length", (json_int_t)m->length,
       "length_final", m->length_final, "compression", m->zstd ? "zstd" : "none",
       "zstd_level", m->zstd_level, "info", info);

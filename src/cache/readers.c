@@ -180,10 +180,7 @@ static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
                         bc_bag **out) {
   char path[4200];
   bc__cache_shard_file(c, shard, rec->records, rec->zstd, path, sizeof path);
-  bc_reader_options o = BC_READER_OPTIONS_INIT;
-  o.max_parallelism = 1;
-  /* The literal path: the root's name may hold ',' or '@' (spec syntax). */
-  int rc = bc__bag_open_file(out, path, &o);
+  int rc = bc__cache_open_shard(c, path, out);
   if (rc != 0) return rc;
   bc_shard_info info;
   bc_bag_shard_info(*out, 0, &info);
@@ -342,6 +339,11 @@ void bc__reader_release(bc_cache *c, bc__reader *r) {
     bc__slot_unpin(&c->slots, r->slot);
   else
     bc_bag_close(r->bag);
+}
+
+void bc__reader_discard(bc_cache *c, bc__reader *r) {
+  if (r->slot != NULL) drop_if_open(c, r->slot); /* no new reads from it */
+  bc__reader_release(c, r); /* closes it when no other read is in it */
 }
 
 void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n) {

@@ -115,6 +115,10 @@ int bc__cpu_count(void);
  * runs and platforms (used for indexes, not for anything persistent). */
 uint64_t bc__hash64(const void *data, size_t size, uint64_t seed);
 
+/* XXH64 of data[0..size) (xxh64.c): zstd's content checksum is its low 32
+ * bits with seed 0. */
+uint64_t bc__xxh64(const void *data, size_t size, uint64_t seed);
+
 /* ---- little endian ------------------------------------------------------ */
 
 static inline uint64_t bc__load_u64le(const void *p) {

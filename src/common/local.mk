@@ -7,5 +7,8 @@ BC_COMMON_SOURCES = \
 	src/common/publish.c \
 	src/common/pool.c \
 	src/common/hash.c \
+	src/common/crc32c.c \
+	src/common/crc32c.h \
+	src/common/xxh64.c \
 	src/common/version.c \
 	src/common/guard.c

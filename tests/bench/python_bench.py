@@ -13,7 +13,7 @@ default $BC_BUILDDIR or the current directory), --records N (200,000),
 --cold-reads N (2,000), --cold-shard N (65,536 records),
 --dir DIR (where the data goes; default a new temporary directory),
 --only KEY,... (rows: get view-get read-indices indices-iter
-loadit-get loadit-fill loadit-cold), --quick (tiny sizes).
+loadit-get loadit-fill loadit-cold loadit-checksums), --quick (tiny sizes).
 
 Data: N records of 1,024 bytes of word salad (the C benchmark's 32 words),
 written with bagcache.Writer to DIR/data.bag; `--reads` uniformly random
@@ -61,6 +61,12 @@ Rows (doc/performance.md, section "Python", explains them):
                 reads done by hand: os.open, mmap, os.close, the two
                 limits from the tail, pickle.loads of the slice,
                 mmap.close.  Target <= 3x time.
+  checksums     warm random loader[i] of the 1 KiB records in a raw
+                LoadIt (serializer="raw"), every read checking the
+                record's CRC-32C (.bag) or zstd's content checksum
+                (.bagz), against a copy of the same root without them
+                (format version 1; .bagz shards rewritten by a Writer):
+                the reading thread's CPU time.
 """
 
 import argparse
@@ -608,6 +614,83 @@ def measure_self_timed_subject(repeat, baseline, subject):
     return statistics.median(tb), statistics.median(ts)
 
 
+# ---- record checksums (doc/cache.md, "Record checksums") ----------------------------
+
+
+def unchecked_copy(bagcache, root, copy, compression):
+    """A copy of cache `root` whose reads check no record checksums, as a
+    root written before them: metadata.json says format version 1 and
+    sums/ is gone (.bag), or every shard is rewritten with a plain Writer,
+    whose zstd frames carry no content checksum, and the shared state is
+    rebuilt from the new files (.bagz)."""
+    shutil.copytree(root, copy)
+    meta = os.path.join(copy, "metadata.json")
+    with open(meta) as f:
+        text = f.read()
+    with open(meta, "w") as f:
+        f.write(text.replace('"version": 2', '"version": 1'))
+    shutil.rmtree(os.path.join(copy, "sums"), ignore_errors=True)
+    if compression:
+        shards = os.path.join(copy, "shards")
+        for name in os.listdir(shards):
+            path = os.path.join(shards, name)
+            records = list(bagcache.Reader(path))
+            with bagcache.Writer(path) as w:
+                for r in records:
+                    w.write(r)
+        shutil.rmtree(os.path.join(copy, "locks"))
+
+
+def bench_checksums(a, np, bagcache, tmp, records):
+    """Warm random loader[i] of 1 KiB raw records: every read checks the
+    record's checksum (CRC-32C from the sidecar for .bag shards, zstd's
+    content checksum for .bagz) against the same root without them."""
+    only = set(a.only.split(",")) if a.only else None
+    if only is not None and "loadit-checksums" not in only:
+        return
+    LoadIt = getattr(bagcache, "LoadIt", None)
+    names = ("LoadIt get raw 1 KiB, record CRC-32C", "LoadIt get raw 1 KiB, zstd checksums")
+    if LoadIt is None:
+        for name in names:
+            skipped(name, "same root without checksums", "n/a (LoadIt missing)")
+        return
+    m = len(records)
+    idx = np.random.default_rng(11).integers(0, m, size=a.loadit_reads).tolist()
+    for name, compression in zip(names, (None, "zstd")):
+        root = os.path.join(tmp, f"checksums-{compression}")
+        copy = root + "-unchecked"
+        with LoadIt(root, lambda: iter(records), serializer="raw",
+                    compression=compression) as ld:
+            assert sum(1 for _ in ld) == m
+        unchecked_copy(bagcache, root, copy, compression)
+        checked = LoadIt(root, None, serializer="raw")
+        unchecked = LoadIt(copy, None, serializer="raw")
+        if [checked[i] for i in idx[:100]] != [unchecked[i] for i in idx[:100]]:
+            print("python_bench: checked and unchecked roots disagree", file=sys.stderr)
+            sys.exit(1)
+        for i in range(m):  # every shard open in both
+            checked[i]
+            unchecked[i]
+
+        def base():
+            for i in idx:
+                unchecked[i]
+
+        def sub():
+            for i in idx:
+                checked[i]
+
+        # The reading thread's CPU time: on a shared machine it moves less
+        # than the wall clock, and it is all the check costs (no I/O).
+        tb, t = measure(a.repeat, base, sub, clock=time.thread_time)
+        checked.close()
+        unchecked.close()
+        shutil.rmtree(root)
+        shutil.rmtree(copy)
+        row(name, t, "same root without checksums", tb, len(idx),
+            f"{t / tb:.3f}x CPU", "<= 1.05x", t / tb <= 1.05)
+
+
 def remover(path):
     """A function that removes the file at path if there is one (for the
     untimed after_baseline step of measure)."""
@@ -709,9 +792,10 @@ def main():
         idx = np.random.default_rng(42).integers(0, a.records, size=a.reads, dtype=np.int64)
         bench_reader(a, np, bagcache, lib_path, path, idx)
         texts = [r[:1000].decode() for r in records]
-        del records
         bench_loadit(a, np, bagcache, tmp, texts)
         bench_cold(a, np, bagcache, tmp, texts)
+        del texts
+        bench_checksums(a, np, bagcache, tmp, records)
     finally:
         if not a.dir:
             shutil.rmtree(tmp, ignore_errors=True)

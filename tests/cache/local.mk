@@ -13,13 +13,15 @@ BC_CACHE_TESTS = \
 	tests/cache/test_cache_threads \
 	tests/cache/test_cache_crash \
 	tests/cache/test_cache_damage \
+	tests/cache/test_cache_checksums \
 	tests/cache/test_slots
 
 if BC_TESTS
 check_PROGRAMS += $(BC_CACHE_TESTS)
 TESTS += $(BC_CACHE_TESTS)
 endif
-BC_THREAD_TESTS += tests/cache/test_cache_threads tests/cache/test_cache_introspect
+BC_THREAD_TESTS += tests/cache/test_cache_threads tests/cache/test_cache_introspect \
+	tests/cache/test_cache_checksums
 BC_THREAD_TESTS += tests/cache/test_cache_root
 
 BC_CACHE_TEST_UTIL = tests/cache/source.c tests/cache/source.h \
@@ -75,6 +77,11 @@ tests_cache_test_cache_crash_SOURCES = tests/cache/test_cache_crash.c \
 	$(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_crash_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_crash_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_checksums_SOURCES = tests/cache/test_cache_checksums.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_checksums_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_checksums_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_damage_SOURCES = tests/cache/test_cache_damage.c \
 	$(BC_CACHE_TEST_UTIL)

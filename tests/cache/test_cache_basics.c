@@ -375,7 +375,7 @@ static void test_metadata_checks(void **state) {
   json_error_t err;
   json_t *m = json_load_file(path, 0, &err);
   assert_non_null(m);
-  assert_int_equal(json_integer_value(json_object_get(m, "version")), 1);
+  assert_int_equal(json_integer_value(json_object_get(m, "version")), 2);
   assert_int_equal(json_integer_value(json_object_get(m, "shard_records")), 10);
   assert_int_equal(json_integer_value(json_object_get(m, "length")), 30);
   assert_true(json_is_true(json_object_get(m, "length_final")));
@@ -383,7 +383,7 @@ static void test_metadata_checks(void **state) {
   json_decref(m);
 
   /* Another format version: BC_EVERSION, and the payload is still freed. */
-  meta_set(f->root, "version", "2");
+  meta_set(f->root, "version", "3");
   uint64_t frees = atomic_load(&f->sh->frees);
   CU_RC(cu_open(&f->c, f->root, &cfg, f->sh, &o), BC_EVERSION);
   assert_null(f->c);

