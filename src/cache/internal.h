@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "cache/lmdb_guard.h"
 #include "cache/slots.h"
 
 #include "common/internal.h"

@@ -37,6 +37,7 @@ struct bc__env {
   int refs;           /* registry_lock */
   pid_t pid;          /* process that opened `env` */
   MDB_env *env;
+  _Atomic bool damaged; /* an LMDB call faulted on env (lmdb_guard.c) */
   int users_fd;       /* locks/users, flock(LOCK_SH) while open */
   MDB_dbi shard, sum, meta;
   pthread_mutex_t reopen_lock; /* serialises the reopen after fork */
@@ -69,6 +70,12 @@ void bc__envs_after_fork(bool child) {
 
 
 int bc__mdb_error(int rc, const char *what) {
+  if (rc == BC__MDB_FAULT)
+    return bc__error(BC_ECORRUPT,
+                     "%s: the shared state (locks/data.mdb) is damaged: %s; "
+                     "it is rebuilt from the shard files by the first open "
+                     "after every process has closed it", what,
+                     bc__mdb_fault_text());
   int code = rc == MDB_CORRUPTED || rc == MDB_INVALID || rc == MDB_PAGE_NOTFOUND
                  ? BC_ECORRUPT
              : rc == MDB_VERSION_MISMATCH ? BC_EVERSION
@@ -83,6 +90,7 @@ int bc__mdb_error(int rc, const char *what) {
 static int env_open_raw(bc__env *e) {
   MDB_txn *txn = NULL;
   int rc = mdb_env_create(&e->env);
+  if (rc == 0) bc__mdb_guard_env(e->env, &e->damaged);
   if (rc == 0) rc = mdb_env_set_maxdbs(e->env, 4);
   if (rc == 0) rc = mdb_env_set_mapsize(e->env, (size_t)1 << 30);
   if (rc == 0) rc = mdb_env_set_maxreaders(e->env, 1024);
@@ -233,7 +241,16 @@ int bc__txn_begin(bc__env *e, bool write, MDB_txn **txn) {
     pthread_mutex_unlock(&e->reopen_lock);
     if (rc != 0) return bc__mdb_error(rc, e->dir);
   }
-  int rc = mdb_txn_begin(e->env, NULL, write ? 0 : MDB_RDONLY, txn);
+  if (atomic_load(&e->damaged))
+    return bc__error(BC_ECORRUPT,
+                     "%s: the shared state (data.mdb) was found damaged "
+                     "while in use; it is rebuilt from the shard files by "
+                     "the first open after every process has closed it",
+                     e->dir);
+  /* A write transaction holds LMDB's write lock (across processes) from
+   * its begin: it must not fault there on a truncated file. */
+  int rc = write ? bc__mdb_check_size(e->env) : 0;
+  if (rc == 0) rc = mdb_txn_begin(e->env, NULL, write ? 0 : MDB_RDONLY, txn);
   if (rc == MDB_READERS_FULL) {
     int dead = 0;
     mdb_reader_check(e->env, &dead);
