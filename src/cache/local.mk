@@ -5,6 +5,7 @@ BC_CACHE_SOURCES = \
 	src/cache/state.c \
 	src/cache/lmdb_guard.h \
 	src/cache/lmdb_guard.c \
+	src/cache/validate.c \
 	src/cache/cache.c \
 	src/cache/slots.h \
 	src/cache/slots.c \

@@ -45,6 +45,9 @@ struct bc__env {
   struct bc__env *next;
 };
 
+/* The map size: the state can never grow past it (MDB_MAP_FULL). */
+#define MAP_SIZE ((size_t)1 << 30)
+
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static bc__env *registry;
 
@@ -92,7 +95,7 @@ static int env_open_raw(bc__env *e) {
   int rc = mdb_env_create(&e->env);
   if (rc == 0) bc__mdb_guard_env(e->env, &e->damaged);
   if (rc == 0) rc = mdb_env_set_maxdbs(e->env, 4);
-  if (rc == 0) rc = mdb_env_set_mapsize(e->env, (size_t)1 << 30);
+  if (rc == 0) rc = mdb_env_set_mapsize(e->env, MAP_SIZE);
   if (rc == 0) rc = mdb_env_set_maxreaders(e->env, 1024);
   /* MDB_NOMETASYNC: one sync per commit instead of two.  A system crash
    * may lose the last transactions but never breaks the database; the
@@ -160,11 +163,26 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
     char data[4200];
     snprintf(data, sizeof data, "%s/users", real);
     e->users_fd = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
-    if (e->users_fd < 0 || flock(e->users_fd, LOCK_SH) != 0) {
+    /* Alone: no other process has the environment open, and none can open
+     * it until the lock is converted to a shared one below. */
+    bool alone = e->users_fd >= 0 && flock(e->users_fd, LOCK_EX | LOCK_NB) == 0;
+    if (e->users_fd < 0 || (!alone && flock(e->users_fd, LOCK_SH) != 0)) {
       rc = bc__error_errno(errno, "%s", data);
       goto discard;
     }
     snprintf(data, sizeof data, "%s/data.mdb", real);
+    if (alone) {
+      /* LMDB trusts its pages: check them first, while nobody writes. */
+      int vrc = bc__state_validate(data, MAP_SIZE);
+      if (vrc == BC_ECORRUPT) {
+        bc__notice("%s; rebuilding the shared state from the shard files",
+                   bc_errmsg());
+        env_discard_files(real);
+      } else if (vrc != 0) {
+        rc = vrc;
+        goto discard;
+      }
+    }
     *fresh = access(data, F_OK) != 0;
     int mrc = env_open_raw(e);
     if (mrc == MDB_INVALID || mrc == MDB_CORRUPTED || mrc == MDB_VERSION_MISMATCH ||
@@ -181,8 +199,9 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       env_discard_files(real);
       *fresh = true;
       mrc = env_open_raw(e);
-      flock(e->users_fd, LOCK_SH); /* a conversion: never blocks on others */
+      alone = true;
     }
+    if (alone) flock(e->users_fd, LOCK_SH); /* a conversion: never blocks */
     if (mrc != 0) {
       rc = bc__mdb_error(mrc, real);
       goto discard;

@@ -7,7 +7,8 @@
  * shard file that went missing is refilled (or BC_ENOTCACHED).  A byte
  * changed inside a shard of the same size is found by bc_cache_verify.
  * Dead writers' scratch files are removed on open; files that are not this
- * cache's shards are left alone.
+ * cache's shards are left alone; files named like shards that do not fit
+ * the layout are moved aside by a rebuild.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -471,23 +472,120 @@ static void test_scratch_cleaned(void **state) {
   free(dead);
 }
 
-static void test_foreign_files_left_alone(void **state) {
+/* A file in shards/ named like a shard that does not fit the layout is
+ * moved to ROOT/rejected/ by the rebuild; other files are left alone. */
+static void test_foreign_files(void **state) {
   fixture *f = *state;
   char *notes = cu_path(f->shards, "notes.txt");
   char *odd = cu_path(f->shards, "5.15.bag"); /* not on a shard boundary */
+  char *moved = cu_path(f->root, "rejected/5.15.bag");
   cu_write_text(notes, "mine");
   cu_write_text(odd, "mine too");
   cu_rm_rf(f->locks);
   open_bare(f);
-  assert_true(cu_notice_seen("5.15.bag"));
+  assert_true(cu_notice_seen("5.15.bag: not a shard of this cache (not on a "
+                             "shard boundary); moved to"));
   bc_cache_stats st = stats_of(f->c);
   assert_int_equal(st.shards_present, N / R);
   cu_check_all(f->c, N, false);
   struct stat sb;
   assert_int_equal(stat(notes, &sb), 0);
-  assert_int_equal(stat(odd, &sb), 0);
+  assert_int_not_equal(stat(odd, &sb), 0);
+  assert_int_equal(stat(moved, &sb), 0);
+  assert_int_equal(sb.st_size, 8);
+  free(moved);
   free(odd);
   free(notes);
+}
+
+/* Writes a Bagz file of records [first, first + n) of the test source's
+ * model, or of other bytes with `other`. */
+static void write_shard(fixture *f, const char *name, uint64_t first, uint64_t n,
+                        bool other) {
+  char *path = cu_path(f->shards, name);
+  bc_writer *w = NULL;
+  CU_OK(bc_writer_open(&w, path, NULL));
+  for (uint64_t i = first; i < first + n; i++) {
+    char rec[64];
+    int len = snprintf(rec, sizeof rec, "stray %llu", (unsigned long long)i);
+    if (!other) {
+      unsigned char b[TS_MAX_RECORD];
+      size_t size = ts_record(i, f->cfg.fixed, 0, b);
+      CU_OK(bc_writer_write(w, b, size));
+    } else {
+      CU_OK(bc_writer_write(w, rec, (size_t)len));
+    }
+  }
+  CU_OK(bc_writer_close(w));
+  bc_writer_free(w);
+  free(path);
+}
+
+/* Issue 14 item 9: a short file that is not the last shard (0.7.bag next to
+ * 0.10.bag), or whose record count differs from its name, is not adopted
+ * by the rebuild: it is moved aside, and every record is served right. */
+static void test_rebuild_rejects_misfits(void **state) {
+  fixture *f = *state;
+  write_shard(f, "0.7.bag", 0, 7, true); /* short, not the last */
+  cu_rm_rf(f->locks);
+  open_bare(f);
+  assert_true(cu_notice_seen("0.7.bag: not a shard of this cache (a short "
+                             "shard that is not the last one); moved to"));
+  check_rebuilt(f);
+  char *a = cu_path(f->root, "rejected/0.7.bag");
+  struct stat sb;
+  assert_int_equal(stat(a, &sb), 0);
+  free(a);
+  close_cache(f);
+  /* A file whose name says 10 records and that holds 7 (of other bytes). */
+  char *full = cu_path(f->shards, "40.50.bag");
+  assert_int_equal(unlink(full), 0);
+  write_shard(f, "40.50.bag", 40, 7, true);
+  cu_rm_rf(f->locks);
+  cu_notices_reset();
+  open_bare(f);
+  assert_true(cu_notice_seen("40.50.bag: not a shard of this cache (its "
+                             "record count differs from its name); moved to"));
+  assert_int_equal(stats_of(f->c).shards_present, N / R - 1);
+  bc_buf b = BC_BUF_INIT;
+  CU_RC(bc_cache_get(f->c, 45, &b), BC_ENOTCACHED);
+  close_cache(f);
+  /* With the source, the shard is filled again: every record right. */
+  open_source(f);
+  cu_check_all(f->c, N, false);
+  assert_int_equal(stats_of(f->c).fills, 1);
+  bc_buf_release(&b);
+  free(full);
+}
+
+/* The rebuild's last shard: a short file past the full ones is adopted as
+ * the end of the source; one that ends before the final length is not. */
+static void test_rebuild_short_last(void **state) {
+  fixture *f = *state;
+  /* The source ends at N: a file 100.105 would be past its end. */
+  write_shard(f, "100.105.bag", 100, 5, true);
+  cu_rm_rf(f->locks);
+  open_bare(f);
+  assert_true(cu_notice_seen("100.105.bag: not a shard of this cache (past "
+                             "the end of the source)"));
+  check_rebuilt(f);
+  close_cache(f);
+  /* The real last shard made short: 90.95 where the source ends at 100 is
+   * a short shard ending before the known (final) length. */
+  char *full = cu_path(f->shards, "90.100.bag");
+  assert_int_equal(unlink(full), 0);
+  write_shard(f, "90.95.bag", 90, 5, false);
+  cu_rm_rf(f->locks);
+  cu_notices_reset();
+  open_bare(f);
+  assert_true(cu_notice_seen("90.95.bag: not a shard of this cache (a short "
+                             "shard that ends before the known length)"));
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.shards_present, N / R - 1);
+  bc_buf b = BC_BUF_INIT;
+  CU_RC(bc_cache_get(f->c, 92, &b), BC_ENOTCACHED);
+  bc_buf_release(&b);
+  free(full);
 }
 
 int main(void) {
@@ -511,8 +609,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_flipped_byte_zstd_verify, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_scratch_cleaned, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_foreign_files_left_alone, setup,
+      cmocka_unit_test_setup_teardown(test_foreign_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rebuild_rejects_misfits, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_rebuild_short_last, setup, teardown),
   };
   return cmocka_run_group_tests_name("cache damage", tests, NULL, NULL);
 }
