@@ -336,6 +336,25 @@ def test_info_round_trip_across_reopen(tmp_path):
     assert LoadIt(root, info=[3]).info() == [3]  # a new one replaces it
 
 
+def test_shard_length_the_format_cannot_hold(tmp_path):
+    # Issue 14 item 10: metadata.json holds the shard length as a signed
+    # 64-bit JSON integer.  2**63 used to be written as -2**63 (the root
+    # refused for good) and 2**64 silently became 0; both are refused
+    # before anything is written, and 2**63 - 1 works.
+    root = tmp_path / "r"
+    for bad in (2**63, 2**64, 2**70, "17179869184gb"):
+        with pytest.raises(ValueError, match="max_shard_length"):
+            LoadIt(str(root), lambda: iter([b"a"]), serializer="raw", max_shard_length=bad)
+        assert not root.exists()
+    loader = LoadIt(str(root), lambda: iter([b"a", b"b"]), serializer="raw",
+                    max_shard_length=2**63 - 1)
+    assert [loader[0], loader[1]] == [b"a", b"b"] and len(loader) == 2
+    loader.close()
+    again = LoadIt(str(root), serializer="raw")
+    assert again.stats()["shard_records"] == 2**63 - 1 and again[1] == b"b"
+    again.close()
+
+
 def test_options(tmp_path):
     with pytest.raises(ValueError):
         LoadIt(str(tmp_path / "a"), Source(5), max_workers=3)

@@ -80,6 +80,15 @@ bc cache fill f3 --from frames -- cat shorthdr
 want_rc 1
 want_err 'bagcache: source failed: cat: output ends inside the length of frame 1 (2 of 4 bytes)'
 
+t "a shard length metadata.json cannot hold is refused before anything is written"
+bc cache fill huge --shard-records 9223372036854775808 -- seq 1 10
+want_rc 2
+check test ! -e huge
+bc cache fill huge --shard-records 9223372036854775807 -- seq 1 10
+want_rc 0
+bc cache count huge
+want_out '10\n'
+
 t "a command that exits non-zero fails the fill"
 bc cache fill x1 --shard-records 64 -- sh -c 'seq 1 100; exit 3'
 want_rc 1
