@@ -336,6 +336,40 @@ def test_info_round_trip_across_reopen(tmp_path):
     assert LoadIt(root, info=[3]).info() == [3]  # a new one replaces it
 
 
+def test_full_disk_is_oserror(tmp_path):
+    # Issue 14 item 1: creating a root on a full file system raised SIGBUS
+    # (LMDB's sparse, mapped lock file).  It is OSError(ENOSPC).  Needs a
+    # tmpfs of its own, mounted in a private mount namespace (root only).
+    import subprocess
+    import sys
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    code = (
+        "import errno, bagcache\n"
+        "try:\n"
+        f"    bagcache.LoadIt({str(mnt / 'r')!r}, lambda: iter([b'a']), serializer='raw')\n"
+        "except OSError as e:\n"
+        "    print('ENOSPC' if e.errno == errno.ENOSPC else 'errno %s' % e.errno)\n"
+    )
+    script = (
+        f"mount -t tmpfs -o size=2m tmpfs {mnt} || exit 77\n"
+        f"dd if=/dev/zero of={mnt}/fill bs=4k 2>/dev/null\n"
+        f"dd if=/dev/zero of={mnt}/fill2 bs=1 2>/dev/null\n"
+        f'exec "$0" -c "$1"\n'
+    )
+    try:
+        r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            script, sys.executable, code],
+                           capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1)")
+    if r.returncode == 77 or "unshare failed" in r.stderr or "Operation not permitted" in r.stderr:
+        pytest.skip("mounting a tmpfs is not permitted here (needs root; CI runs as root)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "ENOSPC\n"
+
+
 def test_shard_length_the_format_cannot_hold(tmp_path):
     # Issue 14 item 10: metadata.json holds the shard length as a signed
     # 64-bit JSON integer.  2**63 used to be written as -2**63 (the root

@@ -89,10 +89,34 @@ int bc__mdb_error(int rc, const char *what) {
   return bc__error(code, "%s: %s", what, mdb_strerror(rc));
 }
 
+/* LMDB's lock file is sparse (ftruncate) and mapped: on a full file system
+ * the first touch of one of its pages is SIGBUS.  Its blocks are allocated
+ * beforehand instead, so a full disk is ENOSPC: up to LOCK_BYTES before
+ * LMDB sizes it (its reader table: 64 bytes a reader and a header of a few
+ * cache lines, under 4 KiB), and whatever size LMDB gave it right after
+ * (before any reader slot is used). */
+#define LOCK_BYTES (1024 * 64 + 4096)
+
+static int lock_file_allocate(const char *dir, unsigned mode, bool whole) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/lock.mdb", dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, (mode_t)mode);
+  if (fd < 0) return errno;
+  struct stat st;
+  int rc = fstat(fd, &st) != 0 ? errno : 0;
+  off_t len = whole && st.st_size > LOCK_BYTES ? st.st_size : LOCK_BYTES;
+  /* posix_fallocate changes no byte: safe while others use the file. */
+  if (rc == 0) rc = posix_fallocate(fd, 0, len);
+  if (rc == EINVAL || rc == EOPNOTSUPP) rc = 0; /* cannot tell: as before */
+  close(fd);
+  return rc;
+}
+
 /* Opens the environment and its databases; 0, or an LMDB error code. */
 static int env_open_raw(bc__env *e) {
   MDB_txn *txn = NULL;
-  int rc = mdb_env_create(&e->env);
+  int rc = lock_file_allocate(e->dir, e->mode, false);
+  if (rc == 0) rc = mdb_env_create(&e->env);
   if (rc == 0) bc__mdb_guard_env(e->env, &e->damaged);
   if (rc == 0) rc = mdb_env_set_maxdbs(e->env, 4);
   if (rc == 0) rc = mdb_env_set_mapsize(e->env, MAP_SIZE);
@@ -103,6 +127,7 @@ static int env_open_raw(bc__env *e) {
   if (rc == 0)
     rc = mdb_env_open(e->env, e->dir, MDB_NOTLS | MDB_NOMETASYNC,
                       (mdb_mode_t)e->mode);
+  if (rc == 0) rc = lock_file_allocate(e->dir, e->mode, true);
   if (rc == 0) {
     int dead = 0;
     mdb_reader_check(e->env, &dead);
