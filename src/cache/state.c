@@ -13,7 +13,12 @@
  * other process has it open: every process holds a shared flock(2) on
  * locks/users for as long as it has the environment open, and the repair
  * needs it exclusively (moving the files aside under a process still using
- * them would leave two states that do not know of each other).
+ * them would leave two states that do not know of each other).  The first
+ * process to open it (locks/users exclusive) also validates data.mdb before
+ * LMDB reads it (validate.c), and every LMDB call runs in a fault scope
+ * (lmdb_guard.c).  Taking locks/users happens under locks/gate, an
+ * exclusive flock that serialises opens across processes, because flock
+ * conversions are not atomic.
  *
  * Lock order: registry_lock, then an environment's fills.lock (only across
  * fork); LMDB calls made under registry_lock are open/close only.
@@ -39,6 +44,7 @@ struct bc__env {
   MDB_env *env;
   _Atomic bool damaged; /* an LMDB call faulted on env (lmdb_guard.c) */
   int users_fd;       /* locks/users, flock(LOCK_SH) while open */
+  int lock_fd;        /* locks/lock.mdb, ours: see lock_file_allocate */
   MDB_dbi shard, sum, meta;
   pthread_mutex_t reopen_lock; /* serialises the reopen after fork */
   bc__fill_registry fills;
@@ -97,25 +103,33 @@ int bc__mdb_error(int rc, const char *what) {
  * (before any reader slot is used). */
 #define LOCK_BYTES (1024 * 64 + 4096)
 
-static int lock_file_allocate(const char *dir, unsigned mode, bool whole) {
-  char path[4200];
-  snprintf(path, sizeof path, "%s/lock.mdb", dir);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, (mode_t)mode);
-  if (fd < 0) return errno;
+static int lock_file_allocate(bc__env *e, bool whole) {
+  if (!whole) {
+    /* A descriptor of our own, kept open until LMDB has closed the file:
+     * closing any descriptor of a file drops every fcntl lock the process
+     * holds on it, LMDB's included (another process would then take itself
+     * for the first user and reset the lock file under us).  In a forked
+     * child the parent's descriptor is replaced (the child holds no lock
+     * yet). */
+    if (e->lock_fd >= 0) close(e->lock_fd);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/lock.mdb", e->dir);
+    e->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, (mode_t)e->mode);
+    if (e->lock_fd < 0) return errno;
+  }
   struct stat st;
-  int rc = fstat(fd, &st) != 0 ? errno : 0;
+  int rc = fstat(e->lock_fd, &st) != 0 ? errno : 0;
   off_t len = whole && st.st_size > LOCK_BYTES ? st.st_size : LOCK_BYTES;
   /* posix_fallocate changes no byte: safe while others use the file. */
-  if (rc == 0) rc = posix_fallocate(fd, 0, len);
+  if (rc == 0) rc = posix_fallocate(e->lock_fd, 0, len);
   if (rc == EINVAL || rc == EOPNOTSUPP) rc = 0; /* cannot tell: as before */
-  close(fd);
   return rc;
 }
 
 /* Opens the environment and its databases; 0, or an LMDB error code. */
 static int env_open_raw(bc__env *e) {
   MDB_txn *txn = NULL;
-  int rc = lock_file_allocate(e->dir, e->mode, false);
+  int rc = lock_file_allocate(e, false);
   if (rc == 0) rc = mdb_env_create(&e->env);
   if (rc == 0) bc__mdb_guard_env(e->env, &e->damaged);
   if (rc == 0) rc = mdb_env_set_maxdbs(e->env, 4);
@@ -127,7 +141,7 @@ static int env_open_raw(bc__env *e) {
   if (rc == 0)
     rc = mdb_env_open(e->env, e->dir, MDB_NOTLS | MDB_NOMETASYNC,
                       (mdb_mode_t)e->mode);
-  if (rc == 0) rc = lock_file_allocate(e->dir, e->mode, true);
+  if (rc == 0) rc = lock_file_allocate(e, true);
   if (rc == 0) {
     int dead = 0;
     mdb_reader_check(e->env, &dead);
@@ -163,7 +177,7 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
                     bool *fresh) {
   char *real = realpath(locks_dir, NULL);
   if (real == NULL) return bc__error_errno(errno, "%s", locks_dir);
-  int rc = 0;
+  int rc = 0, gate = -1;
   pthread_mutex_lock(&registry_lock);
   bc__env *e = registry;
   while (e != NULL && strcmp(e->dir, real) != 0) e = e->next;
@@ -185,11 +199,24 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
     pthread_mutex_init(&e->reopen_lock, NULL);
     pthread_mutex_init(&e->fills.lock, NULL);
     pthread_cond_init(&e->fills.cond, NULL);
+    e->lock_fd = -1;
     char data[4200];
+    /* The gate serialises this block across processes: a flock conversion
+     * (exclusive to shared, or back) is not atomic, and another process
+     * taking locks/users exclusively in between would think itself alone
+     * and move the state aside under us.  Every process takes locks/users
+     * only while holding the gate, so nobody can. */
+    snprintf(data, sizeof data, "%s/gate", real);
+    gate = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
+    if (gate < 0 || flock(gate, LOCK_EX) != 0) {
+      rc = bc__error_errno(errno, "%s", data);
+      e->users_fd = -1;
+      goto discard;
+    }
     snprintf(data, sizeof data, "%s/users", real);
     e->users_fd = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
     /* Alone: no other process has the environment open, and none can open
-     * it until the lock is converted to a shared one below. */
+     * it before the gate is released. */
     bool alone = e->users_fd >= 0 && flock(e->users_fd, LOCK_EX | LOCK_NB) == 0;
     if (e->users_fd < 0 || (!alone && flock(e->users_fd, LOCK_SH) != 0)) {
       rc = bc__error_errno(errno, "%s", data);
@@ -226,7 +253,7 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       mrc = env_open_raw(e);
       alone = true;
     }
-    if (alone) flock(e->users_fd, LOCK_SH); /* a conversion: never blocks */
+    if (alone) flock(e->users_fd, LOCK_SH); /* a conversion, under the gate */
     if (mrc != 0) {
       rc = bc__mdb_error(mrc, real);
       goto discard;
@@ -238,12 +265,14 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
   goto cleanup;
 discard: /* a new environment that failed to open (rc set) */
   if (e->users_fd >= 0) close(e->users_fd); /* drops its flock */
+  if (e->lock_fd >= 0) close(e->lock_fd);    /* LMDB is closed */
   pthread_mutex_destroy(&e->reopen_lock);
   pthread_mutex_destroy(&e->fills.lock);
   pthread_cond_destroy(&e->fills.cond);
   free(e->dir);
   free(e);
 cleanup:
+  if (gate >= 0) close(gate); /* drops the gate */
   pthread_mutex_unlock(&registry_lock);
   return rc;
 }
@@ -259,6 +288,7 @@ void bc__env_release(bc__env *e) {
       }
     if (e->env && e->pid == getpid()) mdb_env_close(e->env);
     close(e->users_fd); /* a forked parent or child keeps its own lock */
+    if (e->lock_fd >= 0) close(e->lock_fd); /* after LMDB's own close */
     pthread_mutex_destroy(&e->reopen_lock);
     pthread_mutex_destroy(&e->fills.lock);
     pthread_cond_destroy(&e->fills.cond);
