@@ -292,4 +292,22 @@ want_err 'bagcache: notice: x1: keeping the existing cache'"'"'s shard length (6
 bc cache info x1
 check grep -q '^shard records: 64$' out
 
+t "a full disk is an error, not a crash (LMDB's lock file is allocated first)"
+# A 2 MiB tmpfs of a private mount namespace, filled up; needs root (CI runs
+# as root).  Where mounting is refused, the check is skipped with a notice.
+mkdir full
+if unshare -m --propagation private sh -c \
+    'mount -t tmpfs -o size=2m tmpfs full' 2>/dev/null; then
+  unshare -m --propagation private sh -c '
+    mount -t tmpfs -o size=2m tmpfs full || exit 99
+    dd if=/dev/zero of=full/fill bs=4k 2>/dev/null
+    dd if=/dev/zero of=full/fill2 bs=1 2>/dev/null
+    "$0" cache fill full/r2 -- seq 1 10' "$BAGCACHE" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  want_rc 1
+  check grep -q 'No space left on device' err
+else
+  echo "cache_fill.sh: skipped the full-disk check: mounting a tmpfs is not permitted here" >&2
+fi
+
 finish
