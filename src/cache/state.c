@@ -163,6 +163,61 @@ static int env_open_raw(bc__env *e) {
   return rc;
 }
 
+/* Called alone (no other process has the environment open, and none can
+ * open it meanwhile): no claim can be live.  A FILLING entry whose owner
+ * still looks alive was made by damage (say pid 1 with no start time) or
+ * left by a process that failed to release it, and would make every
+ * reader of its shard poll for as long as that process lives: such
+ * entries are deleted, with entries of unknown state and entries that do
+ * not decode.  Claims of dead owners stay: the takeover removes the file
+ * their owner may have renamed into shards/.  *reaped: how many.  0 or an
+ * LMDB error code. */
+static int reap_claims(bc__env *e, size_t *reaped) {
+  MDB_txn *t = NULL;
+  MDB_cursor *cur = NULL;
+  MDB_val *keys = NULL;
+  size_t n = 0, cap = 0;
+  int rc = mdb_txn_begin(e->env, NULL, 0, &t);
+  if (rc == 0) rc = mdb_cursor_open(t, e->shard, &cur);
+  MDB_val k, v;
+  for (int op = MDB_FIRST; rc == 0 && mdb_cursor_get(cur, &k, &v, op) == 0;
+       op = MDB_NEXT) {
+    uint64_t shard;
+    bc__shard_rec r;
+    if (bc__rec_decode(&k, &v, &shard, &r) &&
+        (r.state == SHARD_PRESENT ||
+         (r.state == SHARD_FILLING && !bc__owner_alive(r.owner))))
+      continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 16;
+      MDB_val *p = realloc(keys, cap * sizeof *p);
+      if (p == NULL) {
+        rc = ENOMEM;
+        break;
+      }
+      keys = p;
+    }
+    keys[n].mv_size = k.mv_size;
+    keys[n].mv_data = malloc(k.mv_size ? k.mv_size : 1);
+    if (keys[n].mv_data == NULL) {
+      rc = ENOMEM;
+      break;
+    }
+    memcpy(keys[n++].mv_data, k.mv_data, k.mv_size);
+  }
+  if (cur) mdb_cursor_close(cur);
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = mdb_del(t, e->shard, &keys[i], NULL);
+  if (rc == 0 && n > 0) {
+    rc = mdb_txn_commit(t);
+    t = NULL;
+  }
+  if (t) mdb_txn_abort(t);
+  for (size_t i = 0; i < n; i++) free(keys[i].mv_data);
+  free(keys);
+  if (rc == 0) *reaped = n;
+  return rc;
+}
+
 /* Moves a damaged environment aside (locks/data.mdb -> .damaged). */
 static void env_discard_files(const char *dir) {
   char a[4200], b[4200];
@@ -253,6 +308,15 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       mrc = env_open_raw(e);
       alone = true;
     }
+    size_t reaped = 0;
+    if (alone && mrc == 0 && (mrc = reap_claims(e, &reaped)) != 0) {
+      mdb_env_close(e->env);
+      e->env = NULL;
+    }
+    if (reaped > 0)
+      bc__notice("%s: dropped %zu shard entries no process can hold (claims "
+                 "of live processes with the state closed, or damaged)",
+                 real, reaped);
     if (alone) flock(e->users_fd, LOCK_SH); /* a conversion, under the gate */
     if (mrc != 0) {
       rc = bc__mdb_error(mrc, real);

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cache/internal.h"
 #include "util.h"
 
 #define N 100
@@ -478,6 +479,30 @@ static void test_data_mdb_random_damage(void **state) {
   free(data);
 }
 
+/* A claim no process can hold: shard 3 FILLING by pid 1 with no start time
+ * (which counts as alive), as damage to a value can make, with the shard's
+ * file gone.  Every reader of the shard used to poll for it for ever; the
+ * first open while nobody else has the state open drops it, and the shard
+ * is filled again. */
+static void test_impossible_claim(void **state) {
+  fixture *f = *state;
+  open_bare(f);
+  MDB_txn *t;
+  CU_OK(bc__txn_begin(f->c->env, true, &t));
+  bc__shard_rec rec = {.state = SHARD_FILLING, .owner = {1, 0}};
+  CU_OK(bc__rec_put(t, bc__dbi_shard(f->c->env), 3, &rec));
+  CU_OK(bc__txn_commit(t));
+  close_cache(f);
+  char *file = cu_path(f->shards, "30.40.bag");
+  assert_int_equal(unlink(file), 0);
+  cu_notices_reset();
+  open_source(f);
+  assert_true(cu_notice_seen("dropped 1 shard entries no process can hold"));
+  cu_check_all(f->c, N, false);
+  assert_int_equal(stats_of(f->c).fills + stats_of(f->c).regenerations, 1);
+  free(file);
+}
+
 static void test_data_mdb_empty(void **state) {
   fixture *f = *state;
   char *data = cu_path(f->locks, "data.mdb");
@@ -791,6 +816,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_data_mdb_garbage_in_use, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_data_mdb_empty, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_impossible_claim, setup, teardown),
       cmocka_unit_test_setup_teardown(test_data_mdb_damaged_in_use, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_data_mdb_random_damage, setup,
