@@ -5,7 +5,8 @@
  * ones of the template cache below; libFuzzer mutates them).  The code
  * under test is exactly the one that reads an untrusted data.mdb: opening
  * a cache on it (validation, LMDB's open, the repair and rebuild), then the
- * transactions that read and write it.  Properties, for ANY input:
+ * transactions that read and write it (with the source: claims, fills and
+ * publishes of what the state lost; then without one).  Properties, for ANY input:
  *
  *  - no crash, no hang (libFuzzer's -timeout), no leak (LeakSanitizer);
  *  - the open succeeds, or fails with a BC_E* code and a message;
@@ -222,14 +223,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   bc_cache_options o = options();
   bc_cache *c = NULL;
-  int rc = bc_cache_open(&c, work_root, NULL, &o);
+  /* With the template's source: what the state lost is filled again, so
+   * claims, publishes and the free list are written too. */
+  bc_source src = {.version = BC_SOURCE_VERSION, .open = src_open,
+                   .next = src_next, .close = src_close};
+  int rc = bc_cache_open(&c, work_root, &src, &o);
   if (rc != 0) {
     fz_check_failure(rc, "bc_cache_open");
   } else {
     check_reads(c);
     bc_cache_close(c);
-    /* A second open sees what the first one left: a repaired state, or the
-     * one it accepted, after its own writes. */
+    /* A second open, without a source, sees what the first one left: a
+     * repaired state, or the one it accepted, after its own writes. */
     rc = bc_cache_open(&c, work_root, NULL, &o);
     if (rc != 0) {
       fz_check_failure(rc, "bc_cache_open (again)");
