@@ -34,9 +34,9 @@ const char *bc__mdb_fault_text(void);
  * user context), and puts the SIGBUS and SIGSEGV handlers in place. */
 void bc__mdb_guard_env(MDB_env *env, _Atomic bool *damaged);
 
-/* Checks that data.mdb still holds the pages its newest meta page names
- * (a truncated file would fault LMDB while it holds the write lock);
- * 0 or BC__MDB_FAULT. */
+/* Checks that data.mdb still holds its two meta pages, which beginning a
+ * write transaction reads while holding LMDB's write lock (a fault there
+ * would leave the lock held); 0 or BC__MDB_FAULT. */
 int bc__mdb_check_size(MDB_env *env);
 
 int bc__g_mdb_env_open(MDB_env *env, const char *path, unsigned flags,

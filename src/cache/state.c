@@ -386,7 +386,8 @@ int bc__txn_begin(bc__env *e, bool write, MDB_txn **txn) {
                      "the first open after every process has closed it",
                      e->dir);
   /* A write transaction holds LMDB's write lock (across processes) from
-   * its begin: it must not fault there on a truncated file. */
+   * its begin: it must not fault there on a truncated file (its meta
+   * pages gone). */
   int rc = write ? bc__mdb_check_size(e->env) : 0;
   if (rc == 0) rc = mdb_txn_begin(e->env, NULL, write ? 0 : MDB_RDONLY, txn);
   if (rc == MDB_READERS_FULL) {
