@@ -278,9 +278,10 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       goto discard;
     }
     snprintf(data, sizeof data, "%s/data.mdb", real);
+    bool claims = false; /* entries for reap_claims to look at */
     if (alone) {
       /* LMDB trusts its pages: check them first, while nobody writes. */
-      int vrc = bc__state_validate(data, MAP_SIZE);
+      int vrc = bc__state_validate(data, MAP_SIZE, &claims);
       if (vrc == BC_ECORRUPT) {
         bc__notice("%s; rebuilding the shared state from the shard files",
                    bc_errmsg());
@@ -307,9 +308,10 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       *fresh = true;
       mrc = env_open_raw(e);
       alone = true;
+      claims = false; /* a new, empty state */
     }
     size_t reaped = 0;
-    if (alone && mrc == 0 && (mrc = reap_claims(e, &reaped)) != 0) {
+    if (alone && claims && mrc == 0 && (mrc = reap_claims(e, &reaped)) != 0) {
       mdb_env_close(e->env);
       e->env = NULL;
     }

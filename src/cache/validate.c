@@ -26,6 +26,10 @@
  *    as LMDB keeps them, of pages that exist, are in no tree and are listed
  *    once, under transaction ids not past the meta's.
  *
+ * It also tells whether the engine's "shard" database holds an entry that
+ * is not a well-formed PRESENT record, so that state.c walks it for claims
+ * no process can hold only then.
+ *
  * Duplicate-key databases (MDB_DUPSORT) are reported as damage: bagcache
  * never creates one.  Cost: one pread per page of the state plus one per
  * overflow record; the state of a cache is a few pages per thousand shards.
@@ -102,6 +106,8 @@ typedef struct {
   /* The free list's records (page lists), kept to check after the walk. */
   uint64_t *free_ids;
   size_t nfree, free_cap;
+  bool suspect;  /* the "shard" database holds an entry that is not a
+                    well-formed PRESENT record (a claim, or damage) */
   db_rec sub[8]; /* named databases found in the main tree */
   unsigned char sub_name[8][64];
   size_t sub_len[8], nsub;
@@ -191,6 +197,7 @@ typedef struct {
   unsigned flags;   /* the database's key flags */
   bool main;        /* the main tree: entries are named databases */
   bool free;        /* the free list: values are page lists */
+  bool shards;      /* the engine's "shard" database */
   uint16_t depth;
   uint64_t entries, branch, leaf, overflow;
 } tree;
@@ -250,6 +257,9 @@ static int leaf_value(walker *w, tree *t, const unsigned char *pg,
   if (nflags != 0)
     return damaged(w, "page %llu: an entry has flags 0x%llx", pgno, nflags);
   if (t->free) return add_free(w, data, dsize, pgno);
+  if (t->shards && (k.n != 8 || dsize != sizeof(bc__shard_rec) ||
+                    ld32(data) != SHARD_PRESENT))
+    w->suspect = true;
   return 0;
 }
 
@@ -293,9 +303,11 @@ static int walk(walker *w, tree *t, uint64_t pgno, unsigned level, key lo,
     if (keyed) {
       if ((t->flags & K_INTEGERKEY) && ksize != 4 && ksize != 8)
         return damaged(w, "page %llu: an integer key of %llu bytes", pgno, ksize);
-      if ((lo.p && cmp_keys(t->flags, k, lo) < 0) ||
-          (hi.p && cmp_keys(t->flags, k, hi) >= 0) ||
-          (prev.p && cmp_keys(t->flags, k, prev) <= 0))
+      /* Ascending keys: the first one against the lower bound, the last
+       * one against the upper bound, each against the one before. */
+      if ((prev.p ? cmp_keys(t->flags, k, prev) <= 0
+                  : lo.p && cmp_keys(t->flags, k, lo) < 0) ||
+          (i + 1 == n && hi.p && cmp_keys(t->flags, k, hi) >= 0))
         return damaged(w, "page %llu: key %llu is out of order", pgno, i);
       prev = k;
     }
@@ -376,11 +388,12 @@ static int check_free(walker *w) {
   return 0;
 }
 
-int bc__state_validate(const char *path, uint64_t map_size) {
+int bc__state_validate(const char *path, uint64_t map_size, bool *claims) {
   walker w;
   memset(&w, 0, sizeof w);
   w.path = path;
   w.fd = open(path, O_RDONLY | O_CLOEXEC);
+  *claims = false;
   if (w.fd < 0) return errno == ENOENT ? 0 : bc__error_errno(errno, "%s", path);
   int rc = 0;
   struct stat st;
@@ -447,10 +460,11 @@ int bc__state_validate(const char *path, uint64_t map_size) {
       rc = damaged(&w, "a database with flags 0x%llx%.0llu", d->flags, 0);
       break;
     }
-    tree st2 = {.flags = d->flags};
+    tree st2 = {.flags = d->flags, .shards = strcmp(name, "shard") == 0};
     rc = walk_db(&w, d, &st2, name);
   }
   if (rc == 0) rc = check_free(&w);
+  if (rc == 0) *claims = w.suspect;
 cleanup:
   free(w.seen);
   free(w.pages);
