@@ -75,6 +75,11 @@ typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
                                  uint64_t shard_records, uint64_t *shards,
                                  size_t max);
 
+/* The most records per shard: metadata.json holds the shard length as a
+ * JSON integer, which is signed 64-bit (and an index never reaches past
+ * it).  Larger values are BC_EINVAL. */
+#define BC_CACHE_MAX_SHARD_RECORDS ((uint64_t)INT64_MAX)
+
 /* disk_limit: no limit, and none stored for the processes that follow. */
 #define BC_CACHE_NO_LIMIT UINT64_MAX
 

@@ -157,6 +157,9 @@ _SIZE = _re.compile(r"([0-9]+)(kb|mb|gb)")
 _UNITS = {"kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30}
 
 
+_MAX_SHARD_RECORDS = (1 << 63) - 1  # BC_CACHE_MAX_SHARD_RECORDS
+
+
 def _shard_length(value):
     """(shard_records, shard_bytes) for the engine from max_shard_length."""
     if isinstance(value, str):
@@ -165,11 +168,19 @@ def _shard_length(value):
             raise ValueError(
                 f"max_shard_length must be a record count or a size like '64mb', not {value!r}"
             )
-        return 0, int(m.group(1)) * _UNITS[m.group(2)]
+        size = int(m.group(1)) * _UNITS[m.group(2)]
+        if size >= 1 << 64:
+            raise ValueError(f"max_shard_length {value!r} is more than 2**64 - 1 bytes")
+        return 0, size
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"max_shard_length must be an int or a str, not {type(value).__name__}")
     if value < 1:
         raise ValueError(f"max_shard_length must be >= 1, not {value}")
+    if value > _MAX_SHARD_RECORDS:
+        raise ValueError(
+            f"max_shard_length must be at most 2**63 - 1 (metadata.json holds a "
+            f"signed 64-bit count), not {value}"
+        )
     return value, 0
 
 

@@ -2,6 +2,8 @@
  * module.c - the module object of bagcache._bagcache: type registration and
  * the mapping of bagcache error codes to Python exceptions.
  */
+#include <errno.h>
+
 #include "bcpy.h"
 
 PyObject *bcpy_InvalidSliceError;
@@ -31,6 +33,15 @@ PyObject *bcpy_raise(int code, const char *message) {
       Py_DECREF(exc);
       return NULL;
     }
+  }
+  if (code == BC_ENOSPC) {
+    /* A full disk (or a disk limit with nothing left to evict). */
+    PyObject *exc = PyObject_CallFunction(PyExc_OSError, "is", ENOSPC, message);
+    if (exc != NULL) {
+      PyErr_SetObject(PyExc_OSError, exc);
+      Py_DECREF(exc);
+    }
+    return NULL;
   }
   PyErr_SetString(bcpy_error_type(code), message);
   return NULL;

@@ -336,6 +336,94 @@ def test_info_round_trip_across_reopen(tmp_path):
     assert LoadIt(root, info=[3]).info() == [3]  # a new one replaces it
 
 
+def test_damaged_state_at_rest(tmp_path):
+    # Issue 14 item 8, its repro: 32 random bytes at offsets 8192-32768 of
+    # locks/data.mdb of a 100-record root with 10-record shards, then an
+    # open with the source.  Seeds 14 and 26 killed the process (SIGSEGV in
+    # mdb_cursor_put from the rebuild), 28 failed a fill.  Every seed now
+    # serves every record right (the state validated, or rebuilt).
+    import random
+    import shutil
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, bagcache\n"
+        "gen = lambda: iter([b'%d' % i for i in range(100)])\n"
+        "L = bagcache.LoadIt(sys.argv[1], gen, serializer='raw', max_shard_length=10)\n"
+        "assert [L[i] for i in range(100)] == [b'%d' % i for i in range(100)]\n"
+        "assert len(L) == 100\n"
+        "print('ok')\n"
+    )
+    base = tmp_path / "base"
+    subprocess.run([sys.executable, "-c", code, str(base)], check=True, capture_output=True)
+    for seed in (14, 26, 28, 0, 1, 2, 3):
+        root = tmp_path / f"r{seed}"
+        shutil.copytree(base, root)
+        data = root / "locks" / "data.mdb"
+        size = data.stat().st_size
+        rnd = random.Random(seed)
+        with open(data, "r+b") as f:
+            f.seek(rnd.randrange(8192, min(32768, size) - 32))
+            f.write(bytes(rnd.randrange(256) for _ in range(32)))
+        r = subprocess.run([sys.executable, "-c", code, str(root)],
+                           capture_output=True, text=True, timeout=120)
+        assert (r.returncode, r.stdout) == (0, "ok\n"), (seed, r.stderr[-500:])
+
+
+def test_full_disk_is_oserror(tmp_path):
+    # Issue 14 item 1: creating a root on a full file system raised SIGBUS
+    # (LMDB's sparse, mapped lock file).  It is OSError(ENOSPC).  Needs a
+    # tmpfs of its own, mounted in a private mount namespace (root only).
+    import subprocess
+    import sys
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    code = (
+        "import errno, bagcache\n"
+        "try:\n"
+        f"    bagcache.LoadIt({str(mnt / 'r')!r}, lambda: iter([b'a']), serializer='raw')\n"
+        "except OSError as e:\n"
+        "    print('ENOSPC' if e.errno == errno.ENOSPC else 'errno %s' % e.errno)\n"
+    )
+    script = (
+        f"mount -t tmpfs -o size=2m tmpfs {mnt} || exit 77\n"
+        f"dd if=/dev/zero of={mnt}/fill bs=4k 2>/dev/null\n"
+        f"dd if=/dev/zero of={mnt}/fill2 bs=1 2>/dev/null\n"
+        f'exec "$0" -c "$1"\n'
+    )
+    try:
+        r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            script, sys.executable, code],
+                           capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1)")
+    if r.returncode == 77 or "unshare failed" in r.stderr or "Operation not permitted" in r.stderr:
+        pytest.skip("mounting a tmpfs is not permitted here (needs root; CI runs as root)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "ENOSPC\n"
+
+
+def test_shard_length_the_format_cannot_hold(tmp_path):
+    # Issue 14 item 10: metadata.json holds the shard length as a signed
+    # 64-bit JSON integer.  2**63 used to be written as -2**63 (the root
+    # refused for good) and 2**64 silently became 0; both are refused
+    # before anything is written, and 2**63 - 1 works.
+    root = tmp_path / "r"
+    for bad in (2**63, 2**64, 2**70, "17179869184gb"):
+        with pytest.raises(ValueError, match="max_shard_length"):
+            LoadIt(str(root), lambda: iter([b"a"]), serializer="raw", max_shard_length=bad)
+        assert not root.exists()
+    loader = LoadIt(str(root), lambda: iter([b"a", b"b"]), serializer="raw",
+                    max_shard_length=2**63 - 1)
+    assert [loader[0], loader[1]] == [b"a", b"b"] and len(loader) == 2
+    loader.close()
+    again = LoadIt(str(root), serializer="raw")
+    assert again.stats()["shard_records"] == 2**63 - 1 and again[1] == b"b"
+    again.close()
+
+
 def test_options(tmp_path):
     with pytest.raises(ValueError):
         LoadIt(str(tmp_path / "a"), Source(5), max_workers=3)

@@ -398,6 +398,11 @@ static int check_options(const bc_cache_options *o, const bc_source *src) {
                       src->next == NULL || src->close == NULL))
     return bc__error(BC_EINVAL, "source: version %u (need %d) with open, next "
                      "and close", src->version, BC_SOURCE_VERSION);
+  if (o->shard_records > BC_CACHE_MAX_SHARD_RECORDS)
+    return bc__error(BC_EINVAL,
+                     "cache options: %llu records per shard; metadata.json "
+                     "holds at most %llu", (unsigned long long)o->shard_records,
+                     (unsigned long long)BC_CACHE_MAX_SHARD_RECORDS);
   if (o->fill_workers < 0 || o->max_open_shards < 0 || o->prefetch_shards < -1)
     return bc__error(BC_EINVAL, "cache options: negative count");
   if (o->fill_workers > 1 && src != NULL && !src->thread_safe)

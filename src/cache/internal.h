@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "cache/lmdb_guard.h"
 #include "cache/slots.h"
 
 #include "common/internal.h"
@@ -89,6 +90,14 @@ typedef struct bc__env bc__env;
 
 int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
                     bool *fresh);
+
+/* validate.c: checks an LMDB data file (data.mdb) with our own bounds
+ * checks before LMDB trusts it: 0 when LMDB can use it safely (or it is
+ * absent or empty), BC_ECORRUPT saying what is wrong, or an I/O error.
+ * `map_size`: the map size the environment is opened with.  *claims (on
+ * success): the "shard" database holds an entry other than a well-formed
+ * PRESENT record. */
+int bc__state_validate(const char *data_path, uint64_t map_size, bool *claims);
 
 /* The shards this process is filling in a root, shared by every cache
  * object open on it in the process (so two caches on one root never take

@@ -25,7 +25,7 @@ static bool parse_shard_name(const char *name, uint64_t *start, uint64_t *end,
   if (strcmp(name + n, "bag") == 0) *zstd = false;
   else if (strcmp(name + n, "bagz") == 0) *zstd = true;
   else return false;
-  if (b <= a) return false;
+  if (b <= a || b > (unsigned long long)INT64_MAX) return false;
   *start = a;
   *end = b;
   return true;
@@ -120,8 +120,71 @@ int bc__infer_layout(bc_cache *c, bc__layout *out) {
   return 0;
 }
 
+/* A file of shards/ named like a shard, as the rebuild sees it. */
+typedef struct {
+  char *name;
+  uint64_t start, end, bytes;
+  bool zstd;
+  const char *why; /* NULL: adopted */
+} found_file;
+
+/* Moves a file that does not fit this cache out of shards/, into
+ * ROOT/rejected/, so that it is never taken for a shard. */
+static void reject_file(bc_cache *c, const found_file *f) {
+  char from[4200], dir[4200], to[4400];
+  snprintf(from, sizeof from, "%s/%s", c->shards_dir, f->name);
+  snprintf(dir, sizeof dir, "%s/rejected", c->root);
+  snprintf(to, sizeof to, "%s/%s", dir, f->name);
+  if ((mkdir(dir, 0755) == 0 || errno == EEXIST) && rename(from, to) == 0)
+    bc__notice("%s: not a shard of this cache (%s); moved to %s", from, f->why, to);
+  else
+    bc__notice("%s: not a shard of this cache (%s); left alone: cannot move "
+               "it to %s: %s", from, f->why, dir, strerror(errno));
+}
+
+/* Decides which files of shards/ are shards of this cache: named on a
+ * shard boundary with this cache's compression, a readable Bagz file
+ * holding exactly the records its name says, R of them, or fewer for the
+ * one last shard only (no other file starts after it, it ends at or past
+ * the known length, and where the length is final it ends there; a full
+ * shard never ends past a final length).  Sets f->why for the others. */
+static void judge_files(bc_cache *c, found_file *files, size_t n,
+                        uint64_t length, bool final) {
+  uint64_t R = c->R, top = 0;
+  for (size_t i = 0; i < n; i++) {
+    found_file *f = &files[i];
+    bc_bag *bag = NULL;
+    if (R == 0) f->why = "the cache's shard length is not decided";
+    else if (f->start % R != 0) f->why = "not on a shard boundary";
+    else if (f->end - f->start > R) f->why = "more records than a shard holds";
+    else if (f->zstd != c->zstd) f->why = "the other compression";
+    else if (final && f->end > length) f->why = "past the end of the source";
+    else if (bc__bag_open_file(&bag, f->name, NULL) != 0) f->why = "not a readable Bagz file";
+    else if (bc_bag_len(bag) != f->end - f->start) f->why = "its record count differs from its name";
+    bc_bag_close(bag);
+    if (f->why == NULL && f->start + 1 > top) top = f->start + 1;
+  }
+  /* The last shard: the highest start among the files kept so far. */
+  for (size_t i = 0; i < n; i++) {
+    found_file *f = &files[i];
+    if (f->why != NULL || f->end - f->start == R) continue;
+    if (f->start + 1 != top) f->why = "a short shard that is not the last one";
+    else if (f->end < length || (final && f->end != length))
+      f->why = "a short shard that ends before the known length";
+  }
+  /* A short last shard and a full one of the same start: the full one
+   * cannot be (the source ended inside it); the short one was judged
+   * against the other files' starts only, so both go. */
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < n && files[i].why == NULL; j++)
+      if (j != i && files[j].why == NULL && files[j].start == files[i].start &&
+          files[j].end != files[i].end)
+        files[i].why = files[j].why = "two files of one shard";
+}
+
 /* Builds the state from a scan of shards/ when it is new (first open, or
- * lost, or discarded as corrupt).  "ready" marks it built. */
+ * lost, or discarded as corrupt).  "ready" marks it built.  Only files that
+ * fit the layout are adopted (judge_files); the others are moved aside. */
 int bc__rebuild_state(bc_cache *c) {
   MDB_txn *t;
   int rc = bc__txn_begin(c->env, true, &t);
@@ -138,30 +201,55 @@ int bc__rebuild_state(bc_cache *c) {
   rc = bc__u64_get(t, meta, "length", &length, &f2);
   if (rc == 0) rc = bc__u64_get(t, meta, "final", &fin, &f3);
   if (atomic_load(&c->known_length) > length) length = atomic_load(&c->known_length);
+  bool final = atomic_load(&c->final) || (f3 && fin);
   uint64_t bytes = 0, adopted = 0;
+  found_file *files = NULL;
+  size_t n = 0, cap = 0;
   DIR *d = opendir(c->shards_dir);
   if (rc == 0 && d == NULL) rc = bc__error_errno(errno, "%s", c->shards_dir);
   struct dirent *e;
   while (rc == 0 && (e = readdir(d)) != NULL) {
-    uint64_t start, end;
-    bool zstd;
-    if (!parse_shard_name(e->d_name, &start, &end, &zstd)) continue;
+    found_file f = {0};
+    if (!parse_shard_name(e->d_name, &f.start, &f.end, &f.zstd)) continue;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", c->shards_dir, e->d_name);
     struct stat st;
-    if (c->R == 0 || start % c->R != 0 || end - start > c->R ||
-        stat(path, &st) != 0 || zstd != c->zstd) {
-      bc__notice("%s: not a shard of this cache; left alone", path);
-      continue;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    f.bytes = (uint64_t)st.st_size;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      found_file *p = realloc(files, cap * sizeof *p);
+      if (p == NULL) {
+        rc = bc__error(BC_ENOMEM, "out of memory");
+        break;
+      }
+      files = p;
     }
-    bc__shard_rec rec = {.state = SHARD_PRESENT, .zstd = zstd,
-                         .records = end - start, .bytes = (uint64_t)st.st_size};
-    rc = bc__rec_put(t, sdb, start / c->R, &rec);
-    bytes += (uint64_t)st.st_size;
-    if (end > length) length = end;
-    adopted++;
+    f.name = strdup(path);
+    if (f.name == NULL) rc = bc__error(BC_ENOMEM, "out of memory");
+    else files[n++] = f;
   }
   if (d) closedir(d);
+  if (rc == 0) judge_files(c, files, n, length, final);
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    found_file *f = &files[i];
+    /* Names are kept whole for the notices, the file part for moving. */
+    char *slash = strrchr(f->name, '/');
+    if (f->why != NULL) {
+      found_file g = *f;
+      g.name = slash + 1;
+      reject_file(c, &g);
+      continue;
+    }
+    bc__shard_rec rec = {.state = SHARD_PRESENT, .zstd = f->zstd,
+                         .records = f->end - f->start, .bytes = f->bytes};
+    rc = bc__rec_put(t, sdb, f->start / c->R, &rec);
+    bytes += f->bytes;
+    if (f->end > length) length = f->end;
+    adopted++;
+  }
+  for (size_t i = 0; i < n; i++) free(files[i].name);
+  free(files);
   if (rc == 0) rc = bc__u64_put(t, meta, "bytes", bytes);
   if (rc == 0) rc = bc__u64_put(t, meta, "length", length);
   if (rc == 0 && atomic_load(&c->final)) rc = bc__u64_put(t, meta, "final", 1);

@@ -76,6 +76,13 @@ int bc__meta_read(const char *path, bc__meta *m) {
 }
 
 int bc__meta_write(const char *path, const bc__meta *m, unsigned mode) {
+  /* JSON integers are signed 64-bit: a larger value would come back
+   * negative, and every later open would refuse the file. */
+  if (m->shard_records > BC_CACHE_MAX_SHARD_RECORDS || m->length > (uint64_t)INT64_MAX)
+    return bc__error(BC_EINVAL, "%s: %llu records per shard, length %llu: "
+                     "metadata.json holds at most %lld", path,
+                     (unsigned long long)m->shard_records,
+                     (unsigned long long)m->length, (long long)INT64_MAX);
   json_error_t err;
   json_t *info = json_loads(m->info_json ? m->info_json : "null",
                             JSON_DECODE_ANY, &err);

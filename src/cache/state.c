@@ -13,7 +13,12 @@
  * other process has it open: every process holds a shared flock(2) on
  * locks/users for as long as it has the environment open, and the repair
  * needs it exclusively (moving the files aside under a process still using
- * them would leave two states that do not know of each other).
+ * them would leave two states that do not know of each other).  The first
+ * process to open it (locks/users exclusive) also validates data.mdb before
+ * LMDB reads it (validate.c), and every LMDB call runs in a fault scope
+ * (lmdb_guard.c).  Taking locks/users happens under locks/gate, an
+ * exclusive flock that serialises opens across processes, because flock
+ * conversions are not atomic.
  *
  * Lock order: registry_lock, then an environment's fills.lock (only across
  * fork); LMDB calls made under registry_lock are open/close only.
@@ -37,12 +42,17 @@ struct bc__env {
   int refs;           /* registry_lock */
   pid_t pid;          /* process that opened `env` */
   MDB_env *env;
+  _Atomic bool damaged; /* an LMDB call faulted on env (lmdb_guard.c) */
   int users_fd;       /* locks/users, flock(LOCK_SH) while open */
+  int lock_fd;        /* locks/lock.mdb, ours: see lock_file_allocate */
   MDB_dbi shard, sum, meta;
   pthread_mutex_t reopen_lock; /* serialises the reopen after fork */
   bc__fill_registry fills;
   struct bc__env *next;
 };
+
+/* The map size: the state can never grow past it (MDB_MAP_FULL). */
+#define MAP_SIZE ((size_t)1 << 30)
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static bc__env *registry;
@@ -69,6 +79,12 @@ void bc__envs_after_fork(bool child) {
 
 
 int bc__mdb_error(int rc, const char *what) {
+  if (rc == BC__MDB_FAULT)
+    return bc__error(BC_ECORRUPT,
+                     "%s: the shared state (locks/data.mdb) is damaged: %s; "
+                     "it is rebuilt from the shard files by the first open "
+                     "after every process has closed it", what,
+                     bc__mdb_fault_text());
   int code = rc == MDB_CORRUPTED || rc == MDB_INVALID || rc == MDB_PAGE_NOTFOUND
                  ? BC_ECORRUPT
              : rc == MDB_VERSION_MISMATCH ? BC_EVERSION
@@ -79,12 +95,45 @@ int bc__mdb_error(int rc, const char *what) {
   return bc__error(code, "%s: %s", what, mdb_strerror(rc));
 }
 
+/* LMDB's lock file is sparse (ftruncate) and mapped: on a full file system
+ * the first touch of one of its pages is SIGBUS.  Its blocks are allocated
+ * beforehand instead, so a full disk is ENOSPC: up to LOCK_BYTES before
+ * LMDB sizes it (its reader table: 64 bytes a reader and a header of a few
+ * cache lines, under 4 KiB), and whatever size LMDB gave it right after
+ * (before any reader slot is used). */
+#define LOCK_BYTES (1024 * 64 + 4096)
+
+static int lock_file_allocate(bc__env *e, bool whole) {
+  if (!whole) {
+    /* A descriptor of our own, kept open until LMDB has closed the file:
+     * closing any descriptor of a file drops every fcntl lock the process
+     * holds on it, LMDB's included (another process would then take itself
+     * for the first user and reset the lock file under us).  In a forked
+     * child the parent's descriptor is replaced (the child holds no lock
+     * yet). */
+    if (e->lock_fd >= 0) close(e->lock_fd);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/lock.mdb", e->dir);
+    e->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, (mode_t)e->mode);
+    if (e->lock_fd < 0) return errno;
+  }
+  struct stat st;
+  int rc = fstat(e->lock_fd, &st) != 0 ? errno : 0;
+  off_t len = whole && st.st_size > LOCK_BYTES ? st.st_size : LOCK_BYTES;
+  /* posix_fallocate changes no byte: safe while others use the file. */
+  if (rc == 0) rc = posix_fallocate(e->lock_fd, 0, len);
+  if (rc == EINVAL || rc == EOPNOTSUPP) rc = 0; /* cannot tell: as before */
+  return rc;
+}
+
 /* Opens the environment and its databases; 0, or an LMDB error code. */
 static int env_open_raw(bc__env *e) {
   MDB_txn *txn = NULL;
-  int rc = mdb_env_create(&e->env);
+  int rc = lock_file_allocate(e, false);
+  if (rc == 0) rc = mdb_env_create(&e->env);
+  if (rc == 0) bc__mdb_guard_env(e->env, &e->damaged);
   if (rc == 0) rc = mdb_env_set_maxdbs(e->env, 4);
-  if (rc == 0) rc = mdb_env_set_mapsize(e->env, (size_t)1 << 30);
+  if (rc == 0) rc = mdb_env_set_mapsize(e->env, MAP_SIZE);
   if (rc == 0) rc = mdb_env_set_maxreaders(e->env, 1024);
   /* MDB_NOMETASYNC: one sync per commit instead of two.  A system crash
    * may lose the last transactions but never breaks the database; the
@@ -92,6 +141,7 @@ static int env_open_raw(bc__env *e) {
   if (rc == 0)
     rc = mdb_env_open(e->env, e->dir, MDB_NOTLS | MDB_NOMETASYNC,
                       (mdb_mode_t)e->mode);
+  if (rc == 0) rc = lock_file_allocate(e, true);
   if (rc == 0) {
     int dead = 0;
     mdb_reader_check(e->env, &dead);
@@ -113,6 +163,61 @@ static int env_open_raw(bc__env *e) {
   return rc;
 }
 
+/* Called alone (no other process has the environment open, and none can
+ * open it meanwhile): no claim can be live.  A FILLING entry whose owner
+ * still looks alive was made by damage (say pid 1 with no start time) or
+ * left by a process that failed to release it, and would make every
+ * reader of its shard poll for as long as that process lives: such
+ * entries are deleted, with entries of unknown state and entries that do
+ * not decode.  Claims of dead owners stay: the takeover removes the file
+ * their owner may have renamed into shards/.  *reaped: how many.  0 or an
+ * LMDB error code. */
+static int reap_claims(bc__env *e, size_t *reaped) {
+  MDB_txn *t = NULL;
+  MDB_cursor *cur = NULL;
+  MDB_val *keys = NULL;
+  size_t n = 0, cap = 0;
+  int rc = mdb_txn_begin(e->env, NULL, 0, &t);
+  if (rc == 0) rc = mdb_cursor_open(t, e->shard, &cur);
+  MDB_val k, v;
+  for (int op = MDB_FIRST; rc == 0 && mdb_cursor_get(cur, &k, &v, op) == 0;
+       op = MDB_NEXT) {
+    uint64_t shard;
+    bc__shard_rec r;
+    if (bc__rec_decode(&k, &v, &shard, &r) &&
+        (r.state == SHARD_PRESENT ||
+         (r.state == SHARD_FILLING && !bc__owner_alive(r.owner))))
+      continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 16;
+      MDB_val *p = realloc(keys, cap * sizeof *p);
+      if (p == NULL) {
+        rc = ENOMEM;
+        break;
+      }
+      keys = p;
+    }
+    keys[n].mv_size = k.mv_size;
+    keys[n].mv_data = malloc(k.mv_size ? k.mv_size : 1);
+    if (keys[n].mv_data == NULL) {
+      rc = ENOMEM;
+      break;
+    }
+    memcpy(keys[n++].mv_data, k.mv_data, k.mv_size);
+  }
+  if (cur) mdb_cursor_close(cur);
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = mdb_del(t, e->shard, &keys[i], NULL);
+  if (rc == 0 && n > 0) {
+    rc = mdb_txn_commit(t);
+    t = NULL;
+  }
+  if (t) mdb_txn_abort(t);
+  for (size_t i = 0; i < n; i++) free(keys[i].mv_data);
+  free(keys);
+  if (rc == 0) *reaped = n;
+  return rc;
+}
+
 /* Moves a damaged environment aside (locks/data.mdb -> .damaged). */
 static void env_discard_files(const char *dir) {
   char a[4200], b[4200];
@@ -127,7 +232,7 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
                     bool *fresh) {
   char *real = realpath(locks_dir, NULL);
   if (real == NULL) return bc__error_errno(errno, "%s", locks_dir);
-  int rc = 0;
+  int rc = 0, gate = -1;
   pthread_mutex_lock(&registry_lock);
   bc__env *e = registry;
   while (e != NULL && strcmp(e->dir, real) != 0) e = e->next;
@@ -149,14 +254,43 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
     pthread_mutex_init(&e->reopen_lock, NULL);
     pthread_mutex_init(&e->fills.lock, NULL);
     pthread_cond_init(&e->fills.cond, NULL);
+    e->lock_fd = -1;
     char data[4200];
+    /* The gate serialises this block across processes: a flock conversion
+     * (exclusive to shared, or back) is not atomic, and another process
+     * taking locks/users exclusively in between would think itself alone
+     * and move the state aside under us.  Every process takes locks/users
+     * only while holding the gate, so nobody can. */
+    snprintf(data, sizeof data, "%s/gate", real);
+    gate = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
+    if (gate < 0 || flock(gate, LOCK_EX) != 0) {
+      rc = bc__error_errno(errno, "%s", data);
+      e->users_fd = -1;
+      goto discard;
+    }
     snprintf(data, sizeof data, "%s/users", real);
     e->users_fd = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
-    if (e->users_fd < 0 || flock(e->users_fd, LOCK_SH) != 0) {
+    /* Alone: no other process has the environment open, and none can open
+     * it before the gate is released. */
+    bool alone = e->users_fd >= 0 && flock(e->users_fd, LOCK_EX | LOCK_NB) == 0;
+    if (e->users_fd < 0 || (!alone && flock(e->users_fd, LOCK_SH) != 0)) {
       rc = bc__error_errno(errno, "%s", data);
       goto discard;
     }
     snprintf(data, sizeof data, "%s/data.mdb", real);
+    bool claims = false; /* entries for reap_claims to look at */
+    if (alone) {
+      /* LMDB trusts its pages: check them first, while nobody writes. */
+      int vrc = bc__state_validate(data, MAP_SIZE, &claims);
+      if (vrc == BC_ECORRUPT) {
+        bc__notice("%s; rebuilding the shared state from the shard files",
+                   bc_errmsg());
+        env_discard_files(real);
+      } else if (vrc != 0) {
+        rc = vrc;
+        goto discard;
+      }
+    }
     *fresh = access(data, F_OK) != 0;
     int mrc = env_open_raw(e);
     if (mrc == MDB_INVALID || mrc == MDB_CORRUPTED || mrc == MDB_VERSION_MISMATCH ||
@@ -173,8 +307,19 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       env_discard_files(real);
       *fresh = true;
       mrc = env_open_raw(e);
-      flock(e->users_fd, LOCK_SH); /* a conversion: never blocks on others */
+      alone = true;
+      claims = false; /* a new, empty state */
     }
+    size_t reaped = 0;
+    if (alone && claims && mrc == 0 && (mrc = reap_claims(e, &reaped)) != 0) {
+      mdb_env_close(e->env);
+      e->env = NULL;
+    }
+    if (reaped > 0)
+      bc__notice("%s: dropped %zu shard entries no process can hold (claims "
+                 "of live processes with the state closed, or damaged)",
+                 real, reaped);
+    if (alone) flock(e->users_fd, LOCK_SH); /* a conversion, under the gate */
     if (mrc != 0) {
       rc = bc__mdb_error(mrc, real);
       goto discard;
@@ -186,12 +331,14 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
   goto cleanup;
 discard: /* a new environment that failed to open (rc set) */
   if (e->users_fd >= 0) close(e->users_fd); /* drops its flock */
+  if (e->lock_fd >= 0) close(e->lock_fd);    /* LMDB is closed */
   pthread_mutex_destroy(&e->reopen_lock);
   pthread_mutex_destroy(&e->fills.lock);
   pthread_cond_destroy(&e->fills.cond);
   free(e->dir);
   free(e);
 cleanup:
+  if (gate >= 0) close(gate); /* drops the gate */
   pthread_mutex_unlock(&registry_lock);
   return rc;
 }
@@ -207,6 +354,7 @@ void bc__env_release(bc__env *e) {
       }
     if (e->env && e->pid == getpid()) mdb_env_close(e->env);
     close(e->users_fd); /* a forked parent or child keeps its own lock */
+    if (e->lock_fd >= 0) close(e->lock_fd); /* after LMDB's own close */
     pthread_mutex_destroy(&e->reopen_lock);
     pthread_mutex_destroy(&e->fills.lock);
     pthread_cond_destroy(&e->fills.cond);
@@ -233,7 +381,17 @@ int bc__txn_begin(bc__env *e, bool write, MDB_txn **txn) {
     pthread_mutex_unlock(&e->reopen_lock);
     if (rc != 0) return bc__mdb_error(rc, e->dir);
   }
-  int rc = mdb_txn_begin(e->env, NULL, write ? 0 : MDB_RDONLY, txn);
+  if (atomic_load(&e->damaged))
+    return bc__error(BC_ECORRUPT,
+                     "%s: the shared state (data.mdb) was found damaged "
+                     "while in use; it is rebuilt from the shard files by "
+                     "the first open after every process has closed it",
+                     e->dir);
+  /* A write transaction holds LMDB's write lock (across processes) from
+   * its begin: it must not fault there on a truncated file (its meta
+   * pages gone). */
+  int rc = write ? bc__mdb_check_size(e->env) : 0;
+  if (rc == 0) rc = mdb_txn_begin(e->env, NULL, write ? 0 : MDB_RDONLY, txn);
   if (rc == MDB_READERS_FULL) {
     int dead = 0;
     mdb_reader_check(e->env, &dead);

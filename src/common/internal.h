@@ -7,7 +7,9 @@
 #ifndef BC_COMMON_INTERNAL_H
 #define BC_COMMON_INTERNAL_H
 
+#include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -89,6 +91,29 @@ void bc__guard_install(void);
  * killing the process.  fn must hold no lock and allocate nothing while it
  * touches mapped bytes. */
 int bc__guarded(int (*fn)(void *arg), void *arg, const char *what);
+
+/* A fault scope, for foreign code that reads a mapped file it trusts and
+ * may fault on damaged contents (LMDB): SIGBUS and SIGSEGV inside it, and
+ * bc__guard_escape() from a callback it makes, return to its sigsetjmp
+ * with the signal number (-1 for an escape).  Used as
+ *
+ *     bc__fault_scope s;
+ *     int sig = sigsetjmp(s.jb, 0);
+ *     if (sig == 0) { bc__guard_enter(&s); ...the calls...; }
+ *     bc__guard_leave(&s);
+ *
+ * (the scope saves the enclosing one; scopes and bc__guarded nest).
+ * bc__guard_install_segv() must have run first. */
+typedef struct {
+  sigjmp_buf jb;
+  sigjmp_buf *outer;
+  bool outer_segv;
+} bc__fault_scope;
+void bc__guard_install_segv(void);
+void bc__guard_enter(bc__fault_scope *s);
+void bc__guard_leave(bc__fault_scope *s);
+/* Jumps to the innermost fault scope; returns when there is none. */
+void bc__guard_escape(void);
 
 /* ---- worker pool (pool.c) ----------------------------------------------- */
 

@@ -14,6 +14,7 @@ BC_CACHE_TESTS = \
 	tests/cache/test_cache_crash \
 	tests/cache/test_cache_damage \
 	tests/cache/test_cache_checksums \
+	tests/cache/test_cache_nospace \
 	tests/cache/test_slots
 
 if BC_TESTS
@@ -87,6 +88,11 @@ tests_cache_test_cache_damage_SOURCES = tests/cache/test_cache_damage.c \
 	$(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_damage_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_damage_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_nospace_SOURCES = tests/cache/test_cache_nospace.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_nospace_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_nospace_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_slots_SOURCES = tests/cache/test_slots.c $(BC_CACHE_TEST_UTIL)
 tests_cache_test_slots_CFLAGS = $(BC_CACHE_TEST_CFLAGS)

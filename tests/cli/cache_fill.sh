@@ -80,6 +80,15 @@ bc cache fill f3 --from frames -- cat shorthdr
 want_rc 1
 want_err 'bagcache: source failed: cat: output ends inside the length of frame 1 (2 of 4 bytes)'
 
+t "a shard length metadata.json cannot hold is refused before anything is written"
+bc cache fill huge --shard-records 9223372036854775808 -- seq 1 10
+want_rc 2
+check test ! -e huge
+bc cache fill huge --shard-records 9223372036854775807 -- seq 1 10
+want_rc 0
+bc cache count huge
+want_out '10\n'
+
 t "a command that exits non-zero fails the fill"
 bc cache fill x1 --shard-records 64 -- sh -c 'seq 1 100; exit 3'
 want_rc 1
@@ -306,5 +315,23 @@ bc cache fill -p plainfile/sub/root -- seq 1 3
 want_rc 1
 want_err 'bagcache: invalid argument: plainfile: exists and is not a directory'
 check [ ! -e plainfile/sub ]
+
+t "a full disk is an error, not a crash (LMDB's lock file is allocated first)"
+# A 2 MiB tmpfs of a private mount namespace, filled up; needs root (CI runs
+# as root).  Where mounting is refused, the check is skipped with a notice.
+mkdir full
+if unshare -m --propagation private sh -c \
+    'mount -t tmpfs -o size=2m tmpfs full' 2>/dev/null; then
+  unshare -m --propagation private sh -c '
+    mount -t tmpfs -o size=2m tmpfs full || exit 99
+    dd if=/dev/zero of=full/fill bs=4k 2>/dev/null
+    dd if=/dev/zero of=full/fill2 bs=1 2>/dev/null
+    "$0" cache fill full/r2 -- seq 1 10' "$BAGCACHE" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  want_rc 1
+  check grep -q 'No space left on device' err
+else
+  echo "cache_fill.sh: skipped the full-disk check: mounting a tmpfs is not permitted here" >&2
+fi
 
 finish

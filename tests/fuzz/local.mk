@@ -19,6 +19,14 @@ check_PROGRAMS += tests/fuzz/replay
 tests_fuzz_replay_SOURCES = tests/fuzz/replay.c $(BC_FUZZ_TARGET_SOURCES)
 tests_fuzz_replay_LDADD = libbagcache_core.la $(BC_DEP_LIBS)
 
+# The cache state fuzzer (fuzz_cache_state.c): its replay driver runs the
+# seeds in corpus/cache_state the same way.
+BC_FUZZ_STATE_SOURCES = tests/fuzz/fuzz.h tests/fuzz/fuzz_cache_state.c \
+	tests/fuzz/fuzz_util.c
+check_PROGRAMS += tests/fuzz/replay_state
+tests_fuzz_replay_state_SOURCES = tests/fuzz/replay.c $(BC_FUZZ_STATE_SOURCES)
+tests_fuzz_replay_state_LDADD = libbagcache_core.la $(BC_DEP_LIBS)
+
 TESTS += tests/fuzz/run_replay.sh
 EXTRA_DIST += tests/fuzz/run_replay.sh tests/fuzz/make_corpus.py \
 	tests/fuzz/corpus tests/fuzz/crashes
@@ -60,8 +68,40 @@ fuzz-smoke: tests/fuzz/fuzz_bag_reader$(EXEEXT)
 	fi; \
 	rm -rf "$$work"; \
 	echo "fuzz-smoke: no crash in $(FUZZ_SECONDS) s"
+
+noinst_PROGRAMS += tests/fuzz/fuzz_cache_state
+tests_fuzz_fuzz_cache_state_SOURCES = $(BC_FUZZ_STATE_SOURCES) \
+	$(BC_COMMON_SOURCES) $(BC_BAG_SOURCES) $(BC_SEQ_SOURCES) $(BC_CACHE_SOURCES)
+tests_fuzz_fuzz_cache_state_CFLAGS = $(AM_CFLAGS) -fsanitize=fuzzer-no-link
+tests_fuzz_fuzz_cache_state_LDFLAGS = -fsanitize=fuzzer
+tests_fuzz_fuzz_cache_state_LDADD = $(BC_DEP_LIBS)
+
+# The same for the cache state: inputs are whole data.mdb files (the seeds
+# are 64 KiB).  Each input opens a cache twice, so runs are slower.
+FUZZ_STATE_FLAGS = -max_len=262144 -timeout=20
+fuzz-smoke-state: tests/fuzz/fuzz_cache_state$(EXEEXT)
+	@set -u; \
+	tmp=$${TMPDIR:-/tmp}; \
+	if [ -d /dev/shm ] && [ -w /dev/shm ]; then tmp=/dev/shm; fi; \
+	work=$$(mktemp -d "$$tmp/bc-fuzz-state.XXXXXX") || exit 1; \
+	mkdir "$$work/corpus" "$$work/artifacts"; \
+	cp $(srcdir)/tests/fuzz/corpus/cache_state/* "$$work/corpus/"; \
+	echo "fuzz-smoke-state: fuzzing for $(FUZZ_SECONDS) s in $$work"; \
+	TMPDIR=$$work ./tests/fuzz/fuzz_cache_state$(EXEEXT) $(FUZZ_STATE_FLAGS) \
+	  -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -artifact_prefix="$$work/artifacts/" "$$work/corpus" \
+	  > "$$work/fuzz.log" 2>&1; \
+	rc=$$?; \
+	tail -n 25 "$$work/fuzz.log"; \
+	if [ $$rc -ne 0 ]; then \
+	  echo "fuzz-smoke-state: FAILED (exit $$rc); reproducers in $$work/artifacts:"; \
+	  ls -l "$$work/artifacts"; \
+	  exit 1; \
+	fi; \
+	rm -rf "$$work"; \
+	echo "fuzz-smoke-state: no crash in $(FUZZ_SECONDS) s"
 else
-fuzz-smoke:
-	@echo "fuzz-smoke: fuzzing is not enabled (configure --enable-fuzzing CC=clang)"
+fuzz-smoke fuzz-smoke-state:
+	@echo "$@: fuzzing is not enabled (configure --enable-fuzzing CC=clang)"
 endif
-.PHONY: fuzz-smoke
+.PHONY: fuzz-smoke fuzz-smoke-state
