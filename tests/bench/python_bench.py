@@ -10,9 +10,9 @@ the bytes, 2 on bad usage).
 Options: --build DIR (the build tree: python/pkg and .libs/libbagcache.so;
 default $BC_BUILDDIR or the current directory), --records N (200,000),
 --reads N (1,000,000), --loadit-reads N (200,000), --repeat R (5),
---dir DIR (where the data goes; default a new temporary directory),
---only KEY,... (rows: get view-get read-indices indices-iter
-loadit-get loadit-fill), --quick (tiny sizes).
+--batch-reads N (100,000), --dir DIR (where the data goes; default a new
+temporary directory), --only KEY,... (rows: get view-get read-indices
+indices-iter loadit-get loadit-fill batches), --quick (tiny sizes).
 
 Data: N records of 1,024 bytes of word salad (the C benchmark's 32 words),
 written with bagcache.Writer to DIR/data.bag; `--reads` uniformly random
@@ -50,6 +50,19 @@ Rows (doc/performance.md, section "Python", explains them):
                 Writer; the first pass over a generator that counts the
                 words of each text (about 10 us of work per record).
                 Removing the files and roots is not timed.
+  read_indices batch B: SUBJECT
+                SUBJECT.read_indices(numpy array of B random indices)
+                against `for i in batch: SUBJECT[i]` over the same
+                indices, for B = 32, 256, 1,024, 10,000 and 100,000 and
+                for a Reader of DIR/data.bag and of a zstd copy
+                (data.bagz), a view of each (reader[::-1]: reader[::1] is
+                the reader itself), a LoadIt of
+                the records (serializer='raw'; .bag shards, and .bagz
+                shards with compression='zstd'), a view of it
+                (loader[::1]) and a LoadIt of the records pickled (the
+                default serializer).  At least --batch-reads records per
+                run (whole batches); the same batches for both sides.
+                Reported: both in records per second and the ratio.
 """
 
 import argparse
@@ -80,6 +93,7 @@ def parse_args():
     p.add_argument("--records", type=int, default=200_000)
     p.add_argument("--reads", type=int, default=1_000_000)
     p.add_argument("--loadit-reads", type=int, default=200_000)
+    p.add_argument("--batch-reads", type=int, default=100_000)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--dir")
     p.add_argument("--only", default="")
@@ -87,7 +101,8 @@ def parse_args():
     a = p.parse_args()
     if a.quick:
         a.records, a.reads, a.loadit_reads, a.repeat = 20_000, 100_000, 20_000, 3
-    if min(a.records, a.reads, a.loadit_reads, a.repeat) < 1:
+        a.batch_reads = 2_000
+    if min(a.records, a.reads, a.loadit_reads, a.repeat, a.batch_reads) < 1:
         p.error("sizes must be >= 1")
     return a
 
@@ -484,6 +499,91 @@ def bench_loadit(a, np, bagcache, tmp, texts):
             f"{t / tb:.2f}x time", "", True)
 
 
+# ---- batch reads: read_indices against the r[i] loop ---------------------------------
+
+
+BATCH_SIZES = (32, 256, 1_024, 10_000, 100_000)
+BATCH_SIZES_QUICK = (32, 256, 1_024, 2_048, 4_096)  # --quick: tiny sizes
+
+
+def batch_subjects(bagcache, tmp, path, records):
+    """(name, sequence, closer) for each subject of the batch rows."""
+    zpath = os.path.join(tmp, "data.bagz")
+    with bagcache.Writer(zpath) as w:  # zstd, from the name
+        for r in records:
+            w.write(r)
+    bag, bagz = bagcache.Reader(path), bagcache.Reader(zpath)
+    subjects = [("Reader .bag", bag, None), ("Reader .bagz", bagz, None),
+                ("view .bag", bag[::-1], None), ("view .bagz", bagz[::-1], None)]
+    LoadIt = getattr(bagcache, "LoadIt", None)
+    if LoadIt is None:
+        return subjects
+
+    def gen():
+        return iter(records)
+
+    def gen_pickled():
+        for r in records:
+            yield {"id": r[:8], "text": r}
+
+    for name, kwargs, source in (("LoadIt raw .bag", {"serializer": "raw"}, gen),
+                                 ("LoadIt raw .bagz", {"serializer": "raw",
+                                                       "compression": "zstd"}, gen),
+                                 ("LoadIt pickled .bag", {}, gen_pickled)):
+        root = os.path.join(tmp, "batches-" + name.replace(" ", "-").replace(".", ""))
+        loader = LoadIt(root, source, **kwargs)
+        assert sum(1 for _ in loader) == len(records)  # everything cached
+        subjects.append((name, loader, loader.close))
+        if name == "LoadIt raw .bag":
+            subjects.append(("LoadIt view .bag", loader[::1], None))
+    return subjects
+
+
+def bench_batches(a, np, bagcache, tmp, path, records):
+    """read_indices of random batches against the r[i] loop over the
+    same indices, for each batch size and subject."""
+    only = set(a.only.split(",")) if a.only else None
+    if only is not None and "batches" not in only:
+        return
+    m = len(records)
+    t0 = time.perf_counter()
+    subjects = batch_subjects(bagcache, tmp, path, records)
+    print(f"  (batch subjects made in {fmt_time(time.perf_counter() - t0)})", file=sys.stderr)
+    rng = np.random.default_rng(11)
+    for name, seq, _ in subjects:
+        for b in BATCH_SIZES_QUICK if a.quick else BATCH_SIZES:
+            batches = [rng.integers(0, m, size=b, dtype=np.int64)
+                       for _ in range(max(1, -(-a.batch_reads // b)))]
+            lists = [x.tolist() for x in batches]
+            n = b * len(batches)
+            if seq.read_indices(batches[0]) != [seq[i] for i in lists[0]]:
+                print(f"python_bench: {name}: read_indices and r[i] disagree",
+                      file=sys.stderr)
+                sys.exit(1)
+
+            def loop():
+                for idx in lists:
+                    for i in idx:
+                        seq[i]
+
+            def many():
+                # A batch is dropped when the next one arrives, as in a
+                # training loop (the loop drops each record at once).
+                out = None
+                for x in batches:
+                    out = seq.read_indices(x)
+                return out
+
+            tb, t = measure(a.repeat, loop, many)
+            ratio = tb / t
+            row(f"read_indices batch {b:,}: {name}", t, "r[i] loop, same indices", tb, n,
+                f"{n / t / 1e6:.2f} vs {n / tb / 1e6:.2f} M rec/s: {ratio:.2f}x",
+                ">= 1.5x", ratio >= 1.5)
+    for _, _, close in subjects:
+        if close is not None:
+            close()
+
+
 def remover(path):
     """A function that removes the file at path if there is one (for the
     untimed after_baseline step of measure)."""
@@ -585,8 +685,9 @@ def main():
         idx = np.random.default_rng(42).integers(0, a.records, size=a.reads, dtype=np.int64)
         bench_reader(a, np, bagcache, lib_path, path, idx)
         texts = [r[:1000].decode() for r in records]
-        del records
         bench_loadit(a, np, bagcache, tmp, texts)
+        bench_batches(a, np, bagcache, tmp, path, records)
+        del records
     finally:
         if not a.dir:
             shutil.rmtree(tmp, ignore_errors=True)
