@@ -25,6 +25,14 @@ ROWS = (
     "(LoadIt first pass, word counts)",
 )
 
+# read_indices against the r[i] loop: every subject at every batch size
+# (--quick: 32 to 4,096), after the rows above.
+BATCH_SUBJECTS = ("Reader .bag", "Reader .bagz", "view .bag", "view .bagz",
+                  "LoadIt raw .bag", "LoadIt view .bag", "LoadIt raw .bagz",
+                  "LoadIt pickled .bag")
+BATCH_ROWS = tuple(f"read_indices batch {b:,}: {s}" for s in BATCH_SUBJECTS
+                   for b in (32, 256, 1024, 2048, 4096))
+
 
 def test_python_bench_runs_on_tiny_sizes(tmp_path):
     pytest.importorskip("numpy")
@@ -39,6 +47,6 @@ def test_python_bench_runs_on_tiny_sizes(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     names = [line[2:].split(" | ")[0] for line in table[1:]]  # after the header
-    assert len(names) == len(ROWS), names
-    for name, start in zip(names, ROWS):
+    assert len(names) == len(ROWS) + len(BATCH_ROWS), names
+    for name, start in zip(names, ROWS + BATCH_ROWS):
         assert name.startswith(start), (name, start)
