@@ -62,7 +62,15 @@ Rows (doc/performance.md, section "Python", explains them):
                 (loader[::1]) and a LoadIt of the records pickled (the
                 default serializer).  At least --batch-reads records per
                 run (whole batches); the same batches for both sides.
-                Reported: both in records per second and the ratio.
+                Reported: both in records per second (wall clock) and
+                their ratio, and the ratio of the process's CPU time
+                (all threads: steadier on a shared machine).
+  (floor batch B: ...)
+                information: the batch's records as new bytes objects
+                sliced from a mapping of data.bag and kept in a list
+                (what any read_indices must at least do), against the
+                Reader's r[i] loop; pickle.loads of the batch's pickles
+                alone, against the pickled LoadIt's r[i] loop.
 """
 
 import argparse
@@ -201,6 +209,23 @@ def measure(repeat, baseline, subject, self_timed_baseline=False, after_baseline
         ts.append(clock() - t0)
         del keep  # freeing results is not timed
     return statistics.median(tb), statistics.median(ts)
+
+
+def measure_both(repeat, baseline, subject):
+    """measure() on two clocks at once: ((wall, CPU) of the baseline,
+    (wall, CPU) of the subject), medians.  CPU is the process's (all its
+    threads): on a machine shared with other work it moves much less than
+    the wall clock."""
+    times = {baseline: ([], []), subject: ([], [])}
+    for _ in range(repeat):
+        for fn in (baseline, subject):
+            w0, c0 = time.perf_counter(), time.process_time()
+            keep = fn()
+            times[fn][0].append(time.perf_counter() - w0)
+            times[fn][1].append(time.process_time() - c0)
+            del keep
+    return tuple((statistics.median(times[fn][0]), statistics.median(times[fn][1]))
+                 for fn in (baseline, subject))
 
 
 def fmt_time(t):
@@ -574,14 +599,74 @@ def bench_batches(a, np, bagcache, tmp, path, records):
                     out = seq.read_indices(x)
                 return out
 
-            tb, t = measure(a.repeat, loop, many)
+            (tb, cb), (t, c) = measure_both(a.repeat, loop, many)
             ratio = tb / t
             row(f"read_indices batch {b:,}: {name}", t, "r[i] loop, same indices", tb, n,
-                f"{n / t / 1e6:.2f} vs {n / tb / 1e6:.2f} M rec/s: {ratio:.2f}x",
-                ">= 1.5x", ratio >= 1.5)
+                f"{n / t / 1e6:.2f} vs {n / tb / 1e6:.2f} M rec/s: {ratio:.2f}x "
+                f"(CPU {cb / c:.2f}x)", ">= 1.5x", ratio >= 1.5)
+    bench_batch_floors(a, np, subjects, path, records, rng)
     for _, _, close in subjects:
         if close is not None:
             close()
+
+
+def bench_batch_floors(a, np, subjects, path, records, rng):
+    """Information rows: what a batch costs before any bagcache code runs.
+    Bytes: the batch's records as new bytes objects sliced from a mapping
+    of data.bag (records at RECORD_SIZE strides), kept in a list, as
+    read_indices keeps them.  Pickle: pickle.loads of the batch's pickles
+    (the bytes already at hand), against the pickled LoadIt's r[i] loop."""
+    m = len(records)
+    seqs = {name: seq for name, seq, _ in subjects}
+    reader = seqs["Reader .bag"]
+    loader = seqs.get("LoadIt pickled .bag")
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if mm[:RECORD_SIZE] != reader[0] or mm[(m - 1) * RECORD_SIZE:m * RECORD_SIZE] != reader[m - 1]:
+        print("python_bench: data.bag is not laid out as expected", file=sys.stderr)
+        sys.exit(1)
+    pickles = [pickle.dumps({"id": r[:8], "text": r}, protocol=pickle.HIGHEST_PROTOCOL)
+               for r in records] if loader is not None else None
+    for b in BATCH_SIZES_QUICK if a.quick else BATCH_SIZES:
+        batches = [rng.integers(0, m, size=b, dtype=np.int64)
+                   for _ in range(max(1, -(-a.batch_reads // b)))]
+        lists = [x.tolist() for x in batches]
+        slices = [[slice(i * RECORD_SIZE, (i + 1) * RECORD_SIZE) for i in idx]
+                  for idx in lists]
+        n = b * len(batches)
+
+        def loop(seq):
+            def run():
+                for idx in lists:
+                    for i in idx:
+                        seq[i]
+            return run
+
+        def sliced():
+            out = None
+            for sl in slices:
+                out = list(map(mm.__getitem__, sl))
+            return out
+
+        (tb, cb), (t, c) = measure_both(a.repeat, loop(reader), sliced)
+        row(f"(floor batch {b:,}: bytes from the mapping)", t, "r[i] loop, Reader .bag", tb, n,
+            f"{n / t / 1e6:.2f} vs {n / tb / 1e6:.2f} M rec/s: {tb / t:.2f}x "
+            f"(CPU {cb / c:.2f}x)", "", True)
+        if loader is None:
+            continue
+        batch_pickles = [[pickles[i] for i in idx] for idx in lists]
+
+        def unpickled():
+            out = None
+            for ps in batch_pickles:
+                out = list(map(pickle.loads, ps))
+            return out
+
+        (tb, cb), (t, c) = measure_both(a.repeat, loop(loader), unpickled)
+        row(f"(floor batch {b:,}: pickle.loads alone)", t, "r[i] loop, LoadIt pickled .bag",
+            tb, n, f"{n / t / 1e6:.2f} vs {n / tb / 1e6:.2f} M rec/s: {tb / t:.2f}x "
+            f"(CPU {cb / c:.2f}x)", "", True)
+    mm.close()
 
 
 def remover(path):
