@@ -12,7 +12,9 @@
  * memory back, and a second trip to memory for each record (written to the
  * buffer, read back much later into the bytes object).  Rounds of about
  * BCPY_STAGE_BYTES keep the staged records in the CPU cache until they are
- * copied out.
+ * copied out.  A thread that made bulk reads keeps its area until it ends:
+ * 256 KiB of index and buffer arrays (BCPY_CHUNK entries, for LoadIt's
+ * jobs) and at most BCPY_STAGE_KEEP bytes of record buffers.
  */
 #include <pthread.h>
 #include <stdlib.h>
