@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/internal.h"
 #include "testutil.h"
 
 #ifdef TU_TSAN
@@ -579,8 +580,53 @@ static void test_fork_while_busy(void **state) {
 #endif
 }
 
+/* bc__parallel_for runs the first tasks in the calling thread and shares
+ * the rest only when they are slow: whichever way a job goes, every task
+ * runs exactly once, and the lowest failing task's error is returned. */
+typedef struct {
+  atomic_int runs[64];
+  useconds_t sleep_us; /* per task: 0 stays inline, 2 ms fans out */
+  size_t fail_from;    /* tasks from here on fail (SIZE_MAX: none) */
+} pool_job;
+
+static int pool_task(void *arg, size_t task) {
+  pool_job *j = arg;
+  atomic_fetch_add(&j->runs[task], 1);
+  if (j->sleep_us > 0) usleep(j->sleep_us);
+  if (task >= j->fail_from)
+    return bc__error(task == j->fail_from ? BC_ECORRUPT : BC_EIO, "task %zu", task);
+  return 0;
+}
+
+static void test_pool_runs_each_task_once(void **state) {
+  (void)state;
+  useconds_t sleeps[2] = {0, 2000};
+  size_t counts[4] = {1, 2, 17, 64};
+  for (int s = 0; s < 2; s++) {
+    for (int c = 0; c < 4; c++) {
+      size_t n = counts[c];
+      pool_job j = {.sleep_us = sleeps[s], .fail_from = SIZE_MAX};
+      for (size_t t = 0; t < 64; t++) atomic_init(&j.runs[t], 0);
+      assert_int_equal(bc__parallel_for(n, 4, pool_task, &j), 0);
+      for (size_t t = 0; t < 64; t++) assert_int_equal(atomic_load(&j.runs[t]), t < n);
+      if (n < 2) continue;
+      /* Tasks from n/2 on fail: the first of them is reported, and no
+       * task before it is skipped. */
+      pool_job f = {.sleep_us = sleeps[s], .fail_from = n / 2};
+      for (size_t t = 0; t < 64; t++) atomic_init(&f.runs[t], 0);
+      assert_int_equal(bc__parallel_for(n, 4, pool_task, &f), BC_ECORRUPT);
+      char want[32];
+      snprintf(want, sizeof want, "task %zu", n / 2);
+      assert_string_equal(bc_errmsg(), want);
+      for (size_t t = 0; t < 64; t++) assert_true(atomic_load(&f.runs[t]) <= 1);
+      for (size_t t = 0; t <= n / 2; t++) assert_int_equal(atomic_load(&f.runs[t]), 1);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_pool_runs_each_task_once),
       cmocka_unit_test_setup_teardown(test_shared_reader, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_get_many, setup, teardown),
       cmocka_unit_test_setup_teardown(test_shared_index, setup, teardown),

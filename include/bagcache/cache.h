@@ -169,6 +169,14 @@ int bc_cache_len(bc_cache *cache, uint64_t *len);
  * on BC_EAGAIN. */
 int bc_cache_try_get(bc_cache *cache, int64_t index, bc_buf *out);
 
+/* bc_cache_try_get of many records, read on the worker pool: outs[p] gets
+ * record indices[p] (buffers reused, as bc_seq_get_many).  BC_EAGAIN when
+ * any of them would wait; on failure the error is that of the first
+ * failing position in request order ("indices[P] = I: ..."), and the
+ * contents of outs are unspecified (still valid buffers to release). */
+int bc_cache_try_get_many(bc_cache *cache, const int64_t *indices, size_t count,
+                          bc_buf *outs);
+
 /* Fills every missing shard and drains the source to its end, waiting
  * until it is done.  Under a disk limit only the drain to the end is done
  * (what the limit evicts stays evicted).  Without a source: 0 if the end is

@@ -58,6 +58,34 @@ extern PyObject *bcpy_InvalidSliceError;
 bc_buf *bcpy_scratch_take(bc_buf *fallback);
 void bcpy_scratch_give(bc_buf *b, bc_buf *fallback);
 
+/* The staging area of bulk reads: records are read into `bufs` with the GIL
+ * released, a round at a time, then turned into Python objects.  Kept per
+ * thread between calls, so a bulk read allocates no record buffers once the
+ * thread has read records of that size, and a round's records are still in
+ * the CPU cache when they are copied out (scratch.c). */
+typedef struct {
+  int64_t *idx;   /* the round's view indices */
+  bc_buf *bufs;   /* their records */
+  size_t cap;     /* BCPY_CHUNK */
+  size_t round;   /* records in the next round (bcpy_stage_done) */
+  size_t used;    /* bufs[used..cap) have no memory */
+} bcpy_stage;
+
+/* Takes the calling thread's staging area, or makes one (another when the
+ * thread's is in use: nested calls); NULL with MemoryError set. */
+bcpy_stage *bcpy_stage_take(void);
+/* Gives it back, keeping at most BCPY_STAGE_KEEP bytes of buffers. */
+void bcpy_stage_give(bcpy_stage *s);
+/* Frees it (any thread, no GIL needed): for an area handed to a job that
+ * its submitter abandoned. */
+void bcpy_stage_free(bcpy_stage *s);
+/* The number of records of the next round, `left` records being left to
+ * read (> 0): at most `left`, and at most about BCPY_STAGE_BYTES at the
+ * record sizes read so far (`whole`: at most cap). */
+size_t bcpy_stage_next(bcpy_stage *s, size_t left, bool whole);
+/* After a round of `n` records has been read: sizes the next round. */
+void bcpy_stage_done(bcpy_stage *s, size_t n);
+
 /* ---- sequences (seq.c) ----------------------------------------------- */
 
 typedef struct {

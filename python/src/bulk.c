@@ -2,11 +2,14 @@
  * bulk.c - reads of many records: read, read_range, read_indices, and the
  * linear scans behind `in`, count and index.
  *
- * Every bulk read goes in chunks of at most BCPY_CHUNK records: the GIL is
- * released while bc_seq_get_many reads a chunk on the worker pool, then
- * taken back to turn the chunk into bytes objects.  The chunk's buffers are
- * reused from one chunk to the next, so memory stays bounded by one chunk
- * of records (plus the result list) and allocations are few.
+ * Reads of records (read, read_range, read_indices) go in rounds through
+ * the thread's staging area (scratch.c): the GIL is released while
+ * bc_seq_get_many reads a round on the worker pool, then taken back to turn
+ * the round into bytes objects.  A round holds about BCPY_STAGE_BYTES of
+ * records, so they are still in the CPU cache when copied out, and the
+ * area's buffers are reused from round to round and call to call, so a
+ * bulk read allocates nothing per record but its bytes objects.  The linear
+ * scans go in chunks of BCPY_CHUNK records, compared without the GIL.
  *
  * Indices are checked and made non-negative before anything is read, so an
  * IndexError names the first bad position and returns no records.
@@ -46,26 +49,26 @@ static void chunk_free(chunk *c) {
   PyMem_RawFree(c->bufs);
 }
 
-/* Reads c->idx[0..n) into c->bufs with the GIL released.  Sets the Python
+/* Reads idx[0..n) into bufs with the GIL released.  Sets the Python
  * exception and returns -1 on failure.  The library's message for a failed
- * batch names a position in this chunk, which means nothing to the caller;
+ * batch names a position in this round, which means nothing to the caller;
  * so the failing records are looked up one by one (on this error path
  * only) and the first one's own error is raised, naming its index. */
-static int chunk_read(bcpy_seq *self, chunk *c, size_t n) {
+static int round_read(bcpy_seq *self, const int64_t *idx, bc_buf *bufs, size_t n) {
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = bc_seq_get_many(self->seq, c->idx, n, c->bufs);
+  rc = bc_seq_get_many(self->seq, idx, n, bufs);
   Py_END_ALLOW_THREADS
   if (rc == 0) return 0;
   char *batch_msg = strdup(bc_errmsg());
   int one = 0;
   size_t k = 0;
   Py_BEGIN_ALLOW_THREADS
-  for (k = 0; k < n && one == 0; k++) one = bc_seq_get(self->seq, c->idx[k], &c->bufs[k]);
+  for (k = 0; k < n && one == 0; k++) one = bc_seq_get(self->seq, idx[k], &bufs[k]);
   Py_END_ALLOW_THREADS
   if (one != 0) {
     /* bc_errmsg is this thread's: still the single read's message. */
-    PyErr_Format(bcpy_error_type(one), "index %lld: %s", (long long)c->idx[k - 1], bc_errmsg());
+    PyErr_Format(bcpy_error_type(one), "index %lld: %s", (long long)idx[k - 1], bc_errmsg());
   } else {
     bcpy_raise(rc, batch_msg);
   }
@@ -81,28 +84,26 @@ static PyObject *buf_bytes(const bc_buf *b) {
 
 /* list(view[start : start + n]). */
 static PyObject *read_span(bcpy_seq *self, uint64_t start, size_t n) {
-  chunk c;
   PyObject *list = PyList_New((Py_ssize_t)n);
   if (list == NULL) return NULL;
-  if (chunk_init(&c, n) < 0) {
-    Py_DECREF(list);
-    return NULL;
-  }
+  bcpy_stage *st = bcpy_stage_take();
+  if (st == NULL) goto fail;
   for (size_t off = 0; off < n;) {
-    size_t m = n - off < c.cap ? n - off : c.cap;
-    for (size_t k = 0; k < m; k++) c.idx[k] = (int64_t)(start + off + k);
-    if (chunk_read(self, &c, m) < 0) goto fail;
+    size_t m = bcpy_stage_next(st, n - off, false);
+    for (size_t k = 0; k < m; k++) st->idx[k] = (int64_t)(start + off + k);
+    if (round_read(self, st->idx, st->bufs, m) < 0) goto fail;
     for (size_t k = 0; k < m; k++) {
-      PyObject *b = buf_bytes(&c.bufs[k]);
+      PyObject *b = buf_bytes(&st->bufs[k]);
       if (b == NULL) goto fail;
       PyList_SET_ITEM(list, (Py_ssize_t)(off + k), b);
     }
+    bcpy_stage_done(st, m);
     off += m;
   }
-  chunk_free(&c);
+  bcpy_stage_give(st);
   return list;
 fail: /* unset list items are NULL, which list_dealloc skips */
-  chunk_free(&c);
+  bcpy_stage_give(st);
   Py_DECREF(list);
   return NULL;
 }
@@ -112,38 +113,52 @@ typedef struct {
   size_t pos;
 } pair;
 
-static int pair_cmp(const void *a, const void *b) {
-  const pair *x = a, *y = b;
-  if (x->index != y->index) return x->index < y->index ? -1 : 1;
-  return x->pos < y->pos ? -1 : x->pos > y->pos;
+static bool pair_less(pair x, pair y) {
+  return x.index < y.index || (x.index == y.index && x.pos < y.pos);
 }
 
-/* Sorts pairs by index, keeping request order among equal indices.  Large
- * inputs: an LSD radix sort on 16-bit digits (stable), as many passes as
- * the largest index needs (two below 2^32): linear, where qsort's n log n
- * compare calls dominated read_indices of a million indices.  `tmp` holds
- * n pairs; indices are non-negative (checked on conversion).  Returns -1
- * when out of memory.  Runs without the GIL: no shared state. */
+/* Sorts pairs by index, keeping request order among equal indices.  Below
+ * SORT_RADIX_MIN pairs: an insertion sort (qsort's calls through a compare
+ * function were a third of read_indices of 32 indices).  From
+ * SORT_RADIX_MIN pairs on: an LSD radix sort (stable), on 8-bit digits
+ * below 2^16 pairs and 16-bit digits above (the count table must stay small
+ * next to n), as many passes as the largest index needs: linear, where
+ * qsort's n log n compare calls were a tenth of read_indices of 10,000
+ * indices and dominated a million.  `tmp` holds n pairs; indices are
+ * non-negative (checked on conversion).  Returns -1 when out of memory.
+ * Runs without the GIL: no shared state. */
+#define SORT_RADIX_MIN 64
 static int sort_pairs(pair *pairs, pair *tmp, size_t n, uint64_t max_index) {
-  if (n < ((size_t)1 << 16)) {
-    qsort(pairs, n, sizeof *pairs, pair_cmp);
+  if (n < SORT_RADIX_MIN) {
+    for (size_t k = 1; k < n; k++) {
+      pair p = pairs[k];
+      size_t j = k;
+      for (; j > 0 && pair_less(p, pairs[j - 1]); j--) pairs[j] = pairs[j - 1];
+      pairs[j] = p;
+    }
     return 0;
   }
-  size_t *count = PyMem_RawMalloc(((size_t)1 << 16) * sizeof *count);
+  unsigned bits = n < ((size_t)1 << 16) ? 8 : 16;
+  size_t radix = (size_t)1 << bits, mask = radix - 1;
+  size_t *count = PyMem_RawMalloc(radix * sizeof *count);
   if (count == NULL) return -1;
-  for (unsigned shift = 0; shift < 64 && (max_index >> shift) != 0; shift += 16) {
-    memset(count, 0, ((size_t)1 << 16) * sizeof *count);
-    for (size_t k = 0; k < n; k++) count[((uint64_t)pairs[k].index >> shift) & 0xffff]++;
+  pair *from = pairs, *to = tmp;
+  for (unsigned shift = 0; shift < 64 && (max_index >> shift) != 0; shift += bits) {
+    memset(count, 0, radix * sizeof *count);
+    for (size_t k = 0; k < n; k++) count[((uint64_t)from[k].index >> shift) & mask]++;
     size_t sum = 0;
-    for (size_t d = 0; d < (1 << 16); d++) {
+    for (size_t d = 0; d < radix; d++) {
       size_t c = count[d];
       count[d] = sum;
       sum += c;
     }
     for (size_t k = 0; k < n; k++)
-      tmp[count[((uint64_t)pairs[k].index >> shift) & 0xffff]++] = pairs[k];
-    memcpy(pairs, tmp, n * sizeof *pairs);
+      to[count[((uint64_t)from[k].index >> shift) & mask]++] = from[k];
+    pair *t = from;
+    from = to;
+    to = t;
   }
+  if (from != pairs) memcpy(pairs, from, n * sizeof *pairs);
   PyMem_RawFree(count);
   return 0;
 }
@@ -156,7 +171,7 @@ static PyObject *read_list(bcpy_seq *self, const int64_t *idx, size_t n) {
   for (size_t k = 1; k < n && increasing; k++) increasing = idx[k - 1] < idx[k];
   PyObject *list = PyList_New((Py_ssize_t)n);
   if (list == NULL) return NULL;
-  chunk c = {0};
+  bcpy_stage *st = NULL;
   pair *pairs = NULL;
   size_t *group = NULL; /* group[j]: first pair of distinct index j */
   size_t distinct = n;
@@ -188,14 +203,14 @@ static PyObject *read_list(bcpy_seq *self, const int64_t *idx, size_t n) {
       if (k == 0 || pairs[k].index != pairs[k - 1].index) group[distinct++] = k;
     group[distinct] = n;
   }
-  if (chunk_init(&c, distinct) < 0) goto fail;
+  if ((st = bcpy_stage_take()) == NULL) goto fail;
   for (size_t off = 0; off < distinct;) {
-    size_t m = distinct - off < c.cap ? distinct - off : c.cap;
+    size_t m = bcpy_stage_next(st, distinct - off, false);
     for (size_t k = 0; k < m; k++)
-      c.idx[k] = increasing ? idx[off + k] : pairs[group[off + k]].index;
-    if (chunk_read(self, &c, m) < 0) goto fail;
+      st->idx[k] = increasing ? idx[off + k] : pairs[group[off + k]].index;
+    if (round_read(self, st->idx, st->bufs, m) < 0) goto fail;
     for (size_t k = 0; k < m; k++) {
-      PyObject *b = buf_bytes(&c.bufs[k]);
+      PyObject *b = buf_bytes(&st->bufs[k]);
       if (b == NULL) goto fail;
       if (increasing) {
         PyList_SET_ITEM(list, (Py_ssize_t)(off + k), b);
@@ -208,14 +223,15 @@ static PyObject *read_list(bcpy_seq *self, const int64_t *idx, size_t n) {
       }
       PyList_SET_ITEM(list, (Py_ssize_t)pairs[first].pos, b);
     }
+    bcpy_stage_done(st, m);
     off += m;
   }
-  chunk_free(&c);
+  bcpy_stage_give(st);
   PyMem_RawFree(pairs);
   PyMem_RawFree(group);
   return list;
 fail:
-  chunk_free(&c);
+  bcpy_stage_give(st);
   PyMem_RawFree(pairs);
   PyMem_RawFree(group);
   Py_DECREF(list);

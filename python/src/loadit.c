@@ -37,7 +37,6 @@
 #include "structmember.h"
 
 #define RECENT 64       /* shards remembered as recently read */
-#define BATCH 8192      /* records per read_indices job */
 #define ITER_BATCH 128  /* records per read-ahead job */
 #define ITER_WINDOW 64  /* read-ahead window */
 #define RETRIES 100     /* reads retried after a cancelled fill ... */
@@ -240,26 +239,25 @@ static void get_release(bcpy_job *job) {
   bc_buf_release(&j->buf);
 }
 
+/* A round of read_indices: stage->idx[0..count) into stage->bufs.  The
+ * job holds the submitter's staging area; the submitter takes it back when
+ * the job is done, and a job it abandoned frees it. */
 typedef struct {
   bcpy_job base;
   bc_seq *seq;
-  int64_t *indices;
   size_t count;
-  bc_buf *bufs;
+  bcpy_stage *stage;
 } many_job;
 
 static int many_run(bcpy_job *job) {
   many_job *j = (many_job *)job;
-  return bc_seq_get_many(j->seq, j->indices, j->count, j->bufs);
+  return bc_seq_get_many(j->seq, j->stage->idx, j->count, j->stage->bufs);
 }
 
 static void many_release(bcpy_job *job) {
   many_job *j = (many_job *)job;
   bc_seq_unref(j->seq);
-  if (j->bufs != NULL)
-    for (size_t k = 0; k < j->count; k++) bc_buf_release(&j->bufs[k]);
-  free(j->bufs);
-  free(j->indices);
+  bcpy_stage_free(j->stage);
 }
 
 typedef struct {
@@ -1156,48 +1154,107 @@ static PyObject *lobj_sq_item(bcpy_lobj *self, Py_ssize_t i) {
 
 /* ---- _CacheSeq: bulk reads and the rest ---------------------------------------- */
 
+/* Whether a round of read_indices, idx[0..n), may be read straight from the
+ * cache by the calling thread: every index is >= 0 and lies in a shard this
+ * object read lately (a hint, as for single reads: lobj_item), so reading
+ * it most likely neither fills nor waits.  Writes the indices in the cache
+ * to `at`.  Arithmetic only: runs with the GIL. */
+static bool round_is_recent(bcpy_lobj *self, const int64_t *idx, size_t n, int64_t *at) {
+  bcpy_core *core = self->core;
+  if (!self->resolve_safe || core->R == 0 || core->cache == NULL) return false;
+  for (size_t k = 0; k < n; k++) {
+    bc_seq *leaf;
+    uint64_t li;
+    if (idx[k] < 0 || bc_seq_resolve(self->seq, idx[k], &leaf, &li) != 0 ||
+        leaf != core->seq || !recent_has(core, li / core->R))
+      return false;
+    at[k] = (int64_t)li;
+  }
+  return true;
+}
+
+/* Marks the shards of idx[0..n) as recently read. */
+static void round_mark_recent(bcpy_lobj *self, const int64_t *idx, size_t n) {
+  bcpy_core *core = self->core;
+  if (!self->resolve_safe || core->R == 0) return;
+  for (size_t k = 0; k < n; k++) {
+    bc_seq *leaf;
+    uint64_t li;
+    if (idx[k] >= 0 && bc_seq_resolve(self->seq, idx[k], &leaf, &li) == 0 &&
+        leaf == core->seq)
+      recent_mark(core, li / core->R);
+  }
+}
+
+/* Reads rounds through the thread's staging area (scratch.c), as the
+ * Reader does (bulk.c): no buffer is allocated per record once the thread
+ * has read records of that size.  A round whose shards were all read
+ * lately is read right here with bc_cache_try_get_many (the GIL released;
+ * on the main thread it never waits for another thread's fill); any other
+ * round, or one that would wait, goes through a job (run_job: on the main
+ * thread a helper runs it while Ctrl-C stays live) of up to BCPY_CHUNK
+ * records. */
 static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
   if (lobj_check(self) < 0) return NULL;
+  bcpy_core *core = self->core;
   bcpy_ivec a = {NULL, 0, 0};
   if (bcpy_indices_from_object(indices, &a) < 0) {
     PyMem_RawFree(a.v);
     return NULL;
   }
   PyObject *list = PyList_New((Py_ssize_t)a.n);
+  bcpy_stage *st = list != NULL ? bcpy_stage_take() : NULL;
+  if (st == NULL) Py_CLEAR(list);
   for (size_t off = 0; list != NULL && off < a.n;) {
-    size_t m = a.n - off < BATCH ? a.n - off : BATCH;
-    many_job *j = job_new(sizeof *j, many_run, many_release);
-    if (j == NULL) {
-      Py_CLEAR(list);
-      break;
+    size_t m = bcpy_stage_next(st, a.n - off, false);
+    bool direct = round_is_recent(self, a.v + off, m, st->idx);
+    if (direct) {
+      bc_cache *cache = core->cache;
+      int waiter = core->src != NULL && atomic_load(&core->src->tee_active)
+                       ? bcpy_waiter_add() : -1;
+      int rc;
+      Py_BEGIN_ALLOW_THREADS
+      rc = bc_cache_try_get_many(cache, st->idx, m, st->bufs);
+      Py_END_ALLOW_THREADS
+      bcpy_waiter_remove(waiter);
+      direct = rc == 0; /* else the job below reads it (and says why not) */
     }
-    j->seq = bc_seq_ref(self->seq);
-    j->count = m;
-    j->indices = malloc(m * sizeof *j->indices);
-    j->bufs = calloc(m, sizeof *j->bufs);
-    if (j->indices == NULL || j->bufs == NULL) {
+    if (!direct) {
+      m = bcpy_stage_next(st, a.n - off, true);
+      many_job *j = job_new(sizeof *j, many_run, many_release);
+      if (j == NULL) {
+        Py_CLEAR(list);
+        break;
+      }
+      memcpy(st->idx, a.v + off, m * sizeof *st->idx);
+      j->seq = bc_seq_ref(self->seq);
+      j->count = m;
+      j->stage = st; /* the job's until it is done */
+      st = NULL;
+      if (run_job(&j->base, core->src) < 0) { /* the job and the area are gone */
+        Py_CLEAR(list);
+        break;
+      }
+      st = j->stage;
+      j->stage = NULL;
+      int rc = j->base.rc;
+      if (rc != 0) raise_rc(rc, j->base.msg);
       job_free(&j->base);
-      PyErr_NoMemory();
-      Py_CLEAR(list);
-      break;
-    }
-    memcpy(j->indices, a.v + off, m * sizeof *j->indices);
-    if (run_job(&j->base, self->core->src) < 0) {
-      Py_CLEAR(list);
-      break;
-    }
-    if (j->base.rc != 0) {
-      raise_rc(j->base.rc, j->base.msg);
-      Py_CLEAR(list);
+      if (rc != 0) {
+        Py_CLEAR(list);
+        break;
+      }
+      round_mark_recent(self, a.v + off, m);
     }
     for (size_t k = 0; list != NULL && k < m; k++) {
-      PyObject *r = to_record(self->core, &j->bufs[k]);
+      PyObject *r = to_record(core, &st->bufs[k]);
       if (r == NULL) Py_CLEAR(list);
       else PyList_SET_ITEM(list, (Py_ssize_t)(off + k), r);
     }
-    job_free(&j->base);
+    if (list != NULL) bcpy_stage_done(st, m);
     off += m;
   }
+  bcpy_stage_give(st);
   PyMem_RawFree(a.v);
   return list;
 }

@@ -28,6 +28,17 @@ ROWS = (
     "LoadIt get raw 1 KiB, zstd checksums",
 )
 
+# read_indices against the r[i] loop: every subject at every batch size
+# (--quick: 32 to 4,096), after the rows above; then the floors.
+BATCH_SUBJECTS = ("Reader .bag", "Reader .bagz", "view .bag", "view .bagz",
+                  "LoadIt raw .bag", "LoadIt view .bag", "LoadIt raw .bagz",
+                  "LoadIt pickled .bag")
+BATCH_SIZES = (32, 256, 1024, 2048, 4096)
+BATCH_ROWS = tuple(f"read_indices batch {b:,}: {s}" for s in BATCH_SUBJECTS
+                   for b in BATCH_SIZES) + tuple(
+    row for b in BATCH_SIZES for row in (f"(floor batch {b:,}: bytes from the mapping)",
+                                         f"(floor batch {b:,}: pickle.loads alone)"))
+
 
 def test_python_bench_runs_on_tiny_sizes(tmp_path):
     pytest.importorskip("numpy")
@@ -42,6 +53,6 @@ def test_python_bench_runs_on_tiny_sizes(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     names = [line[2:].split(" | ")[0] for line in table[1:]]  # after the header
-    assert len(names) == len(ROWS), names
-    for name, start in zip(names, ROWS):
+    assert len(names) == len(ROWS) + len(BATCH_ROWS), names
+    for name, start in zip(names, ROWS + BATCH_ROWS):
         assert name.startswith(start), (name, start)

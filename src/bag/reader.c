@@ -343,18 +343,6 @@ static int read_checked(void *arg) {
   return rc;
 }
 
-/* Reads record `index` (< len) into out. */
-static int read_record(const bc_bag *bag, uint64_t index, bc_buf *out,
-                       bc_buf *scratch) {
-  size_t si;
-  read_args a = {bag, NULL, 0, out, scratch};
-  locate(bag, index, &si, &a.local);
-  a.shard = &bag->shards[si];
-  if (a.shard->records.map == NULL && !a.shard->separate && bag->crcs == NULL)
-    return read_in_shard(&a); /* nothing mapped: nothing to guard */
-  return bc__guarded(read_checked, &a, a.shard->records.path);
-}
-
 /* The fast path (see struct bc_bag), run guarded: reads record `index`
  * (< len) into `out` or points `view` at it.  Returns 1, touching nothing
  * else, when its limits are invalid: the general path then reports it. */
@@ -391,12 +379,25 @@ static int fast_read(void *arg) {
   return 0;
 }
 
-int bc_bag_get(const bc_bag *bag, uint64_t index, bc_buf *out) {
-  if (bag->fast_limits != NULL && index < bag->len) {
-    fast_args a = {bag, index, out, NULL, 0};
-    int rc = bc__guarded(fast_read, &a, bag->shards[0].records.path);
-    if (rc <= 0) return rc;
+/* Reads record `index` (< len) into out: the fast path when the bag has
+ * one (single gets and batches alike), else the shard's general read. */
+static int read_record(const bc_bag *bag, uint64_t index, bc_buf *out,
+                       bc_buf *scratch) {
+  if (bag->fast_limits != NULL) {
+    fast_args f = {bag, index, out, NULL, 0};
+    int rc = bc__guarded(fast_read, &f, bag->shards[0].records.path);
+    if (rc <= 0) return rc; /* 1: bad limits, which the general path reports */
   }
+  size_t si;
+  read_args a = {bag, NULL, 0, out, scratch};
+  locate(bag, index, &si, &a.local);
+  a.shard = &bag->shards[si];
+  if (a.shard->records.map == NULL && !a.shard->separate && bag->crcs == NULL)
+    return read_in_shard(&a); /* nothing mapped: nothing to guard */
+  return bc__guarded(read_checked, &a, a.shard->records.path);
+}
+
+int bc_bag_get(const bc_bag *bag, uint64_t index, bc_buf *out) {
   if (index >= bag->len) return range_error(bag, index);
   bc_buf scratch = BC_BUF_INIT;
   int rc = read_record(bag, index, out, &scratch);

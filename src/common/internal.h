@@ -123,7 +123,9 @@ typedef int (*bc__task_fn)(void *arg, size_t task);
 
 /* Runs fn(arg, 0..ntasks-1) on the process-wide pool using at most
  * `max_parallelism` threads including the caller (<= 1: inline; 0 is the
- * number of CPUs).  Tasks are claimed in increasing order.  Returns 0, or the
+ * number of CPUs).  Tasks are claimed in increasing order; the caller runs
+ * the first ones itself and wakes pool threads only when the rest would take
+ * long enough to be worth sharing (pool.c).  Returns 0, or the
  * error of the lowest-numbered failing task with its message (tasks after a
  * failure may be skipped).  The pool is created on first use and re-created
  * lazily in a forked child.  Safe to call from several threads at once, but

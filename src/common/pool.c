@@ -8,6 +8,15 @@
  * When the caller runs out of tasks it unlinks the job (no new helpers can
  * join) and waits until the helpers that joined have finished their tasks.
  *
+ * Fanning out costs the caller a wake-up and, when a helper joined, a wait
+ * for it: a few microseconds on an idle machine, tens where the CPUs are
+ * busy (a woken helper waits for a CPU while the caller waits for it).  A
+ * batch of records already in the page cache reads in less than that.  So
+ * the caller first runs tasks itself, timing them, and publishes the job
+ * only once the tasks left would take, at the pace so far, at least
+ * FANOUT_MIN_NS: cheap jobs never wake anyone, slow ones (cold reads,
+ * decompression, big batches) fan out after their first task.
+ *
  * Threads are created lazily, never destroyed (they sleep on a condition
  * variable), and grown to the largest parallelism asked for (up to
  * MAX_THREADS).  After fork() the child has none of them: an atfork handler
@@ -21,11 +30,15 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/internal.h"
 
 #define MAX_THREADS 256
+/* Work left, in nanoseconds at the pace of the tasks run so far, below
+ * which the caller does it alone (see above). */
+#define FANOUT_MIN_NS 100000.0
 
 typedef struct job {
   bc__task_fn fn;
@@ -151,23 +164,48 @@ static void pool_grow(size_t want) {
   }
 }
 
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* Runs tasks 0, 1, ... in the calling thread while the tasks left would
+ * take less than FANOUT_MIN_NS at the pace so far (all of them when
+ * `timed` is false).  Returns the number of tasks run; a failing task
+ * stops the loop with its code in *rc (it is the lowest failing one). */
+static size_t run_inline(size_t ntasks, bc__task_fn fn, void *arg, bool timed,
+                         int *rc) {
+  double start = timed ? now_ns() : 0;
+  size_t done = 0;
+  while (done < ntasks) {
+    int r = fn(arg, done++);
+    if (r != 0) {
+      *rc = r;
+      break;
+    }
+    if (timed && done < ntasks &&
+        (now_ns() - start) / (double)done * (double)(ntasks - done) >= FANOUT_MIN_NS)
+      break;
+  }
+  return done;
+}
+
 int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
                      void *arg) {
   if (max_parallelism == 0) max_parallelism = bc__cpu_count();
-  if (max_parallelism <= 1 || ntasks <= 1) {
-    for (size_t t = 0; t < ntasks; t++) {
-      int rc = fn(arg, t);
-      if (rc != 0) return rc;
-    }
-    return 0;
-  }
+  int rc = 0;
+  bool timed = max_parallelism > 1 && ntasks > 1;
+  size_t done = run_inline(ntasks, fn, arg, timed, &rc);
+  if (rc != 0 || done == ntasks) return rc;
+  if (done + 1 == ntasks) return fn(arg, done); /* nothing to share */
   pthread_once(&atfork_once, register_atfork);
 
   size_t helpers = (size_t)max_parallelism - 1;
-  if (helpers > ntasks - 1) helpers = ntasks - 1;
+  if (helpers > ntasks - done - 1) helpers = ntasks - done - 1;
   job j = {.fn = fn, .arg = arg, .ntasks = ntasks, .helpers_allowed = helpers,
            .linked = true, .err_task = SIZE_MAX};
-  atomic_init(&j.next, 0);
+  atomic_init(&j.next, done);
   pthread_cond_init(&j.helpers_done, NULL);
 
   pthread_mutex_lock(&pool.lock);

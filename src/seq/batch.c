@@ -12,6 +12,7 @@
  *    order and the caller's buffer capacity is reused.
  * On failure the error reported is that of the first failing position in
  * request order: failing groups are re-read one by one to find it.
+ * A leaf asked directly skips steps 1 and 2 (until something fails).
  */
 #include "config.h"
 
@@ -87,8 +88,26 @@ static void table_free(leaf_table *t) {
   free(t->leaves);
 }
 
+/* A leaf read directly: its positions are its indices, one group in
+ * request order.  Returns 1 (nothing reported) when anything fails: the
+ * general path then finds and reports the first failing position. */
+static int leaf_direct(bc_seq *leaf, const int64_t *indices, size_t count,
+                       bc_buf *outs) {
+  uint64_t *pos = malloc((count ? count : 1) * sizeof *pos);
+  if (pos == NULL) return 1;
+  int rc = 0;
+  for (size_t p = 0; p < count && rc == 0; p++)
+    rc = bc__seq_position(leaf, indices[p], &pos[p]);
+  if (rc == 0) rc = leaf_get_many(leaf, pos, count, outs);
+  free(pos);
+  return rc == 0 ? 0 : 1;
+}
+
 int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
                     bc_buf *outs) {
+  /* A leaf needs no resolving nor grouping (a Reader's own batches). */
+  if (seq->ops->resolve == NULL && leaf_direct(seq, indices, count, outs) == 0)
+    return 0;
   uint64_t *leaf_index = malloc((count ? count : 1) * sizeof *leaf_index);
   size_t *leaf_id = malloc((count ? count : 1) * sizeof *leaf_id);
   size_t *order = malloc((count ? count : 1) * sizeof *order);

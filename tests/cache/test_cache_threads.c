@@ -332,6 +332,11 @@ static void test_try_get_never_waits(void **state) {
   CU_RC(bc_cache_try_get(f->c, 60, &b), BC_EAGAIN);
   assert_non_null(strstr(bc_errmsg(), "every pass over the source is in use"));
   CU_RC(bc_cache_try_get(f->c, -1, &b), BC_EAGAIN);
+  /* Many at once: the first position that would wait is named. */
+  int64_t waiting[3] = {40, 10, 20};
+  bc_buf outs[5] = {BC_BUF_INIT, BC_BUF_INIT, BC_BUF_INIT, BC_BUF_INIT, BC_BUF_INIT};
+  CU_RC(bc_cache_try_get_many(f->c, waiting, 3, outs), BC_EAGAIN);
+  assert_non_null(strstr(bc_errmsg(), "indices[0] = 40: "));
   assert_true(atomic_load(&f->sh->produced) < 50);
   pthread_join(t, NULL);
   CU_OK(j.rc);
@@ -348,6 +353,15 @@ static void test_try_get_never_waits(void **state) {
   CU_RC(bc_cache_try_get(f->c, -101, &b), BC_ERANGE);
   CU_RC(bc_cache_try_get(f->c, 100, &b), BC_ERANGE);
   bc_buf_release(&b);
+  /* Many at once, in request order, repeats and negative indices too. */
+  int64_t many[5] = {99, 0, 60, -100, 99};
+  uint64_t want[5] = {99, 0, 60, 0, 99};
+  CU_OK(bc_cache_try_get_many(f->c, many, 5, outs));
+  for (size_t k = 0; k < 5; k++) assert_true(ts_matches(want[k], false, &outs[k]));
+  int64_t past[3] = {1, 100, 2};
+  CU_RC(bc_cache_try_get_many(f->c, past, 3, outs), BC_ERANGE);
+  assert_non_null(strstr(bc_errmsg(), "indices[1] = 100: "));
+  for (size_t k = 0; k < 5; k++) bc_buf_release(&outs[k]);
   /* The cache behind its sequence, and no cache behind other sequences. */
   assert_ptr_equal(bc_seq_cache(bc_cache_seq(f->c)), f->c);
   bc_seq *slice = NULL;
