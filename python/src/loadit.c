@@ -81,8 +81,11 @@ static PyObject *call1(PyObject *fn, PyObject *arg) {
 /* Raises for a failed call (a NULL or "" message means bc_errmsg()): the
  * source's own exception when there is one (bcpy_raise), SourceError for
  * other source failures. */
-static PyObject *raise_rc(int rc, const char *msg) {
-  if (msg == NULL || msg[0] == '\0') msg = bc_errmsg();
+static PyObject *raise_rc_errno(int rc, int sys_errno, const char *msg) {
+  if (msg == NULL || msg[0] == '\0') {
+    msg = bc_errmsg();
+    sys_errno = bc_errno();
+  }
   if (rc == BC_ESOURCE) {
     PyObject *exc = bcpy_source_exception(msg);
     if (exc == NULL) {
@@ -91,7 +94,18 @@ static PyObject *raise_rc(int rc, const char *msg) {
     }
     Py_DECREF(exc);
   }
-  return bcpy_raise(rc, msg);
+  return bcpy_raise_errno(rc, sys_errno, msg);
+}
+
+/* raise_rc_errno for a failure of this thread (msg NULL) or one whose
+ * errno is unknown. */
+static PyObject *raise_rc(int rc, const char *msg) {
+  return raise_rc_errno(rc, 0, msg);
+}
+
+/* Raises for a job that failed (its rc, message and errno). */
+static PyObject *raise_job(const bcpy_job *job) {
+  return raise_rc_errno(job->rc, job->sys_errno, job->msg);
 }
 
 /* A fill this call waited for was cancelled (an interrupt, or a loader on
@@ -480,7 +494,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   /* Opening may estimate the shard length from the source: interruptible. */
   if (bcpy_run(&j->base, self->src) < 0) goto fail;
   if (j->base.rc != 0) {
-    raise_rc(j->base.rc, j->base.msg);
+    raise_job(&j->base);
     job_free(&j->base);
     goto fail;
   }
@@ -669,7 +683,7 @@ static PyObject *core_fill_all(bcpy_core *self, PyObject *unused) {
   j->R = self->R;
   if (run_job(&j->base, self->src) < 0) return NULL;
   int rc = j->base.rc;
-  if (rc != 0) raise_rc(rc, j->base.msg);
+  if (rc != 0) raise_job(&j->base);
   job_free(&j->base);
   if (rc != 0) return NULL;
   Py_RETURN_NONE;
@@ -816,6 +830,7 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
   bc_buf fallback = BC_BUF_INIT;
   bc_buf *buf = bcpy_scratch_take(&fallback);
   char msg[1024] = "";
+  int msg_errno = 0;
   int rc;
   for (int attempt = 0;; attempt++) {
     if (direct) {
@@ -833,7 +848,10 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
       rc = leaf == NULL ? bc_seq_get(seq, at, buf)
            : try_only   ? bc_cache_try_get(leaf, at, buf)
                         : bc_cache_get(leaf, at, buf);
-      if (rc != 0) snprintf(msg, sizeof msg, "%s", bc_errmsg());
+      if (rc != 0) {
+        snprintf(msg, sizeof msg, "%s", bc_errmsg());
+        msg_errno = bc_errno();
+      }
       Py_END_ALLOW_THREADS
       bcpy_waiter_remove(waiter);
       if (rc == BC_EAGAIN && try_only) direct = false; /* wait below, from now on */
@@ -857,6 +875,7 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
         j->buf = (bc_buf)BC_BUF_INIT;
       } else {
         memcpy(msg, j->base.msg, sizeof msg);
+        msg_errno = j->base.sys_errno;
       }
       job_free(&j->base);
     }
@@ -869,7 +888,7 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
   }
   if (rc != 0) {
     bcpy_scratch_give(buf, &fallback);
-    return raise_rc(rc, msg);
+    return raise_rc_errno(rc, msg_errno, msg);
   }
   if (shard != UINT64_MAX) recent_mark(core, shard);
   PyObject *result = to_record(core, buf);
@@ -892,7 +911,7 @@ static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
   if (run_job(&j->base, self->core->src) < 0) return -1;
   rc = j->base.rc;
   if (rc == 0) *out = j->len;
-  else raise_rc(rc, j->base.msg);
+  else raise_job(&j->base);
   job_free(&j->base);
   return rc == 0 ? 0 : -1;
 }
@@ -1078,7 +1097,7 @@ static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
       break;
     }
     if (j->base.rc != 0) {
-      raise_rc(j->base.rc, j->base.msg);
+      raise_job(&j->base);
       Py_CLEAR(list);
     }
     for (size_t k = 0; list != NULL && k < m; k++) {
@@ -1273,6 +1292,7 @@ typedef struct {
   int retries;
   int end_rc;
   char end_msg[1024];
+  int end_errno;
 } bcpy_citer;
 
 typedef struct {
@@ -1415,7 +1435,7 @@ static PyObject *citer_next(bcpy_citer *it) {
     if (it->done) {
       int rc = it->end_rc;
       it->end_rc = 0;
-      if (rc != 0) return raise_rc(rc, it->end_msg);
+      if (rc != 0) return raise_rc_errno(rc, it->end_errno, it->end_msg);
       return NULL; /* StopIteration */
     }
     if (it->busy) {
@@ -1451,6 +1471,7 @@ static PyObject *citer_next(bcpy_citer *it) {
     int rc = j->base.rc;
     bool ended = j->ended;
     memcpy(it->end_msg, j->base.msg, sizeof it->end_msg);
+    it->end_errno = j->base.sys_errno;
     job_free(&j->base);
     if (rc != 0 && cancelled_fill(rc, it->end_msg) && it->retries < RETRIES) {
       /* A fill this read-ahead waited for was interrupted elsewhere: start
@@ -1460,6 +1481,7 @@ static PyObject *citer_next(bcpy_citer *it) {
       retry_pause();
       if ((rc = rstream_open(&it->rs, it->owner->seq, it->pulled)) == 0) continue;
       snprintf(it->end_msg, sizeof it->end_msg, "%s", bc_errmsg());
+      it->end_errno = bc_errno();
     }
     if (rc != 0 || ended) {
       it->done = true;

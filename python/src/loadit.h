@@ -125,6 +125,7 @@ struct bcpy_job {
                                      is held; may take it) */
   int rc;                         /* run's result */
   char msg[1024];                 /* bc_errmsg() of a failed run */
+  int sys_errno;                  /* ... and its bc_errno() */
   /* runner bookkeeping */
   int refs;
   bool done;

@@ -116,6 +116,7 @@ static void finish(bcpy_job *job, int rc) {
   if (rc != 0) {
     const char *m = bc_errmsg();
     snprintf(job->msg, sizeof job->msg, "%s", m[0] ? m : bc_strerror(rc));
+    job->sys_errno = bc_errno();
   }
 }
 

@@ -433,6 +433,7 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
   if (prc != 0) {
     char detail[1024];
     snprintf(detail, sizeof detail, "%s", bc_errmsg());
+    int derr = bc_errno();
     /* Keep the evictions (their files are gone) even though the publish
      * failed: the state then matches shards/. */
     bc__u64_put(t, meta, "bytes", bytes);
@@ -440,7 +441,7 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
                                      readers find them missing and refill */
     }
     bc__readers_forget(c, victims, nvictims);
-    return bc__error(prc, "%s", detail);
+    return bc_set_error(prc, derr, "%s", detail);
   }
   rc = bc__txn_commit(t);
   if (rc != 0) unlink(final_path); /* unknown to the state: take it back */
@@ -607,7 +608,7 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
       }
       f->refs++;
       while (!f->done) pthread_cond_wait(&reg->cond, &reg->lock);
-      int frc = f->rc;
+      int frc = f->rc, ferr = f->sys_errno;
       char msg[1024];
       memcpy(msg, f->msg, sizeof msg);
       filling_put(reg, f);
@@ -617,7 +618,7 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
        * (BC__NO_WAIT), says nothing about this one: try again. */
       if (frc == BC_ECLOSED && !atomic_load(&c->stop_fills)) continue;
       if (frc == BC_EAGAIN) continue;
-      if (frc != 0) return bc__error(frc, "%s", msg);
+      if (frc != 0) return bc_set_error(frc, ferr, "%s", msg);
       continue;
     }
     /* Become this process's filler of the shard (others wait above). */
@@ -639,8 +640,9 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
       if (rc != 0 && rc != BC_ERANGE) {
         char detail[1024];
         snprintf(detail, sizeof detail, "%s", bc_errmsg());
+        int derr = bc_errno();
         release_claim(c, shard);
-        bc__error(rc, "%s", detail);
+        bc_set_error(rc, derr, "%s", detail);
       } else if (rc == BC_ERANGE) {
         release_claim(c, shard);
       }
@@ -649,6 +651,7 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
     f->done = true;
     f->rc = rc;
     snprintf(f->msg, sizeof f->msg, "%s", rc ? bc_errmsg() : "");
+    f->sys_errno = rc ? bc_errno() : 0;
     pthread_cond_broadcast(&reg->cond);
     filling_put(reg, f);
     pthread_mutex_unlock(&reg->lock);

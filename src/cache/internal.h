@@ -163,6 +163,7 @@ typedef struct bc__filling {
   bool done;
   int rc;
   char msg[1024];
+  int sys_errno; /* bc_errno() of a failure */
   int refs; /* the filler + waiters (registry lock) */
   struct bc__filling *next;
 } bc__filling;
