@@ -75,6 +75,10 @@ typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
                                  uint64_t shard_records, uint64_t *shards,
                                  size_t max);
 
+/* The most fill workers a cache runs (fill_workers above it is lowered to
+ * it, with a notice): each is a thread with its own pass over the source. */
+#define BC_CACHE_MAX_FILL_WORKERS 256
+
 /* disk_limit: no limit, and none stored for the processes that follow. */
 #define BC_CACHE_NO_LIMIT UINT64_MAX
 
@@ -86,7 +90,9 @@ typedef struct bc_cache_options {
                              0 = 64 MiB */
   int max_open_shards;    /* shard readers kept open per process; 0 = 128 */
   int fill_workers;       /* background fill threads; 0 = 1.  More than one
-                             needs a thread-safe source (else BC_EINVAL) */
+                             needs a thread-safe source (else BC_EINVAL).
+                             More than BC_CACHE_MAX_FILL_WORKERS runs that
+                             many, with a notice */
   uint64_t disk_limit;    /* bytes in shards/ at most; 0 = the limit stored
                              in the root by an earlier open, or none.  A
                              non-zero limit is stored in the root's shared

@@ -387,6 +387,12 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   }
   c->opts = *opts;
   c->opts.info_json = NULL; /* applied below; the caller's string is not kept */
+  if (c->opts.fill_workers > BC_CACHE_MAX_FILL_WORKERS) {
+    /* Each worker is a thread with a pass over the source of its own. */
+    bc__notice("%s: %d fill workers asked for; using %d, the most a cache "
+               "runs", root, c->opts.fill_workers, BC_CACHE_MAX_FILL_WORKERS);
+    c->opts.fill_workers = BC_CACHE_MAX_FILL_WORKERS;
+  }
   c->mode = opts->file_mode ? opts->file_mode : 0644;
   c->self = bc__owner_self();
   static _Atomic uint64_t next_serial = 1;
@@ -400,7 +406,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   pthread_cond_init(&c->cond, NULL);
   track_open(c, true);
   c->max_passes = c->has_source && c->src.thread_safe
-                      ? (size_t)(opts->fill_workers > 1 ? opts->fill_workers : 1) + 1
+                      ? (size_t)(c->opts.fill_workers > 1 ? c->opts.fill_workers : 1) + 1
                       : 1;
   c->passes = calloc(c->max_passes, sizeof *c->passes);
   c->root = strdup(root);
