@@ -47,6 +47,8 @@ BC_PY_TEST_FILES = \
 	python/tests/test_bagz_concurrency.py \
 	python/tests/test_bagz_build.py \
 	python/tests/test_bench_quick.py \
+	python/tests/test_os_errors.py \
+	python/tests/test_index_edges.py \
 	$(BC_PY_VIEWS_TEST_FILES) \
 	$(BC_PY_LOADIT_TEST_FILES)
 
@@ -62,7 +64,8 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/loadit_helpers.py \
 	python/tests/test_loadit.py \
 	python/tests/test_loadit_first_pass.py \
-	python/tests/test_loadit_procs.py
+	python/tests/test_loadit_procs.py \
+	python/tests/test_loadit_close.py
 
 EXTRA_DIST += \
 	$(BC_PY_C_SOURCES) \
