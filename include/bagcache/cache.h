@@ -132,8 +132,28 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
 
 /* Stops the background workers (their fills end at the next record) and
  * drops this handle's reference to the sequence; files are closed when the
- * last reference goes (views keep it alive).  NULL is fine. */
+ * last reference goes (views keep it alive).  NULL is fine.  It waits for
+ * the workers: one stuck in the source (a next() that does not return)
+ * keeps it waiting until bc_cache_abandon_fills() is called from another
+ * thread. */
 void bc_cache_close(bc_cache *cache);
+
+/* Gives up on the fills this cache object's threads are doing now (the
+ * background workers' and the callers'), for shutting down when one may
+ * be stuck in the source.  Each is abandoned: its claim on the shard is
+ * dropped at once (other threads and processes may fill the shard), its
+ * waiters are woken (BC_ECLOSED for those of a closing cache object; the
+ * others fill the shard themselves), and a bc_cache_close waiting for a
+ * worker returns.  The thread doing an abandoned fill is not stopped (no
+ * thread can be stopped inside the source): it stays where it is, keeping
+ * its reference to the cache (so the memory, open files and shared state
+ * the cache uses stay until then), and when the source returns, its fill
+ * fails (BC_ECLOSED) without publishing anything, removes its scratch file
+ * and ends.  Such a worker does not keep the process from exiting.
+ * Returns the number of fills abandoned.  Thread-safe; call it on a cache
+ * the caller keeps alive (a reference of its own if bc_cache_close may
+ * run meanwhile). */
+int bc_cache_abandon_fills(bc_cache *cache);
 
 /* The cache as a sequence (borrowed; bc_seq_ref to keep).  Its length is a
  * lower bound until the source has ended; bc_seq_len drains to the end.

@@ -87,6 +87,16 @@ static void after_fork_child(void) {
     c->qlen = 0;
     c->drain_requested = false;
     c->nworkers = 0; /* the parent's threads: nothing to join here */
+    /* ... nor to hold references: drop theirs (the last one stays, and
+     * the cache with it, should nothing else hold one: no destroying in
+     * an atfork handler). */
+    for (int i = 0; i < c->nstarted; i++) {
+      if (c->workers[i].exited) continue;
+      c->workers[i].exited = true;
+      if (__atomic_load_n(&c->base.refs, __ATOMIC_RELAXED) > 1)
+        __atomic_fetch_sub(&c->base.refs, 1, __ATOMIC_RELAXED);
+    }
+    c->abandon = false;
     bc__slots_after_fork_child(&c->slots);
     pthread_cond_init(&c->cond, NULL);
     pthread_mutex_unlock(&c->lock);
