@@ -273,8 +273,10 @@ _live = _weakref.WeakSet()
 
 @_atexit.register
 def _close_all():
+    # At exit a fill stuck in the iterator is abandoned after a second (or
+    # at once on Ctrl-C) so that the process can end; see LoadIt.close().
     for core in list(_live):
-        core.close()
+        core.close(at_exit=True)
 
 
 # ---- loadit's internals, read-only --------------------------------------------------

@@ -57,18 +57,43 @@ typedef struct {
   PyObject *root;    /* str */
   uint64_t R;        /* records per shard */
   uint64_t recent[RECENT]; /* shard + 1 at [shard % RECENT] (GIL) */
+  /* Who holds the cache open (GIL): the loader and its views, and their
+   * iterators.  close() drops their references, so the cache, its files
+   * and the root's shared state are released then, not when the last of
+   * them is collected. */
+  struct bcpy_lobj *users;
+  struct bcpy_citer *iters;
   PyObject *weakrefs;
 } bcpy_core;
 
-typedef struct {
+typedef struct bcpy_lobj {
   PyObject_HEAD
-  bc_seq *seq;        /* the cache's sequence or a view of it */
+  bc_seq *seq;        /* the cache's sequence or a view of it; NULL once
+                         the core is closed */
   bcpy_core *core;
   PyObject *parent;   /* a view: the object it was taken from */
   PyObject *key;      /* ... and the key (a slice, or int64 bytes) */
   bool resolve_safe;  /* resolving a non-negative index never blocks */
+  struct bcpy_lobj *next_user, **prev_user; /* core->users (GIL) */
   PyObject *weakrefs;
 } bcpy_lobj;
+
+/* Lists `v` in its core's users (GIL held). */
+static void user_add(bcpy_lobj *v) {
+  bcpy_core *c = v->core;
+  v->next_user = c->users;
+  if (c->users != NULL) c->users->prev_user = &v->next_user;
+  c->users = v;
+  v->prev_user = &c->users;
+}
+
+static void user_remove(bcpy_lobj *v) {
+  if (v->prev_user == NULL) return;
+  *v->prev_user = v->next_user;
+  if (v->next_user != NULL) v->next_user->prev_user = v->prev_user;
+  v->prev_user = NULL;
+  v->next_user = NULL;
+}
 
 static PyObject *call1(PyObject *fn, PyObject *arg) {
 #if PY_VERSION_HEX >= 0x03090000
@@ -346,9 +371,94 @@ static int core_check(bcpy_core *c) {
   return -1;
 }
 
-static void core_close(bcpy_core *c) {
+/* How a close goes when a fill is stuck in the iterator (a next() that
+ * does not return), which keeps the engine's close waiting for its worker:
+ *   CLOSE_CALL   close(): waits; a Ctrl-C abandons the stuck fills, the
+ *                close completes and KeyboardInterrupt is raised.
+ *   CLOSE_QUIET  the loader is collected: the same, but the interrupt is
+ *                delivered again afterwards (nothing can raise here).
+ *   CLOSE_EXIT   the interpreter exits: waits EXIT_GRACE_MS at most (or
+ *                until a Ctrl-C), then abandons them and lets it exit.
+ * See bc_cache_abandon_fills for what happens to the stuck thread. */
+enum { CLOSE_CALL, CLOSE_QUIET, CLOSE_EXIT };
+#define CLOSE_SLICE_MS 50
+#define EXIT_GRACE_MS 1000
+
+typedef struct {
+  bcpy_job base;
+  bc_cache *cache;
+} shut_job;
+
+static int shut_run(bcpy_job *job) {
+  shut_job *j = (shut_job *)job;
+  bc_cache_close(j->cache);
+  j->cache = NULL;
+  return 0;
+}
+
+/* bc_cache_close(cache) on a helper, waited for as `mode` says (GIL held,
+ * released while waiting).  -1 with KeyboardInterrupt set when a Ctrl-C
+ * came (CLOSE_CALL); the cache is closed either way. */
+static int close_engine(bc_cache *cache, int mode) {
+  /* Our own reference keeps the cache alive for bc_cache_abandon_fills
+   * while (and after) the helper closes it. */
+  bc_seq *hold = bc_seq_ref(bc_cache_seq(cache));
+  bool interrupted = false;
+  shut_job *j = PyMem_RawCalloc(1, sizeof *j);
+  if (j != NULL) {
+    j->base.run = shut_run;
+    j->cache = cache;
+  }
+  if (j == NULL || bcpy_job_start(&j->base) != 0) { /* no helper: just wait */
+    PyMem_RawFree(j);
+    Py_BEGIN_ALLOW_THREADS
+    bc_cache_close(cache);
+    Py_END_ALLOW_THREADS
+  } else {
+    bool abandoned = false;
+    for (int waited = 0;; waited += CLOSE_SLICE_MS) {
+      bool done;
+      Py_BEGIN_ALLOW_THREADS
+      done = bcpy_job_wait(&j->base, CLOSE_SLICE_MS);
+      Py_END_ALLOW_THREADS
+      if (done) break;
+      if (abandoned) continue; /* the close returns at once now */
+      bool give_up = mode == CLOSE_EXIT && waited >= EXIT_GRACE_MS;
+      if (bcpy_is_main_thread() && PyErr_CheckSignals() < 0) {
+        interrupted = true;
+        give_up = true;
+        if (mode != CLOSE_CALL) PyErr_Clear();
+      }
+      if (give_up) {
+        Py_BEGIN_ALLOW_THREADS
+        bc_cache_abandon_fills(cache);
+        Py_END_ALLOW_THREADS
+        abandoned = true;
+      }
+    }
+    bcpy_job_free(&j->base);
+  }
+  /* Fills of this loader still in the iterator (a read that Ctrl-C
+   * interrupted left one to a helper) would keep their shards claimed by
+   * this live process: abandon them, so other processes fill those. */
+  Py_BEGIN_ALLOW_THREADS
+  bc_cache_abandon_fills(cache);
+  bc_seq_unref(hold); /* may be the last: the cache is released */
+  Py_END_ALLOW_THREADS
+  if (interrupted && mode == CLOSE_QUIET) PyErr_SetInterrupt();
+  return interrupted && mode == CLOSE_CALL ? -1 : 0;
+}
+
+static void release_users(bcpy_core *c);
+
+/* Closes the core: stops the fills, closes the cache and drops every
+ * reference this loader, its views and iterators hold, so that the
+ * cache's files and the root's shared state (the process's LMDB
+ * environment, when no other loader uses the root) are released now.
+ * -1 with KeyboardInterrupt (CLOSE_CALL only; closed all the same). */
+static int core_close(bcpy_core *c, int mode) {
   bc_cache *cache = c->cache;
-  if (cache == NULL) return;
+  if (cache == NULL) return 0;
   /* A first pass that has met its end finishes writing what it read. */
   bcpy_tee_settle(c->src);
   c->cache = NULL;
@@ -356,7 +466,26 @@ static void core_close(bcpy_core *c) {
    * closing would wait for a whole drain), and nothing starts a new pass:
    * reads still in flight (an interrupted iteration's) end quickly. */
   bcpy_source_close(c->src);
-  teardown(cache, NULL, NULL);
+  int rc = 0;
+  if (bcpy_in_callback) teardown(cache, NULL, NULL); /* a helper closes it */
+  else rc = close_engine(cache, mode);
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb); /* a KeyboardInterrupt, kept for later */
+  release_users(c);
+  bc_seq *seq = c->seq;
+  c->seq = NULL;
+  teardown(NULL, seq, NULL);
+  PyErr_Restore(type, value, tb);
+  return rc;
+}
+
+/* The mode of a close the program did not ask for (collection). */
+static int quiet_mode(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() ? CLOSE_EXIT : CLOSE_QUIET;
+#else
+  return _Py_IsFinalizing() ? CLOSE_EXIT : CLOSE_QUIET;
+#endif
 }
 
 static bool recent_has(const bcpy_core *c, uint64_t shard) {
@@ -515,7 +644,7 @@ fail:
 static void core_finalize(bcpy_core *self) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  core_close(self);
+  core_close(self, quiet_mode());
   PyErr_Restore(type, value, tb);
 }
 
@@ -545,22 +674,27 @@ static int core_clear(bcpy_core *self) {
 static void core_dealloc(bcpy_core *self) {
   PyObject_GC_UnTrack(self);
   if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
-  if (self->cache != NULL) bcpy_tee_settle(self->src);
+  if (self->cache != NULL) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    core_close(self, quiet_mode()); /* workers stop first */
+    PyErr_Restore(type, value, tb);
+  }
   bcpy_source_close(self->src);
-  bc_cache *cache = self->cache;
   bc_seq *seq = self->seq;
-  self->cache = NULL;
   self->seq = NULL;
-  teardown(cache, seq, self->src); /* in this order: workers stop first */
+  teardown(NULL, seq, self->src);
   self->src = NULL;
   Py_CLEAR(self->loads);
   Py_CLEAR(self->root);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *core_close_method(bcpy_core *self, PyObject *unused) {
-  (void)unused;
-  core_close(self);
+static PyObject *core_close_method(bcpy_core *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"at_exit", NULL};
+  int at_exit = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$p:close", kwlist, &at_exit)) return NULL;
+  if (core_close(self, at_exit ? CLOSE_EXIT : CLOSE_CALL) < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -746,8 +880,11 @@ static PyObject *core_get_has_source(bcpy_core *self, void *unused) {
 }
 
 static PyMethodDef core_methods[] = {
-    {"close", (PyCFunction)core_close_method, METH_NOARGS,
-     "close()\n\nStops the background workers and closes the cache (idempotent)."},
+    {"close", (PyCFunction)(void (*)(void))core_close_method, METH_VARARGS | METH_KEYWORDS,
+     "close(*, at_exit=False)\n\n"
+     "Stops the background workers, closes the cache and drops the references\n"
+     "of the loader, its views and iterators (idempotent).  A fill stuck in the\n"
+     "iterator is abandoned on Ctrl-C, or (at_exit) after a second."},
     {"stats", (PyCFunction)core_stats, METH_NOARGS, "stats() -> dict (bc_cache_stats)."},
     {"shards", (PyCFunction)core_shards, METH_NOARGS,
      "shards() -> list of dicts (start, end, path, bytes, last_access), ascending."},
@@ -789,11 +926,12 @@ PyTypeObject bcpy_CacheCore_Type = {
 /* ---- _CacheSeq: reading ------------------------------------------------------- */
 
 static int lobj_check(bcpy_lobj *self) {
+  if (self->core != NULL && core_check(self->core) < 0) return -1;
   if (self->seq == NULL) {
     PyErr_Format(PyExc_ValueError, "%s object is not open", Py_TYPE(self)->tp_name);
     return -1;
   }
-  return core_check(self->core);
+  return 0;
 }
 
 /* Record `index` (negative counts from the end). */
@@ -835,9 +973,10 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
   for (int attempt = 0;; attempt++) {
     if (direct) {
       /* The cache itself: its own entry skips the sequence layer.  Safe
-       * against a close meanwhile: closing drops the handle, not the
-       * object, which this object's sequence reference keeps. */
+       * against a close meanwhile (which drops the handle and this
+       * object's reference): `held` keeps the cache. */
       bc_cache *leaf = seq == core->seq && at >= 0 ? core->cache : NULL;
+      bc_seq *held = bc_seq_ref(seq);
       /* A first pass in progress must know when its reader waits here. */
       int waiter = core->src != NULL && atomic_load(&core->src->tee_active)
                        ? bcpy_waiter_add() : -1;
@@ -852,6 +991,7 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
         snprintf(msg, sizeof msg, "%s", bc_errmsg());
         msg_errno = bc_errno();
       }
+      bc_seq_unref(held);
       Py_END_ALLOW_THREADS
       bcpy_waiter_remove(waiter);
       if (rc == BC_EAGAIN && try_only) direct = false; /* wait below, from now on */
@@ -952,6 +1092,7 @@ static PyObject *new_view(bcpy_lobj *self, bc_seq *seq, PyObject *key, bool safe
   Py_INCREF(key);
   v->key = key;
   v->resolve_safe = safe;
+  user_add(v);
   return (PyObject *)v;
 }
 
@@ -1154,6 +1295,7 @@ static PyObject *lobj_open(bcpy_lobj *self, PyObject *core) {
   self->core = c;
   self->seq = bc_seq_ref(c->seq);
   self->resolve_safe = true;
+  user_add(self);
   Py_RETURN_NONE;
 }
 
@@ -1175,6 +1317,7 @@ static int lobj_clear(bcpy_lobj *self) {
 static void lobj_dealloc(bcpy_lobj *self) {
   PyObject_GC_UnTrack(self);
   if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+  user_remove(self);
   bc_seq *seq = self->seq;
   self->seq = NULL;
   teardown(NULL, seq, NULL);
@@ -1280,10 +1423,11 @@ static void rstream_close(rstream *r) {
   free(r);
 }
 
-typedef struct {
+typedef struct bcpy_citer {
   PyObject_HEAD
   rstream *rs;
   bcpy_lobj *owner;
+  struct bcpy_citer *next_iter, **prev_iter; /* core->iters (GIL) */
   pid_t pid;
   bool busy, done;
   bc_buf *bufs;
@@ -1375,6 +1519,11 @@ static PyObject *cache_iter_at(bcpy_lobj *self, uint64_t from) {
   it->rs = NULL;
   Py_INCREF(self);
   it->owner = self;
+  bcpy_core *core = self->core;
+  it->next_iter = core->iters;
+  if (core->iters != NULL) core->iters->prev_iter = &it->next_iter;
+  core->iters = it;
+  it->prev_iter = &core->iters;
   it->pid = getpid();
   it->busy = it->done = false;
   it->cap = ITER_BATCH;
@@ -1426,6 +1575,7 @@ static PyObject *lobj_iter(bcpy_lobj *self) {
 }
 
 static PyObject *citer_next(bcpy_citer *it) {
+  if (core_check(it->owner->core) < 0) return NULL; /* its records are gone */
   for (;;) {
     if (it->head < it->count) {
       PyObject *r = to_record(it->owner->core, &it->bufs[it->head]);
@@ -1479,7 +1629,10 @@ static PyObject *citer_next(bcpy_citer *it) {
       it->retries++;
       stop_readahead(it);
       retry_pause();
-      if ((rc = rstream_open(&it->rs, it->owner->seq, it->pulled)) == 0) continue;
+      if (it->owner->seq == NULL) /* closed meanwhile */
+        rc = bc_set_errmsg(BC_ECLOSED, "the LoadIt is closed");
+      else if ((rc = rstream_open(&it->rs, it->owner->seq, it->pulled)) == 0)
+        continue;
       snprintf(it->end_msg, sizeof it->end_msg, "%s", bc_errmsg());
       it->end_errno = bc_errno();
     }
@@ -1496,8 +1649,23 @@ static int citer_traverse(bcpy_citer *it, visitproc visit, void *arg) {
   return 0;
 }
 
+/* Hands the iterator's read-ahead to a helper that closes it (or closes
+ * it here), so that dropping or closing never waits for reads in flight. */
+static void citer_stop(bcpy_citer *it);
+
 static void citer_dealloc(bcpy_citer *it) {
   PyObject_GC_UnTrack(it);
+  if (it->prev_iter != NULL) {
+    *it->prev_iter = it->next_iter;
+    if (it->next_iter != NULL) it->next_iter->prev_iter = it->prev_iter;
+  }
+  citer_stop(it);
+  free_bufs(it->bufs, it->cap);
+  Py_CLEAR(it->owner);
+  PyObject_GC_Del(it);
+}
+
+static void citer_stop(bcpy_citer *it) {
   if (it->pid != getpid()) {
     it->rs = NULL; /* inherited through fork(): no threads here; leaked */
   }
@@ -1524,9 +1692,37 @@ static void citer_dealloc(bcpy_citer *it) {
       stop_readahead(it);
     }
   }
-  free_bufs(it->bufs, it->cap);
-  Py_CLEAR(it->owner);
-  PyObject_GC_Del(it);
+  it->head = it->count = 0; /* the buffers may be the job's now */
+}
+
+static void release_users(bcpy_core *c) {
+  /* Iterators first (their read-ahead holds references of its own; a
+   * busy one is inside a read that ends with the close, and drops its
+   * read-ahead when collected), then the sequences (GIL released: the
+   * last one releases the cache). */
+  for (bcpy_citer *it = c->iters; it != NULL; it = it->next_iter)
+    if (!it->busy) citer_stop(it);
+  size_t n = 0;
+  for (bcpy_lobj *v = c->users; v != NULL; v = v->next_user) n++;
+  bc_seq **seqs = n > 0 ? PyMem_RawCalloc(n, sizeof *seqs) : NULL;
+  size_t k = 0;
+  for (bcpy_lobj *v = c->users; v != NULL; v = v->next_user) {
+    if (seqs == NULL) break; /* out of memory: they go when collected */
+    seqs[k++] = v->seq;
+    v->seq = NULL;
+  }
+  if (k == 0) {
+    PyMem_RawFree(seqs);
+    return;
+  }
+  if (bcpy_in_callback) {
+    for (size_t i = 0; i < k; i++) teardown(NULL, seqs[i], NULL);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < k; i++) bc_seq_unref(seqs[i]);
+    Py_END_ALLOW_THREADS
+  }
+  PyMem_RawFree(seqs);
 }
 
 PyTypeObject bcpy_CacheIter_Type = {
