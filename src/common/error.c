@@ -59,6 +59,7 @@ void bc__error_clear(void) {
 
 /* Formats the message (which may quote the current one: it is formatted
  * into a copy first) and records `err`. */
+static void set_message(int err, const char *fmt, va_list ap) BC__PRINTF(2, 0);
 static void set_message(int err, const char *fmt, va_list ap) {
   char text[sizeof error_message];
   vsnprintf(text, sizeof text, fmt, ap);
