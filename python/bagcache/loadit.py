@@ -365,6 +365,8 @@ class LoadItView(_bagcache._CacheSeq, _abc.Sequence):
         return (_operator.getitem, (self._parent, _key_for_pickle(self._key)))
 
     def __repr__(self):
+        if self._core.closed:
+            return "LoadItView(closed)"
         n, exact = self._known_length()
         return f"LoadItView(len{'=' if exact else '>='}{n})"
 

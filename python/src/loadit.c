@@ -934,9 +934,21 @@ static int lobj_check(bcpy_lobj *self) {
   return 0;
 }
 
-/* Record `index` (negative counts from the end). */
+static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index);
+
+/* Record `index` (negative counts from the end).  The sequence is held
+ * for the call: a close in another thread meanwhile drops self->seq. */
 static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
   if (lobj_check(self) < 0) return NULL;
+  bc_seq *held = bc_seq_ref(self->seq);
+  PyObject *r = lobj_item_held(self, index);
+  Py_BEGIN_ALLOW_THREADS
+  bc_seq_unref(held); /* the last one releases the cache */
+  Py_END_ALLOW_THREADS
+  return r;
+}
+
+static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   bcpy_core *core = self->core;
   if (index < 0) { /* cheap when the end is already known */
     bc_len l;
@@ -1021,7 +1033,7 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
     }
     if (!cancelled_fill(rc, msg) || attempt == RETRIES) break;
     retry_pause();
-    if (PyErr_CheckSignals() < 0) {
+    if (PyErr_CheckSignals() < 0 || core_check(core) < 0) {
       bcpy_scratch_give(buf, &fallback);
       return NULL;
     }
@@ -1147,6 +1159,10 @@ static PyObject *get_slice(bcpy_lobj *self, PyObject *key) {
     j->out = NULL;
     memcpy(msg, j->base.msg, sizeof msg);
     job_free(&j->base);
+    if (rc == 0 && lobj_check(self) < 0) { /* closed while it waited */
+      teardown(NULL, out, NULL);
+      return NULL;
+    }
   }
   if (rc != 0) return raise_rc(rc, msg);
   return new_view(self, out, key, self->resolve_safe);
@@ -1217,6 +1233,10 @@ static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
   PyObject *list = PyList_New((Py_ssize_t)a.n);
   for (size_t off = 0; list != NULL && off < a.n;) {
     size_t m = a.n - off < BATCH ? a.n - off : BATCH;
+    if (off > 0 && lobj_check(self) < 0) { /* closed while a batch waited */
+      Py_CLEAR(list);
+      break;
+    }
     many_job *j = job_new(sizeof *j, many_run, many_release);
     if (j == NULL) {
       Py_CLEAR(list);

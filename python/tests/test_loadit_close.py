@@ -187,6 +187,7 @@ def test_close_releases_the_shared_state(tmp_path):
     for call in (lambda: ld[50], lambda: view[5], lambda: next(it), lambda: ld.read_indices([1])):
         with pytest.raises(ValueError, match="the LoadIt is closed"):
             call()
+    assert repr(ld).endswith(", closed)") and repr(view) == "LoadItView(closed)"
     ld.close()  # idempotent
 
 
