@@ -75,8 +75,16 @@ typedef struct bcpy_lobj {
   PyObject *key;      /* ... and the key (a slice, or int64 bytes) */
   bool resolve_safe;  /* resolving a non-negative index never blocks */
   struct bcpy_lobj *next_user, **prev_user; /* core->users (GIL) */
+  /* Calls of this object that use `seq` across a GIL hand-off (GIL): a
+   * close meanwhile leaves `seq` to the last of them to drop. */
+  int inflight;
+  bool drop_pending;
   PyObject *weakrefs;
 } bcpy_lobj;
+
+/* Brackets a call that uses v->seq across GIL hand-offs (GIL held). */
+static void lobj_enter(struct bcpy_lobj *v);
+static void lobj_leave(struct bcpy_lobj *v);
 
 /* Lists `v` in its core's users (GIL held). */
 static void user_add(bcpy_lobj *v) {
@@ -934,17 +942,25 @@ static int lobj_check(bcpy_lobj *self) {
   return 0;
 }
 
+static void lobj_enter(bcpy_lobj *v) { v->inflight++; }
+
+static void lobj_leave(bcpy_lobj *v) {
+  if (--v->inflight > 0 || !v->drop_pending) return;
+  v->drop_pending = false;
+  bc_seq *seq = v->seq;
+  v->seq = NULL;
+  teardown(NULL, seq, NULL); /* the last reference releases the cache */
+}
+
 static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index);
 
-/* Record `index` (negative counts from the end).  The sequence is held
- * for the call: a close in another thread meanwhile drops self->seq. */
+/* Record `index` (negative counts from the end).  A close in another
+ * thread meanwhile leaves self->seq to this call to drop. */
 static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
   if (lobj_check(self) < 0) return NULL;
-  bc_seq *held = bc_seq_ref(self->seq);
+  lobj_enter(self);
   PyObject *r = lobj_item_held(self, index);
-  Py_BEGIN_ALLOW_THREADS
-  bc_seq_unref(held); /* the last one releases the cache */
-  Py_END_ALLOW_THREADS
+  lobj_leave(self);
   return r;
 }
 
@@ -985,10 +1001,10 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   for (int attempt = 0;; attempt++) {
     if (direct) {
       /* The cache itself: its own entry skips the sequence layer.  Safe
-       * against a close meanwhile (which drops the handle and this
-       * object's reference): `held` keeps the cache. */
+       * against a close meanwhile: closing drops the handle, not the
+       * object, which this object's sequence reference keeps (it is left
+       * to this call to drop: lobj_enter). */
       bc_cache *leaf = seq == core->seq && at >= 0 ? core->cache : NULL;
-      bc_seq *held = bc_seq_ref(seq);
       /* A first pass in progress must know when its reader waits here. */
       int waiter = core->src != NULL && atomic_load(&core->src->tee_active)
                        ? bcpy_waiter_add() : -1;
@@ -1003,7 +1019,6 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
         snprintf(msg, sizeof msg, "%s", bc_errmsg());
         msg_errno = bc_errno();
       }
-      bc_seq_unref(held);
       Py_END_ALLOW_THREADS
       bcpy_waiter_remove(waiter);
       if (rc == BC_EAGAIN && try_only) direct = false; /* wait below, from now on */
@@ -1223,8 +1238,17 @@ static PyObject *lobj_sq_item(bcpy_lobj *self, Py_ssize_t i) {
 
 /* ---- _CacheSeq: bulk reads and the rest ---------------------------------------- */
 
+static PyObject *lobj_read_indices_held(bcpy_lobj *self, PyObject *indices);
+
 static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
   if (lobj_check(self) < 0) return NULL;
+  lobj_enter(self);
+  PyObject *r = lobj_read_indices_held(self, indices);
+  lobj_leave(self);
+  return r;
+}
+
+static PyObject *lobj_read_indices_held(bcpy_lobj *self, PyObject *indices) {
   bcpy_ivec a = {NULL, 0, 0};
   if (bcpy_indices_from_object(indices, &a) < 0) {
     PyMem_RawFree(a.v);
@@ -1727,6 +1751,10 @@ static void release_users(bcpy_core *c) {
   bc_seq **seqs = n > 0 ? PyMem_RawCalloc(n, sizeof *seqs) : NULL;
   size_t k = 0;
   for (bcpy_lobj *v = c->users; v != NULL; v = v->next_user) {
+    if (v->inflight > 0) { /* a call in another thread uses it */
+      v->drop_pending = true;
+      continue;
+    }
     if (seqs == NULL) break; /* out of memory: they go when collected */
     seqs[k++] = v->seq;
     v->seq = NULL;

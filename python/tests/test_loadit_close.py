@@ -221,3 +221,38 @@ def test_after_close_another_process_can_repair_the_state(tmp_path):
     assert other.returncode == 0, other.stderr
     assert other.stdout.split() == ["50", "3"]  # rebuilt from the shard files
     assert ld.closed
+
+
+def test_close_while_another_thread_reads(tmp_path):
+    """The read in flight ends (with its record, or ValueError), and the
+    last reference it held releases the shared state."""
+    import threading
+
+    root = str(tmp_path / "r")
+
+    def slow():
+        for i in range(100):
+            if i >= 10:
+                time.sleep(0.02)
+            yield i
+
+    ld = bagcache.LoadIt(root, slow, max_shard_length=10, preload_fn=None)
+    assert ld[5] == 5
+    got = []
+
+    def reader():
+        try:
+            got.append(ld[15])
+        except Exception as e:  # noqa: BLE001 - the test looks at the class
+            got.append(type(e))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    time.sleep(0.05)  # the reader is inside shard 1's fill
+    ld.close()
+    t.join(LIMIT)
+    assert not t.is_alive()
+    assert got in ([15], [ValueError])
+    assert lock_fds(root) == []
+    with pytest.raises(ValueError, match="the LoadIt is closed"):
+        ld[15]
