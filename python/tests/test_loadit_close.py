@@ -17,7 +17,8 @@ import pytest
 import bagcache
 
 # A source that hangs inside a background worker: 3 ms per item, and an
-# hour at item 15 while the file named by $STUCK exists.
+# hour at item 15 while the file named by $STUCK exists (creating
+# $STUCK.in first: wait_stuck() waits for that).
 STUCK_SOURCE = """
 import os, sys, time
 import bagcache
@@ -25,9 +26,16 @@ import bagcache
 def gen():
     for i in range(100):
         if i == 15 and os.path.exists(os.environ.get("STUCK", "/nonexistent")):
+            open(os.environ["STUCK"] + ".in", "w").close()
             time.sleep(3600)
         time.sleep(0.003)
         yield i
+
+def wait_stuck():
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.environ["STUCK"] + ".in"):
+        assert time.monotonic() < deadline, "the source never got stuck"
+        time.sleep(0.01)
 """
 
 LIMIT = 20  # seconds: against the hour the source sleeps
@@ -83,7 +91,7 @@ def test_exit_with_a_worker_stuck_in_the_iterator(tmp_path, preload):
         ld = bagcache.LoadIt(sys.argv[1], gen, max_shard_length=10,
                              preload_all_async={preload})
         print(ld[0], flush=True)
-        time.sleep(0.5)  # the worker is in item 15's hour now
+        wait_stuck()  # the worker is in item 15's hour now
         print("end", flush=True)
         """, tmp_path / "r")
     t0 = time.monotonic()
@@ -98,7 +106,7 @@ def test_two_ctrl_c_while_a_read_waits_for_a_stuck_fill(tmp_path):
     p = start(tmp_path, """
         ld = bagcache.LoadIt(sys.argv[1], gen, max_shard_length=10)
         print(ld[0], flush=True)
-        time.sleep(0.2)
+        wait_stuck()
         print("reading", flush=True)
         ld[15]  # the worker's fill: waits for the hour
         """, tmp_path / "r")
@@ -124,21 +132,30 @@ def test_ctrl_c_in_close_abandons_the_fill_for_other_processes(tmp_path):
     p = start(tmp_path, """
         ld = bagcache.LoadIt(sys.argv[1], gen, max_shard_length=10)
         print(ld[0], flush=True)
-        time.sleep(0.3)
+        wait_stuck()
         print("closing", flush=True)
-        try:
-            ld.close()
-        except KeyboardInterrupt:
-            print("interrupted", ld.closed, flush=True)
+        while True:  # (a Ctrl-C may come before close() started)
+            try:
+                ld.close()
+            except KeyboardInterrupt:
+                if ld.closed:
+                    break
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # more may come
+        print("interrupted", ld.closed, flush=True)
         time.sleep(3600)
         """, root)
     line = lines(p)
     try:
         assert line() == ["0"]
         assert line() == ["closing"]
-        time.sleep(0.3)
-        p.send_signal(signal.SIGINT)
-        assert line() == ["interrupted", "True"]
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(line()), daemon=True)
+        waiter.start()
+        while waiter.is_alive():  # Ctrl-C until close() gives up the fill
+            time.sleep(0.3)
+            p.send_signal(signal.SIGINT)
+        assert got == [["interrupted", "True"]]
         other = subprocess.run(
             [sys.executable, "-c", textwrap.dedent("""
                 import sys, bagcache
