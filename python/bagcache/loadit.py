@@ -540,8 +540,13 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         return self._core.closed
 
     def close(self):
-        """Stops the background fills and closes the cache; reads of this
-        loader and its views then raise ValueError.  Idempotent."""
+        """Stops the background fills and closes the cache, releasing its
+        files and the root's shared state now (even while this object is
+        still referenced); reads of this loader, its views and iterators
+        then raise ValueError.  Idempotent.  A fill stuck in the iterator
+        is abandoned on Ctrl-C (close() then raises KeyboardInterrupt):
+        its claim is dropped so that other processes fill the shard, and
+        its thread, which cannot be stopped, publishes nothing."""
         self._core.close()
 
     def __enter__(self):
