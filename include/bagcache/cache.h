@@ -138,7 +138,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
  * thread. */
 void bc_cache_close(bc_cache *cache);
 
-/* Gives up on the fills this cache object's threads are doing now (the
+/* Gives up on the fills this cache object's threads are doing (the
  * background workers' and the callers'), for shutting down when one may
  * be stuck in the source.  Each is abandoned: its claim on the shard is
  * dropped at once (other threads and processes may fill the shard), its
@@ -150,10 +150,12 @@ void bc_cache_close(bc_cache *cache);
  * the cache uses stay until then), and when the source returns, its fill
  * fails (BC_ECLOSED) without publishing anything, removes its scratch file
  * and ends.  Such a worker does not keep the process from exiting.
- * Returns the number of fills abandoned.  Thread-safe; call it on a cache
- * the caller keeps alive (a reference of its own if bc_cache_close may
- * run meanwhile). */
-int bc_cache_abandon_fills(bc_cache *cache);
+ * It first gives them up to `wait_ms` milliseconds to end on their own
+ * (fills end at their next record while the cache closes).  Returns the
+ * number of fills abandoned.  Thread-safe; call it on a cache the caller
+ * keeps alive (a reference of its own if bc_cache_close may run
+ * meanwhile). */
+int bc_cache_abandon_fills(bc_cache *cache, int wait_ms);
 
 /* The cache as a sequence (borrowed; bc_seq_ref to keep).  Its length is a
  * lower bound until the source has ended; bc_seq_len drains to the end.

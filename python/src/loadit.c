@@ -391,6 +391,7 @@ static int core_check(bcpy_core *c) {
 enum { CLOSE_CALL, CLOSE_QUIET, CLOSE_EXIT };
 #define CLOSE_SLICE_MS 50
 #define EXIT_GRACE_MS 1000
+#define ABANDON_AFTER_MS 1000
 
 typedef struct {
   bcpy_job base;
@@ -439,7 +440,7 @@ static int close_engine(bc_cache *cache, int mode) {
       }
       if (give_up) {
         Py_BEGIN_ALLOW_THREADS
-        bc_cache_abandon_fills(cache);
+        bc_cache_abandon_fills(cache, 0);
         Py_END_ALLOW_THREADS
         abandoned = true;
       }
@@ -447,10 +448,12 @@ static int close_engine(bc_cache *cache, int mode) {
     bcpy_job_free(&j->base);
   }
   /* Fills of this loader still in the iterator (a read that Ctrl-C
-   * interrupted left one to a helper) would keep their shards claimed by
-   * this live process: abandon them, so other processes fill those. */
+   * interrupted left one to a helper) end at their next record, the
+   * source being closed; one stuck there would keep its shard claimed by
+   * this live process: abandon what has not ended after a second (at
+   * once after an interrupt), so other processes fill those shards. */
   Py_BEGIN_ALLOW_THREADS
-  bc_cache_abandon_fills(cache);
+  bc_cache_abandon_fills(cache, interrupted || mode == CLOSE_EXIT ? 0 : ABANDON_AFTER_MS);
   bc_seq_unref(hold); /* may be the last: the cache is released */
   Py_END_ALLOW_THREADS
   if (interrupted && mode == CLOSE_QUIET) PyErr_SetInterrupt();

@@ -832,8 +832,16 @@ int bc__drain(bc_cache *c, bool from_start) {
 
 /* ---- abandoning ------------------------------------------------------------------- */
 
-int bc_cache_abandon_fills(bc_cache *c) {
-  /* 1. Mark this object's fills in progress (registry lock), keeping a
+/* True when a fill of cache object `c` is in progress (registry lock). */
+static bool fills_of(bc__fill_registry *reg, const bc_cache *c) {
+  for (bc__filling *f = reg->list; f != NULL; f = f->next)
+    if (f->cache == c && !f->done && !atomic_load(&f->abandoned)) return true;
+  return false;
+}
+
+int bc_cache_abandon_fills(bc_cache *c, int wait_ms) {
+  /* 0. Give the fills up to wait_ms to end on their own (registry cond).
+   * 1. Mark this object's fills in progress (registry lock), keeping a
    *    reference to each; their fillers stop at the next record.
    * 2. Drop their claims in the shared state (a write transaction, no lock
    *    held), so other processes may fill the shards now.
@@ -844,7 +852,18 @@ int bc_cache_abandon_fills(bc_cache *c) {
   bc__fill_registry *reg = bc__env_fills(c->env);
   bc__filling *mine[64];
   size_t n = 0;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += wait_ms / 1000;
+  until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
   pthread_mutex_lock(&reg->lock);
+  while (wait_ms > 0 && fills_of(reg, c) &&
+         pthread_cond_timedwait(&reg->cond, &reg->lock, &until) == 0) {
+  }
   for (bc__filling *f = reg->list; f != NULL && n < 64; f = f->next) {
     if (f->cache != c || f->done || atomic_load(&f->abandoned)) continue;
     atomic_store(&f->abandoned, true);
