@@ -49,6 +49,8 @@ BC_PY_TEST_FILES = \
 	python/tests/test_bench_quick.py \
 	python/tests/test_cache_demo.py \
 	python/tests/test_batch_reads.py \
+	python/tests/test_os_errors.py \
+	python/tests/test_index_edges.py \
 	$(BC_PY_VIEWS_TEST_FILES) \
 	$(BC_PY_LOADIT_TEST_FILES)
 
@@ -68,7 +70,8 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit_dropin.py \
 	python/tests/test_loadit_root.py \
 	python/tests/test_loadit_progress.py \
-	python/tests/test_loadit_damage.py
+	python/tests/test_loadit_damage.py \
+	python/tests/test_loadit_close.py
 
 EXTRA_DIST += \
 	$(BC_PY_C_SOURCES) \

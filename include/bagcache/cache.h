@@ -80,6 +80,10 @@ typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
  * it).  Larger values are BC_EINVAL. */
 #define BC_CACHE_MAX_SHARD_RECORDS ((uint64_t)INT64_MAX)
 
+/* The most fill workers a cache runs (fill_workers above it is lowered to
+ * it, with a notice): each is a thread with its own pass over the source. */
+#define BC_CACHE_MAX_FILL_WORKERS 256
+
 /* disk_limit: no limit, and none stored for the processes that follow. */
 #define BC_CACHE_NO_LIMIT UINT64_MAX
 
@@ -92,7 +96,9 @@ typedef struct bc_cache_options {
   int max_open_shards;    /* shard readers kept open per process; 0 = 128 */
   int fill_workers;       /* background fill threads; 0 = 1.  More than one
                              needs a thread-safe source (else BC_EINVAL);
-                             ignored without a source (nothing to fill) */
+                             ignored without a source (nothing to fill).
+                             More than BC_CACHE_MAX_FILL_WORKERS runs that
+                             many, with a notice */
   uint64_t disk_limit;    /* bytes in shards/ at most; 0 = the limit stored
                              in the root by an earlier open, or none.  A
                              non-zero limit is stored in the root's shared
@@ -143,8 +149,30 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
 
 /* Stops the background workers (their fills end at the next record) and
  * drops this handle's reference to the sequence; files are closed when the
- * last reference goes (views keep it alive).  NULL is fine. */
+ * last reference goes (views keep it alive).  NULL is fine.  It waits for
+ * the workers: one stuck in the source (a next() that does not return)
+ * keeps it waiting until bc_cache_abandon_fills() is called from another
+ * thread. */
 void bc_cache_close(bc_cache *cache);
+
+/* Gives up on the fills this cache object's threads are doing (the
+ * background workers' and the callers'), for shutting down when one may
+ * be stuck in the source.  Each is abandoned: its claim on the shard is
+ * dropped at once (other threads and processes may fill the shard), its
+ * waiters are woken (BC_ECLOSED for those of a closing cache object; the
+ * others fill the shard themselves), and a bc_cache_close waiting for a
+ * worker returns.  The thread doing an abandoned fill is not stopped (no
+ * thread can be stopped inside the source): it stays where it is, keeping
+ * its reference to the cache (so the memory, open files and shared state
+ * the cache uses stay until then), and when the source returns, its fill
+ * fails (BC_ECLOSED) without publishing anything, removes its scratch file
+ * and ends.  Such a worker does not keep the process from exiting.
+ * It first gives them up to `wait_ms` milliseconds to end on their own
+ * (fills end at their next record while the cache closes).  Returns the
+ * number of fills abandoned.  Thread-safe; call it on a cache the caller
+ * keeps alive (a reference of its own if bc_cache_close may run
+ * meanwhile). */
+int bc_cache_abandon_fills(bc_cache *cache, int wait_ms);
 
 /* The cache as a sequence (borrowed; bc_seq_ref to keep).  Its length is a
  * lower bound until the source has ended; bc_seq_len drains to the end.

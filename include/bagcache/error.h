@@ -55,12 +55,32 @@ const char *bc_error_name(int code);
  * no failure has happened). */
 const char *bc_errmsg(void);
 
+/* The errno value behind the last failure in this thread when it was an
+ * operating-system call's (ENOSPC, EACCES, EIO, EMFILE, ...), else 0.  It
+ * describes the same failure as bc_errmsg(): every function that sets the
+ * message sets it too (to 0 when the failure was not a system call's).
+ * With BC_EIO, BC_ENOSPC, BC_EPERM and BC_ENOTFOUND it tells which system
+ * error it was (BC_ENOSPC covers ENOSPC, EDQUOT and EFBIG; BC_EPERM
+ * EACCES, EPERM and EROFS). */
+int bc_errno(void);
+
 /* Sets this thread's detail message (printf-style) and returns `code`: for
  * callbacks (foreign sequences, index streams) that report a failure, e.g.
- * `return bc_set_errmsg(BC_EIO, "%s: fetch failed", url);`. */
+ * `return bc_set_errmsg(BC_EIO, "%s: fetch failed", url);`.  bc_errno()
+ * becomes 0. */
 int bc_set_errmsg(int code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* bc_set_errmsg that also sets bc_errno() to `sys_errno` (0: none): for a
+ * callback that failed in a system call, and for code that carries a
+ * failure from one thread to another (save code, bc_errmsg() and
+ * bc_errno() there, restore them here). */
+int bc_set_error(int code, int sys_errno, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
 #endif
     ;
 

@@ -323,8 +323,10 @@ _live = _weakref.WeakSet()
 @_atexit.register
 def _close_all():
     _progress.close_all()
+    # At exit a fill stuck in the iterator is abandoned after a second (or
+    # at once on Ctrl-C) so that the process can end; see LoadIt.close().
     for core in list(_live):
-        core.close()
+        core.close(at_exit=True)
 
 
 # ---- loadit's internals, read-only --------------------------------------------------
@@ -459,6 +461,8 @@ class LoadItView(_bagcache._CacheSeq, _abc.Sequence):
         return (_operator.getitem, (self._parent, _key_for_pickle(self._key)))
 
     def __repr__(self):
+        if self._core.closed:
+            return "LoadItView(closed)"
         n, exact = self._known_length()
         return f"LoadItView(len{'=' if exact else '>='}{n})"
 
@@ -667,8 +671,13 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         return self._core.closed
 
     def close(self):
-        """Stops the background fills and closes the cache; reads of this
-        loader and its views then raise ValueError.  Idempotent."""
+        """Stops the background fills and closes the cache, releasing its
+        files and the root's shared state now (even while this object is
+        still referenced); reads of this loader, its views and iterators
+        then raise ValueError.  Idempotent.  A fill stuck in the iterator
+        is abandoned on Ctrl-C (close() then raises KeyboardInterrupt):
+        its claim is dropped so that other processes fill the shard, and
+        its thread, which cannot be stopped, publishes nothing."""
         shown = getattr(self, "_preload_shown", None)
         if shown is not None:
             shown.close()  # the preload's line ends first

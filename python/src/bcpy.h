@@ -35,12 +35,21 @@
 /* ---- errors (module.c) ------------------------------------------------ */
 
 /* Raises the Python exception for a bagcache error code, with `message`
- * (NULL: the calling thread's bc_errmsg()).  BC_ERANGE -> IndexError,
- * BC_ENOTFOUND -> FileNotFoundError, BC_ENOMEM -> MemoryError, anything
- * else -> ValueError.  Returns NULL. */
+ * (NULL or "": the calling thread's bc_errmsg(), and its bc_errno()).
+ * BC_ERANGE -> IndexError, BC_ENOMEM -> MemoryError, the system failures
+ * OSError(errno, message): BC_ENOTFOUND FileNotFoundError, BC_EPERM
+ * PermissionError (EACCES, EPERM; EROFS a plain OSError), BC_ENOSPC and
+ * BC_EIO OSError with their errno (or a subclass Python picks from it);
+ * anything else -> ValueError.  Returns NULL. */
 PyObject *bcpy_raise(int code, const char *message);
 
-/* The exception class bcpy_raise uses for a code (borrowed). */
+/* bcpy_raise for a failure met in another thread: `sys_errno` is its
+ * bc_errno() (0: unknown, the code's usual errno is used: ENOENT, ENOSPC,
+ * EACCES, EIO). */
+PyObject *bcpy_raise_errno(int code, int sys_errno, const char *message);
+
+/* The exception class bcpy_raise uses for a code (borrowed; OSError for
+ * BC_EIO and BC_ENOSPC, whose subclass depends on the errno). */
 PyObject *bcpy_error_type(int code);
 
 /* Raised for an invalid slice: both TypeError (as bagz) and IndexError (as

@@ -61,6 +61,7 @@ static int round_read(bcpy_seq *self, const int64_t *idx, bc_buf *bufs, size_t n
   Py_END_ALLOW_THREADS
   if (rc == 0) return 0;
   char *batch_msg = strdup(bc_errmsg());
+  int batch_errno = bc_errno();
   int one = 0;
   size_t k = 0;
   Py_BEGIN_ALLOW_THREADS
@@ -68,9 +69,11 @@ static int round_read(bcpy_seq *self, const int64_t *idx, bc_buf *bufs, size_t n
   Py_END_ALLOW_THREADS
   if (one != 0) {
     /* bc_errmsg is this thread's: still the single read's message. */
-    PyErr_Format(bcpy_error_type(one), "index %lld: %s", (long long)idx[k - 1], bc_errmsg());
+    char msg[1100];
+    snprintf(msg, sizeof msg, "index %lld: %s", (long long)idx[k - 1], bc_errmsg());
+    bcpy_raise_errno(one, bc_errno(), msg);
   } else {
-    bcpy_raise(rc, batch_msg);
+    bcpy_raise_errno(rc, batch_errno, batch_msg);
   }
   free(batch_msg);
   return -1;
@@ -333,16 +336,29 @@ static int convert_iterable(bcpy_seq *self, PyObject *obj, bcpy_ivec *a) {
     long long v = PyLong_AsLongLongAndOverflow(num, &overflow);
     if (overflow > 0) { /* past int64: maybe still a uint64 index */
       unsigned long long u = PyLong_AsUnsignedLongLong(num);
+      if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+        /* Past uint64 too: out of range like any other (as LoadIt says). */
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+          Py_DECREF(num);
+          goto fail;
+        }
+        PyErr_Clear();
+        PyErr_Format(PyExc_IndexError, "indices[%zu] = %R out of range [0, %llu)", a->n,
+                     num, (unsigned long long)self->len);
+        Py_DECREF(num);
+        goto fail;
+      }
       Py_DECREF(num);
-      if (u == (unsigned long long)-1 && PyErr_Occurred()) goto fail;
       if (index_push(self, a, 0, true, u) < 0) goto fail;
       continue;
     }
-    Py_DECREF(num);
     if (overflow < 0) {
-      PyErr_Format(PyExc_OverflowError, "indices[%zu] is below -2**63", a->n);
+      PyErr_Format(PyExc_IndexError, "indices[%zu] = %R out of range [0, %llu)", a->n,
+                   num, (unsigned long long)self->len);
+      Py_DECREF(num);
       goto fail;
     }
+    Py_DECREF(num);
     if (v == -1 && PyErr_Occurred()) goto fail;
     if (index_push(self, a, v, false, 0) < 0) goto fail;
   }
@@ -464,7 +480,9 @@ static int scan(bcpy_seq *self, PyObject *value, uint64_t start, uint64_t stop,
     }
     Py_END_ALLOW_THREADS
     if (bad >= 0) {
-      PyErr_Format(bcpy_error_type(rc), "index %lld: %s", (long long)bad, bc_errmsg());
+      char msg[1100];
+      snprintf(msg, sizeof msg, "index %lld: %s", (long long)bad, bc_errmsg());
+      bcpy_raise_errno(rc, bc_errno(), msg);
       status = -1;
       break;
     }

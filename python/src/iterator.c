@@ -51,6 +51,7 @@ typedef struct {
   size_t cap, head, count;
   int end_rc;    /* how the iteration ended: 0 or a BC_E* code */
   char *end_msg; /* its message */
+  int end_errno; /* and its bc_errno() */
   PyObject *exc_type, *exc_value, *exc_tb; /* the source's exception */
 } bcpy_iter;
 
@@ -249,7 +250,7 @@ static PyObject *finish(bcpy_iter *it) {
     it->exc_type = it->exc_value = it->exc_tb = NULL;
     return NULL;
   }
-  bcpy_raise(rc, it->end_msg);
+  bcpy_raise_errno(rc, it->end_errno, it->end_msg);
   free(it->end_msg);
   it->end_msg = NULL;
   return NULL;
@@ -277,12 +278,16 @@ static PyObject *iter_next(bcpy_iter *it) {
   size_t n = 0;
   int rc = 1;
   char *msg = NULL;
+  int msg_errno = 0;
   bc_readahead *ra = it->ra;
   bc_buf *bufs = it->bufs;
   size_t cap = it->cap;
   Py_BEGIN_ALLOW_THREADS
   while (n < cap && (rc = bc_readahead_next(ra, &bufs[n], NULL)) == 1) n++;
-  if (rc < 0) msg = strdup(bc_errmsg());
+  if (rc < 0) {
+    msg = strdup(bc_errmsg());
+    msg_errno = bc_errno();
+  }
   Py_END_ALLOW_THREADS
   it->busy = false;
   it->head = 0;
@@ -291,6 +296,7 @@ static PyObject *iter_next(bcpy_iter *it) {
     it->done = true;
     it->end_rc = rc < 0 ? rc : 0;
     it->end_msg = msg;
+    it->end_errno = msg_errno;
     stop_readahead(it);
   }
   return iter_next(it);

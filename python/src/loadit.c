@@ -60,18 +60,51 @@ typedef struct {
   /* NULL, or progress(core) -> an object whose close() ends the display:
    * called around a drain for a length (lobj_exact_len). */
   PyObject *progress;
+  /* Who holds the cache open (GIL): the loader and its views, and their
+   * iterators.  close() drops their references, so the cache, its files
+   * and the root's shared state are released then, not when the last of
+   * them is collected. */
+  struct bcpy_lobj *users;
+  struct bcpy_citer *iters;
   PyObject *weakrefs;
 } bcpy_core;
 
-typedef struct {
+typedef struct bcpy_lobj {
   PyObject_HEAD
-  bc_seq *seq;        /* the cache's sequence or a view of it */
+  bc_seq *seq;        /* the cache's sequence or a view of it; NULL once
+                         the core is closed */
   bcpy_core *core;
   PyObject *parent;   /* a view: the object it was taken from */
   PyObject *key;      /* ... and the key (a slice, or int64 bytes) */
   bool resolve_safe;  /* resolving a non-negative index never blocks */
+  struct bcpy_lobj *next_user, **prev_user; /* core->users (GIL) */
+  /* Calls of this object that use `seq` across a GIL hand-off (GIL): a
+   * close meanwhile leaves `seq` to the last of them to drop. */
+  int inflight;
+  bool drop_pending;
   PyObject *weakrefs;
 } bcpy_lobj;
+
+/* Brackets a call that uses v->seq across GIL hand-offs (GIL held). */
+static void lobj_enter(struct bcpy_lobj *v);
+static void lobj_leave(struct bcpy_lobj *v);
+
+/* Lists `v` in its core's users (GIL held). */
+static void user_add(bcpy_lobj *v) {
+  bcpy_core *c = v->core;
+  v->next_user = c->users;
+  if (c->users != NULL) c->users->prev_user = &v->next_user;
+  c->users = v;
+  v->prev_user = &c->users;
+}
+
+static void user_remove(bcpy_lobj *v) {
+  if (v->prev_user == NULL) return;
+  *v->prev_user = v->next_user;
+  if (v->next_user != NULL) v->next_user->prev_user = v->prev_user;
+  v->prev_user = NULL;
+  v->next_user = NULL;
+}
 
 static PyObject *call1(PyObject *fn, PyObject *arg) {
 #if PY_VERSION_HEX >= 0x03090000
@@ -84,8 +117,11 @@ static PyObject *call1(PyObject *fn, PyObject *arg) {
 /* Raises for a failed call (a NULL or "" message means bc_errmsg()): the
  * source's own exception when there is one (bcpy_raise), SourceError for
  * other source failures. */
-static PyObject *raise_rc(int rc, const char *msg) {
-  if (msg == NULL || msg[0] == '\0') msg = bc_errmsg();
+static PyObject *raise_rc_errno(int rc, int sys_errno, const char *msg) {
+  if (msg == NULL || msg[0] == '\0') {
+    msg = bc_errmsg();
+    sys_errno = bc_errno();
+  }
   if (rc == BC_ESOURCE) {
     PyObject *exc = bcpy_source_exception(msg);
     if (exc == NULL) {
@@ -94,7 +130,18 @@ static PyObject *raise_rc(int rc, const char *msg) {
     }
     Py_DECREF(exc);
   }
-  return bcpy_raise(rc, msg);
+  return bcpy_raise_errno(rc, sys_errno, msg);
+}
+
+/* raise_rc_errno for a failure of this thread (msg NULL) or one whose
+ * errno is unknown. */
+static PyObject *raise_rc(int rc, const char *msg) {
+  return raise_rc_errno(rc, 0, msg);
+}
+
+/* Raises for a job that failed (its rc, message and errno). */
+static PyObject *raise_job(const bcpy_job *job) {
+  return raise_rc_errno(job->rc, job->sys_errno, job->msg);
 }
 
 /* A fill this call waited for was cancelled (an interrupt, or a loader on
@@ -334,22 +381,137 @@ static int core_check(bcpy_core *c) {
   return -1;
 }
 
-/* Closes (idempotent).  -1 with an exception when the first pass's
- * settling was interrupted (`interruptible`) or warned as an error: the
- * cache is closed all the same. */
-static int core_close(bcpy_core *c, bool interruptible) {
+/* How a close goes when a fill is stuck in the iterator (a next() that
+ * does not return), which keeps the engine's close waiting for its worker:
+ *   CLOSE_CALL   close(): waits; a Ctrl-C abandons the stuck fills, the
+ *                close completes and KeyboardInterrupt is raised.
+ *   CLOSE_QUIET  the loader is collected: the same, but the interrupt is
+ *                delivered again afterwards (nothing can raise here).
+ *   CLOSE_EXIT   the interpreter exits: waits EXIT_GRACE_MS at most (or
+ *                until a Ctrl-C), then abandons them and lets it exit.
+ * See bc_cache_abandon_fills for what happens to the stuck thread. */
+enum { CLOSE_CALL, CLOSE_QUIET, CLOSE_EXIT };
+#define CLOSE_SLICE_MS 50
+#define EXIT_GRACE_MS 1000
+#define ABANDON_AFTER_MS 1000
+
+typedef struct {
+  bcpy_job base;
+  bc_cache *cache;
+} shut_job;
+
+static int shut_run(bcpy_job *job) {
+  shut_job *j = (shut_job *)job;
+  bc_cache_close(j->cache);
+  j->cache = NULL;
+  return 0;
+}
+
+/* bc_cache_close(cache) on a helper, waited for as `mode` says (GIL held,
+ * released while waiting).  -1 with KeyboardInterrupt set when a Ctrl-C
+ * came (CLOSE_CALL); the cache is closed either way. */
+static int close_engine(bc_cache *cache, int mode) {
+  /* Our own reference keeps the cache alive for bc_cache_abandon_fills
+   * while (and after) the helper closes it. */
+  bc_seq *hold = bc_seq_ref(bc_cache_seq(cache));
+  bool interrupted = false;
+  shut_job *j = PyMem_RawCalloc(1, sizeof *j);
+  if (j != NULL) {
+    j->base.run = shut_run;
+    j->cache = cache;
+  }
+  if (j == NULL || bcpy_job_start(&j->base) != 0) { /* no helper: just wait */
+    PyMem_RawFree(j);
+    Py_BEGIN_ALLOW_THREADS
+    bc_cache_close(cache);
+    Py_END_ALLOW_THREADS
+  } else {
+    bool abandoned = false;
+    for (int waited = 0;; waited += CLOSE_SLICE_MS) {
+      bool done;
+      Py_BEGIN_ALLOW_THREADS
+      done = bcpy_job_wait(&j->base, CLOSE_SLICE_MS);
+      Py_END_ALLOW_THREADS
+      if (done) break;
+      if (abandoned) continue; /* the close returns at once now */
+      bool give_up = mode == CLOSE_EXIT && waited >= EXIT_GRACE_MS;
+      if (bcpy_is_main_thread() && PyErr_CheckSignals() < 0) {
+        interrupted = true;
+        give_up = true;
+        if (mode != CLOSE_CALL) PyErr_Clear();
+      }
+      if (give_up) {
+        Py_BEGIN_ALLOW_THREADS
+        bc_cache_abandon_fills(cache, 0);
+        Py_END_ALLOW_THREADS
+        abandoned = true;
+      }
+    }
+    bcpy_job_free(&j->base);
+  }
+  /* Fills of this loader still in the iterator (a read that Ctrl-C
+   * interrupted left one to a helper) end at their next record, the
+   * source being closed; one stuck there would keep its shard claimed by
+   * this live process: abandon what has not ended after a second (at
+   * once after an interrupt), so other processes fill those shards. */
+  Py_BEGIN_ALLOW_THREADS
+  bc_cache_abandon_fills(cache, interrupted || mode == CLOSE_EXIT ? 0 : ABANDON_AFTER_MS);
+  bc_seq_unref(hold); /* may be the last: the cache is released */
+  Py_END_ALLOW_THREADS
+  if (interrupted && mode == CLOSE_QUIET) PyErr_SetInterrupt();
+  return interrupted && mode == CLOSE_CALL ? -1 : 0;
+}
+
+static void release_users(bcpy_core *c);
+
+/* Closes the core: stops the fills, closes the cache and drops every
+ * reference this loader, its views and iterators hold, so that the
+ * cache's files and the root's shared state (the process's LMDB
+ * environment, when no other loader uses the root) are released now.
+ * -1 with KeyboardInterrupt (CLOSE_CALL only; closed all the same). */
+static int core_close(bcpy_core *c, int mode) {
   bc_cache *cache = c->cache;
   if (cache == NULL) return 0;
   /* A first pass that has met its end, or was broken off, finishes
-   * writing the shards it was in. */
-  int rc = bcpy_tee_settle(c->src, interruptible);
+   * writing the shards it was in: interruptibly for close() (then -1 with
+   * the exception, kept while the close goes on all the same). */
+  int settled = bcpy_tee_settle(c->src, mode == CLOSE_CALL);
+  PyObject *st = NULL, *sv = NULL, *stb = NULL;
+  if (settled < 0) PyErr_Fetch(&st, &sv, &stb);
   c->cache = NULL;
   /* A preload or prefetch in progress stops at its next record (otherwise
    * closing would wait for a whole drain), and nothing starts a new pass:
    * reads still in flight (an interrupted iteration's) end quickly. */
   bcpy_source_close(c->src);
-  teardown(cache, NULL, NULL);
-  return rc;
+  int rc = 0;
+  if (bcpy_in_callback) teardown(cache, NULL, NULL); /* a helper closes it */
+  else rc = close_engine(cache, mode);
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb); /* a KeyboardInterrupt, kept for later */
+  release_users(c);
+  bc_seq *seq = c->seq;
+  c->seq = NULL;
+  teardown(NULL, seq, NULL);
+  PyErr_Restore(type, value, tb);
+  if (rc < 0 || settled == 0) { /* an interrupt of the close wins */
+    Py_XDECREF(st);
+    Py_XDECREF(sv);
+    Py_XDECREF(stb);
+    return rc;
+  }
+  PyErr_Restore(st, sv, stb);
+  if (mode == CLOSE_CALL) return -1;
+  PyErr_WriteUnraisable(NULL); /* a collection cannot raise */
+  return 0;
+}
+
+/* The mode of a close the program did not ask for (collection). */
+static int quiet_mode(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() ? CLOSE_EXIT : CLOSE_QUIET;
+#else
+  return _Py_IsFinalizing() ? CLOSE_EXIT : CLOSE_QUIET;
+#endif
 }
 
 static bool recent_has(const bcpy_core *c, uint64_t shard) {
@@ -499,7 +661,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   /* Opening may estimate the shard length from the source: interruptible. */
   if (bcpy_run(&j->base, self->src) < 0) goto fail;
   if (j->base.rc != 0) {
-    raise_rc(j->base.rc, j->base.msg);
+    raise_job(&j->base);
     job_free(&j->base);
     goto fail;
   }
@@ -520,7 +682,7 @@ fail:
 static void core_finalize(bcpy_core *self) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  if (core_close(self, false) < 0) PyErr_WriteUnraisable((PyObject *)self);
+  core_close(self, quiet_mode());
   PyErr_Restore(type, value, tb);
 }
 
@@ -555,15 +717,13 @@ static void core_dealloc(bcpy_core *self) {
   if (self->cache != NULL) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    if (bcpy_tee_settle(self->src, false) < 0) PyErr_WriteUnraisable(NULL);
+    core_close(self, quiet_mode()); /* workers stop first */
     PyErr_Restore(type, value, tb);
   }
   bcpy_source_close(self->src);
-  bc_cache *cache = self->cache;
   bc_seq *seq = self->seq;
-  self->cache = NULL;
   self->seq = NULL;
-  teardown(cache, seq, self->src); /* in this order: workers stop first */
+  teardown(NULL, seq, self->src);
   self->src = NULL;
   Py_CLEAR(self->loads);
   Py_CLEAR(self->progress);
@@ -571,9 +731,11 @@ static void core_dealloc(bcpy_core *self) {
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *core_close_method(bcpy_core *self, PyObject *unused) {
-  (void)unused;
-  if (core_close(self, true) < 0) return NULL;
+static PyObject *core_close_method(bcpy_core *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"at_exit", NULL};
+  int at_exit = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$p:close", kwlist, &at_exit)) return NULL;
+  if (core_close(self, at_exit ? CLOSE_EXIT : CLOSE_CALL) < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -737,7 +899,7 @@ static PyObject *core_fill_all(bcpy_core *self, PyObject *unused) {
   j->R = self->R;
   if (run_job(&j->base, self->src) < 0) return NULL;
   int rc = j->base.rc;
-  if (rc != 0) raise_rc(rc, j->base.msg);
+  if (rc != 0) raise_job(&j->base);
   job_free(&j->base);
   if (rc != 0) return NULL;
   Py_RETURN_NONE;
@@ -800,8 +962,11 @@ static PyObject *core_get_has_source(bcpy_core *self, void *unused) {
 }
 
 static PyMethodDef core_methods[] = {
-    {"close", (PyCFunction)core_close_method, METH_NOARGS,
-     "close()\n\nStops the background workers and closes the cache (idempotent)."},
+    {"close", (PyCFunction)(void (*)(void))core_close_method, METH_VARARGS | METH_KEYWORDS,
+     "close(*, at_exit=False)\n\n"
+     "Stops the background workers, closes the cache and drops the references\n"
+     "of the loader, its views and iterators (idempotent).  A fill stuck in the\n"
+     "iterator is abandoned on Ctrl-C, or (at_exit) after a second."},
     {"stats", (PyCFunction)core_stats, METH_NOARGS, "stats() -> dict (bc_cache_stats)."},
     {"shards", (PyCFunction)core_shards, METH_NOARGS,
      "shards() -> list of dicts (start, end, path, bytes, last_access), ascending."},
@@ -847,16 +1012,37 @@ PyTypeObject bcpy_CacheCore_Type = {
 /* ---- _CacheSeq: reading ------------------------------------------------------- */
 
 static int lobj_check(bcpy_lobj *self) {
+  if (self->core != NULL && core_check(self->core) < 0) return -1;
   if (self->seq == NULL) {
     PyErr_Format(PyExc_ValueError, "%s object is not open", Py_TYPE(self)->tp_name);
     return -1;
   }
-  return core_check(self->core);
+  return 0;
 }
 
-/* Record `index` (negative counts from the end). */
+static void lobj_enter(bcpy_lobj *v) { v->inflight++; }
+
+static void lobj_leave(bcpy_lobj *v) {
+  if (--v->inflight > 0 || !v->drop_pending) return;
+  v->drop_pending = false;
+  bc_seq *seq = v->seq;
+  v->seq = NULL;
+  teardown(NULL, seq, NULL); /* the last reference releases the cache */
+}
+
+static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index);
+
+/* Record `index` (negative counts from the end).  A close in another
+ * thread meanwhile leaves self->seq to this call to drop. */
 static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
   if (lobj_check(self) < 0) return NULL;
+  lobj_enter(self);
+  PyObject *r = lobj_item_held(self, index);
+  lobj_leave(self);
+  return r;
+}
+
+static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   bcpy_core *core = self->core;
   if (index < 0) { /* cheap when the end is already known */
     bc_len l;
@@ -888,12 +1074,14 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
   bc_buf fallback = BC_BUF_INIT;
   bc_buf *buf = bcpy_scratch_take(&fallback);
   char msg[1024] = "";
+  int msg_errno = 0;
   int rc;
   for (int attempt = 0;; attempt++) {
     if (direct) {
       /* The cache itself: its own entry skips the sequence layer.  Safe
        * against a close meanwhile: closing drops the handle, not the
-       * object, which this object's sequence reference keeps. */
+       * object, which this object's sequence reference keeps (it is left
+       * to this call to drop: lobj_enter). */
       bc_cache *leaf = seq == core->seq && at >= 0 ? core->cache : NULL;
       /* A first pass in progress must know when its reader waits here. */
       int waiter = core->src != NULL && atomic_load(&core->src->tee_active)
@@ -905,7 +1093,10 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
       rc = leaf == NULL ? bc_seq_get(seq, at, buf)
            : try_only   ? bc_cache_try_get(leaf, at, buf)
                         : bc_cache_get(leaf, at, buf);
-      if (rc != 0) snprintf(msg, sizeof msg, "%s", bc_errmsg());
+      if (rc != 0) {
+        snprintf(msg, sizeof msg, "%s", bc_errmsg());
+        msg_errno = bc_errno();
+      }
       Py_END_ALLOW_THREADS
       bcpy_waiter_remove(waiter);
       if (rc == BC_EAGAIN && try_only) direct = false; /* wait below, from now on */
@@ -929,19 +1120,20 @@ static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
         j->buf = (bc_buf)BC_BUF_INIT;
       } else {
         memcpy(msg, j->base.msg, sizeof msg);
+        msg_errno = j->base.sys_errno;
       }
       job_free(&j->base);
     }
     if (!cancelled_fill(rc, msg) || attempt == RETRIES) break;
     retry_pause();
-    if (PyErr_CheckSignals() < 0) {
+    if (PyErr_CheckSignals() < 0 || core_check(core) < 0) {
       bcpy_scratch_give(buf, &fallback);
       return NULL;
     }
   }
   if (rc != 0) {
     bcpy_scratch_give(buf, &fallback);
-    return raise_rc(rc, msg);
+    return raise_rc_errno(rc, msg_errno, msg);
   }
   if (shard != UINT64_MAX) recent_mark(core, shard);
   PyObject *result = to_record(core, buf);
@@ -997,7 +1189,7 @@ static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
   }
   rc = j->base.rc;
   uint64_t len = j->len;
-  if (rc != 0) raise_rc(rc, j->base.msg);
+  if (rc != 0) raise_job(&j->base);
   job_free(&j->base);
   if (progress_end(shown, rc == 0) < 0 || rc != 0) return -1;
   *out = len;
@@ -1040,6 +1232,7 @@ static PyObject *new_view(bcpy_lobj *self, bc_seq *seq, PyObject *key, bool safe
   Py_INCREF(key);
   v->key = key;
   v->resolve_safe = safe;
+  user_add(v);
   return (PyObject *)v;
 }
 
@@ -1094,6 +1287,10 @@ static PyObject *get_slice(bcpy_lobj *self, PyObject *key) {
     j->out = NULL;
     memcpy(msg, j->base.msg, sizeof msg);
     job_free(&j->base);
+    if (rc == 0 && lobj_check(self) < 0) { /* closed while it waited */
+      teardown(NULL, out, NULL);
+      return NULL;
+    }
   }
   if (rc != 0) return raise_rc(rc, msg);
   return new_view(self, out, key, self->resolve_safe);
@@ -1193,9 +1390,19 @@ static void round_mark_recent(bcpy_lobj *self, const int64_t *idx, size_t n) {
  * on the main thread it never waits for another thread's fill); any other
  * round, or one that would wait, goes through a job (run_job: on the main
  * thread a helper runs it while Ctrl-C stays live) of up to BCPY_CHUNK
- * records. */
+ * records.  The loader is held (lobj_enter) while it reads, and a round
+ * after the first checks it was not closed meanwhile. */
+static PyObject *lobj_read_indices_held(bcpy_lobj *self, PyObject *indices);
+
 static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
   if (lobj_check(self) < 0) return NULL;
+  lobj_enter(self);
+  PyObject *r = lobj_read_indices_held(self, indices);
+  lobj_leave(self);
+  return r;
+}
+
+static PyObject *lobj_read_indices_held(bcpy_lobj *self, PyObject *indices) {
   bcpy_core *core = self->core;
   bcpy_ivec a = {NULL, 0, 0};
   if (bcpy_indices_from_object(indices, &a) < 0) {
@@ -1206,6 +1413,10 @@ static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
   bcpy_stage *st = list != NULL ? bcpy_stage_take() : NULL;
   if (st == NULL) Py_CLEAR(list);
   for (size_t off = 0; list != NULL && off < a.n;) {
+    if (off > 0 && lobj_check(self) < 0) { /* closed while a round waited */
+      Py_CLEAR(list);
+      break;
+    }
     size_t m = bcpy_stage_next(st, a.n - off, false);
     bool direct = round_is_recent(self, a.v + off, m, st->idx);
     if (direct) {
@@ -1238,7 +1449,7 @@ static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
       st = j->stage;
       j->stage = NULL;
       int rc = j->base.rc;
-      if (rc != 0) raise_rc(rc, j->base.msg);
+      if (rc != 0) raise_job(&j->base);
       job_free(&j->base);
       if (rc != 0) {
         Py_CLEAR(list);
@@ -1301,6 +1512,7 @@ static PyObject *lobj_open(bcpy_lobj *self, PyObject *core) {
   self->core = c;
   self->seq = bc_seq_ref(c->seq);
   self->resolve_safe = true;
+  user_add(self);
   Py_RETURN_NONE;
 }
 
@@ -1322,6 +1534,7 @@ static int lobj_clear(bcpy_lobj *self) {
 static void lobj_dealloc(bcpy_lobj *self) {
   PyObject_GC_UnTrack(self);
   if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+  user_remove(self);
   bc_seq *seq = self->seq;
   self->seq = NULL;
   teardown(NULL, seq, NULL);
@@ -1427,10 +1640,11 @@ static void rstream_close(rstream *r) {
   free(r);
 }
 
-typedef struct {
+typedef struct bcpy_citer {
   PyObject_HEAD
   rstream *rs;
   bcpy_lobj *owner;
+  struct bcpy_citer *next_iter, **prev_iter; /* core->iters (GIL) */
   pid_t pid;
   bool busy, done;
   bc_buf *bufs;
@@ -1439,6 +1653,7 @@ typedef struct {
   int retries;
   int end_rc;
   char end_msg[1024];
+  int end_errno;
 } bcpy_citer;
 
 typedef struct {
@@ -1521,6 +1736,11 @@ static PyObject *cache_iter_at(bcpy_lobj *self, uint64_t from) {
   it->rs = NULL;
   Py_INCREF(self);
   it->owner = self;
+  bcpy_core *core = self->core;
+  it->next_iter = core->iters;
+  if (core->iters != NULL) core->iters->prev_iter = &it->next_iter;
+  core->iters = it;
+  it->prev_iter = &core->iters;
   it->pid = getpid();
   it->busy = it->done = false;
   it->cap = ITER_BATCH;
@@ -1576,6 +1796,7 @@ static PyObject *lobj_iter(bcpy_lobj *self) {
 }
 
 static PyObject *citer_next(bcpy_citer *it) {
+  if (core_check(it->owner->core) < 0) return NULL; /* its records are gone */
   for (;;) {
     if (it->head < it->count) {
       PyObject *r = to_record(it->owner->core, &it->bufs[it->head]);
@@ -1585,7 +1806,7 @@ static PyObject *citer_next(bcpy_citer *it) {
     if (it->done) {
       int rc = it->end_rc;
       it->end_rc = 0;
-      if (rc != 0) return raise_rc(rc, it->end_msg);
+      if (rc != 0) return raise_rc_errno(rc, it->end_errno, it->end_msg);
       return NULL; /* StopIteration */
     }
     if (it->busy) {
@@ -1621,6 +1842,7 @@ static PyObject *citer_next(bcpy_citer *it) {
     int rc = j->base.rc;
     bool ended = j->ended;
     memcpy(it->end_msg, j->base.msg, sizeof it->end_msg);
+    it->end_errno = j->base.sys_errno;
     job_free(&j->base);
     if (rc != 0 && cancelled_fill(rc, it->end_msg) && it->retries < RETRIES) {
       /* A fill this read-ahead waited for was interrupted elsewhere: start
@@ -1628,8 +1850,12 @@ static PyObject *citer_next(bcpy_citer *it) {
       it->retries++;
       stop_readahead(it);
       retry_pause();
-      if ((rc = rstream_open(&it->rs, it->owner->seq, it->pulled)) == 0) continue;
+      if (it->owner->seq == NULL) /* closed meanwhile */
+        rc = bc_set_errmsg(BC_ECLOSED, "the LoadIt is closed");
+      else if ((rc = rstream_open(&it->rs, it->owner->seq, it->pulled)) == 0)
+        continue;
       snprintf(it->end_msg, sizeof it->end_msg, "%s", bc_errmsg());
+      it->end_errno = bc_errno();
     }
     if (rc != 0 || ended) {
       it->done = true;
@@ -1644,8 +1870,23 @@ static int citer_traverse(bcpy_citer *it, visitproc visit, void *arg) {
   return 0;
 }
 
+/* Hands the iterator's read-ahead to a helper that closes it (or closes
+ * it here), so that dropping or closing never waits for reads in flight. */
+static void citer_stop(bcpy_citer *it);
+
 static void citer_dealloc(bcpy_citer *it) {
   PyObject_GC_UnTrack(it);
+  if (it->prev_iter != NULL) {
+    *it->prev_iter = it->next_iter;
+    if (it->next_iter != NULL) it->next_iter->prev_iter = it->prev_iter;
+  }
+  citer_stop(it);
+  free_bufs(it->bufs, it->cap);
+  Py_CLEAR(it->owner);
+  PyObject_GC_Del(it);
+}
+
+static void citer_stop(bcpy_citer *it) {
   if (it->pid != getpid()) {
     it->rs = NULL; /* inherited through fork(): no threads here; leaked */
   }
@@ -1672,9 +1913,41 @@ static void citer_dealloc(bcpy_citer *it) {
       stop_readahead(it);
     }
   }
-  free_bufs(it->bufs, it->cap);
-  Py_CLEAR(it->owner);
-  PyObject_GC_Del(it);
+  it->head = it->count = 0; /* the buffers may be the job's now */
+}
+
+static void release_users(bcpy_core *c) {
+  /* Iterators first (their read-ahead holds references of its own; a
+   * busy one is inside a read that ends with the close, and drops its
+   * read-ahead when collected), then the sequences (GIL released: the
+   * last one releases the cache). */
+  for (bcpy_citer *it = c->iters; it != NULL; it = it->next_iter)
+    if (!it->busy) citer_stop(it);
+  size_t n = 0;
+  for (bcpy_lobj *v = c->users; v != NULL; v = v->next_user) n++;
+  bc_seq **seqs = n > 0 ? PyMem_RawCalloc(n, sizeof *seqs) : NULL;
+  size_t k = 0;
+  for (bcpy_lobj *v = c->users; v != NULL; v = v->next_user) {
+    if (v->inflight > 0) { /* a call in another thread uses it */
+      v->drop_pending = true;
+      continue;
+    }
+    if (seqs == NULL) break; /* out of memory: they go when collected */
+    seqs[k++] = v->seq;
+    v->seq = NULL;
+  }
+  if (k == 0) {
+    PyMem_RawFree(seqs);
+    return;
+  }
+  if (bcpy_in_callback) {
+    for (size_t i = 0; i < k; i++) teardown(NULL, seqs[i], NULL);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < k; i++) bc_seq_unref(seqs[i]);
+    Py_END_ALLOW_THREADS
+  }
+  PyMem_RawFree(seqs);
 }
 
 PyTypeObject bcpy_CacheIter_Type = {

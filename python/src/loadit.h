@@ -129,6 +129,7 @@ struct bcpy_job {
                                      is held; may take it) */
   int rc;                         /* run's result */
   char msg[1024];                 /* bc_errmsg() of a failed run */
+  int sys_errno;                  /* ... and its bc_errno() */
   /* runner bookkeeping */
   int refs;
   bool done;
@@ -145,6 +146,12 @@ int bcpy_run(bcpy_job *job, bcpy_source *cancel);
 /* Runs the job on a helper without waiting; the helper frees it.  -1 when
  * no helper could be started (the job is untouched). */
 int bcpy_run_detached(bcpy_job *job);
+/* The parts of bcpy_run, for a caller that waits its own way: starts the
+ * job on a helper (-1: none could be started, the job is untouched), and
+ * waits up to `ms` milliseconds for it to finish (no GIL held; true when
+ * it has: the caller then takes the results and calls bcpy_job_free). */
+int bcpy_job_start(bcpy_job *job);
+bool bcpy_job_wait(bcpy_job *job, int ms);
 /* job->release(job), then frees it (allocated with PyMem_RawCalloc). */
 void bcpy_job_free(bcpy_job *job);
 /* True in the thread Python runs signal handlers in. */

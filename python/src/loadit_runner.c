@@ -116,6 +116,7 @@ static void finish(bcpy_job *job, int rc) {
   if (rc != 0) {
     const char *m = bc_errmsg();
     snprintf(job->msg, sizeof job->msg, "%s", m[0] ? m : bc_strerror(rc));
+    job->sys_errno = bc_errno();
   }
 }
 
@@ -190,6 +191,26 @@ out:
 
 int bcpy_run_detached(bcpy_job *job) {
   return submit(job, 1); /* the helper's only: it frees the job */
+}
+
+int bcpy_job_start(bcpy_job *job) { return submit(job, 2); }
+
+bool bcpy_job_wait(bcpy_job *job, int ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&pool.lock);
+  while (!job->done && pthread_cond_timedwait(&pool.done, &pool.lock, &until) != ETIMEDOUT) {
+  }
+  bool done = job->done;
+  if (done) job->refs--; /* the helper has dropped its reference */
+  pthread_mutex_unlock(&pool.lock);
+  return done;
 }
 
 static int wait_for(bcpy_job *job, bcpy_source *cancel);

@@ -15,6 +15,9 @@ PyObject *bcpy_error_type(int code) {
     case BC_ENOTFOUND: return PyExc_FileNotFoundError;
     case BC_ENOMEM: return PyExc_MemoryError;
     case BC_ECORRUPT: return bcpy_CorruptError;
+    case BC_EPERM: return PyExc_PermissionError;
+    case BC_EIO:
+    case BC_ENOSPC: return PyExc_OSError;
     /* Only caches (loadit.c) report these. */
     case BC_ENOTCACHED: return bcpy_NotCachedError;
     case BC_ENONDET: return bcpy_NondeterministicError;
@@ -22,7 +25,36 @@ PyObject *bcpy_error_type(int code) {
   }
 }
 
+/* The errno an OSError for `code` carries: the failure's own when it is
+ * one of the code's (bc_errno() describes the failure; an errno of another
+ * kind would be a stale one), else the code's usual one. */
+static int os_errno(int code, int sys_errno) {
+  switch (code) {
+    case BC_ENOTFOUND:
+      return sys_errno == ENOENT || sys_errno == ENOTDIR ? sys_errno : ENOENT;
+    case BC_ENOSPC:
+      return sys_errno == ENOSPC || sys_errno == EDQUOT || sys_errno == EFBIG
+                 ? sys_errno : ENOSPC;
+    case BC_EPERM:
+      return sys_errno == EACCES || sys_errno == EPERM || sys_errno == EROFS
+                 ? sys_errno : EACCES;
+    case BC_EIO:
+      return sys_errno > 0 && sys_errno != ENOENT && sys_errno != ENOTDIR &&
+                     sys_errno != ENOSPC && sys_errno != EDQUOT && sys_errno != EFBIG &&
+                     sys_errno != EACCES && sys_errno != EPERM && sys_errno != EROFS &&
+                     sys_errno != ENOMEM && sys_errno != EINVAL
+                 ? sys_errno : EIO;
+    default:
+      return 0;
+  }
+}
+
 PyObject *bcpy_raise(int code, const char *message) {
+  bool own = message == NULL || message[0] == '\0' || message == bc_errmsg();
+  return bcpy_raise_errno(code, own ? bc_errno() : 0, message);
+}
+
+PyObject *bcpy_raise_errno(int code, int sys_errno, const char *message) {
   if (message == NULL || message[0] == '\0') message = bc_errmsg();
   if (message[0] == '\0') message = bc_strerror(code);
   if (code == BC_ESOURCE) {
@@ -34,11 +66,15 @@ PyObject *bcpy_raise(int code, const char *message) {
       return NULL;
     }
   }
-  if (code == BC_ENOSPC) {
-    /* A full disk (or a disk limit with nothing left to evict). */
-    PyObject *exc = PyObject_CallFunction(PyExc_OSError, "is", ENOSPC, message);
+  int err = os_errno(code, sys_errno);
+  if (err != 0) {
+    /* OSError(errno, message): the errno picks the subclass (EACCES and
+     * EPERM PermissionError, ETIMEDOUT TimeoutError, ...); a missing file
+     * stays FileNotFoundError whatever the errno (ENOTDIR too). */
+    PyObject *type = code == BC_ENOTFOUND ? PyExc_FileNotFoundError : PyExc_OSError;
+    PyObject *exc = PyObject_CallFunction(type, "is", err, message);
     if (exc != NULL) {
-      PyErr_SetObject(PyExc_OSError, exc);
+      PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
       Py_DECREF(exc);
     }
     return NULL;

@@ -1066,8 +1066,11 @@ static PyObject *getitem_fn(void) {
   return fn;
 }
 
-/* One bound of a slice: None -> BC_NONE, else clamped to int64. */
-static int slice_bound(PyObject *obj, int64_t *out) {
+/* One bound of a slice: None -> BC_NONE, else clamped to int64 (*big set
+ * when a bound above INT64_MAX was clamped).  Clamping keeps the meaning
+ * for a sequence with an end (no length exceeds INT64_MAX), not for an
+ * endless one: the caller checks. */
+static int slice_bound(PyObject *obj, int64_t *out, bool *big) {
   if (obj == Py_None) {
     *out = BC_NONE;
     return 0;
@@ -1086,7 +1089,10 @@ static int slice_bound(PyObject *obj, int64_t *out) {
   long long v = PyLong_AsLongLongAndOverflow(num, &overflow);
   Py_DECREF(num);
   if (v == -1 && PyErr_Occurred()) return -1;
-  if (overflow > 0) v = INT64_MAX;
+  if (overflow > 0) {
+    v = INT64_MAX;
+    *big = true;
+  }
   if (overflow < 0 || v == BC_NONE) v = INT64_MIN + 1;
   *out = v;
   return 0;
@@ -1095,8 +1101,9 @@ static int slice_bound(PyObject *obj, int64_t *out) {
 static PyObject *get_slice(bcpy_view *self, PyObject *key) {
   PySliceObject *s = (PySliceObject *)key;
   int64_t start, stop, step;
-  if (slice_bound(s->start, &start) < 0 || slice_bound(s->stop, &stop) < 0 ||
-      slice_bound(s->step, &step) < 0)
+  bool big = false;
+  if (slice_bound(s->start, &start, &big) < 0 || slice_bound(s->stop, &stop, &big) < 0 ||
+      slice_bound(s->step, &step, &big) < 0)
     return NULL;
   if (step == 0) {
     PyErr_SetString(PyExc_ValueError, "slice step cannot be zero");
@@ -1104,6 +1111,22 @@ static PyObject *get_slice(bcpy_view *self, PyObject *key) {
   }
   bc_seq *seq = NULL;
   int rc;
+  if (big) {
+    /* An endless sequence has elements at every index, but only indices
+     * up to 2**63-1 can be named (as view[2**63] is an IndexError): a
+     * bound beyond that cannot be clamped without changing the elements. */
+    bc_len l;
+    GIL_RELEASE_IF(self->kinds & VK_NATIVE)
+    rc = bc_seq_length(self->seq, false, &l);
+    GIL_RESTORE
+    if (rc != 0) return view_raise(rc, NULL);
+    if (l.kind == BC_LEN_INFINITE) {
+      PyErr_SetString(PyExc_IndexError,
+                      "slice bound out of range: an endless view has indices up to "
+                      "2**63-1 only");
+      return NULL;
+    }
+  }
   GIL_RELEASE_IF(self->kinds & VK_NATIVE)
   rc = bc_seq_slice(&seq, self->seq, start, stop, step);
   GIL_RESTORE

@@ -523,7 +523,7 @@ static int many_task(void *arg, size_t task) {
       /* Say which request failed, keeping the record's own detail. */
       char detail[1024];
       snprintf(detail, sizeof detail, "%s", bc_errmsg());
-      bc__error(rc, "indices[%zu] = %llu: %s", p,
+      bc__error_wrap(rc, "indices[%zu] = %llu: %s", p,
                 (unsigned long long)j->indices[p], detail);
     }
   }

@@ -42,6 +42,7 @@ struct bc_writer {
   enum writer_state state;
   int result;        /* close() result, or the failure code */
   char *result_msg;  /* its message, repeated on later calls */
+  int result_errno;  /* and its bc_errno() */
   char *path;        /* final records path */
   char *limits_path; /* final limits path (separate only) */
   bool separate;
@@ -77,6 +78,7 @@ static int fail(bc_writer *w, int rc) {
   w->result = rc;
   free(w->result_msg);
   w->result_msg = strdup(bc_errmsg());
+  w->result_errno = bc_errno();
   discard_temps(w);
   return rc;
 }
@@ -85,7 +87,8 @@ static int fail(bc_writer *w, int rc) {
 static int check_open(bc_writer *w, const char *op) {
   if (w->state == WRITER_OPEN) return 0;
   if (w->state == WRITER_FAILED)
-    return bc__error(w->result, "%s", w->result_msg ? w->result_msg : "");
+    return bc_set_error(w->result, w->result_errno, "%s",
+                        w->result_msg ? w->result_msg : "");
   return bc__error(BC_ECLOSED, "%s: %s after close", w->path, op);
 }
 

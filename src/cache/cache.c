@@ -147,6 +147,16 @@ static void after_fork_child(void) {
     c->naccess = 0; /* the parent's opens: the parent commits them */
     c->drain_requested = false;
     c->nworkers = 0; /* the parent's threads: nothing to join here */
+    /* ... nor to hold references: drop theirs (the last one stays, and
+     * the cache with it, should nothing else hold one: no destroying in
+     * an atfork handler). */
+    for (int i = 0; i < c->nstarted; i++) {
+      if (c->workers[i].exited) continue;
+      c->workers[i].exited = true;
+      if (__atomic_load_n(&c->base.refs, __ATOMIC_RELAXED) > 1)
+        __atomic_fetch_sub(&c->base.refs, 1, __ATOMIC_RELAXED);
+    }
+    c->abandon = false;
     bc__slots_after_fork_child(&c->slots);
     pthread_cond_init(&c->cond, NULL);
     pthread_mutex_unlock(&c->lock);
@@ -571,6 +581,12 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   }
   c->opts = *opts;
   c->opts.info_json = NULL; /* applied below; the caller's string is not kept */
+  if (c->opts.fill_workers > BC_CACHE_MAX_FILL_WORKERS) {
+    /* Each worker is a thread with a pass over the source of its own. */
+    bc__notice("%s: %d fill workers asked for; using %d, the most a cache "
+               "runs", root, c->opts.fill_workers, BC_CACHE_MAX_FILL_WORKERS);
+    c->opts.fill_workers = BC_CACHE_MAX_FILL_WORKERS;
+  }
   c->mode = opts->file_mode ? opts->file_mode : 0644;
   c->self = bc__owner_self();
   static _Atomic uint64_t next_serial = 1;
@@ -584,7 +600,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   pthread_cond_init(&c->cond, NULL);
   track_open(c, true);
   c->max_passes = c->has_source && c->src.thread_safe
-                      ? (size_t)(opts->fill_workers > 1 ? opts->fill_workers : 1) + 1
+                      ? (size_t)(c->opts.fill_workers > 1 ? c->opts.fill_workers : 1) + 1
                       : 1;
   c->passes = calloc(c->max_passes, sizeof *c->passes);
   c->root = strdup(root);

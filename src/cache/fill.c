@@ -67,6 +67,11 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
     }
     size_t pick = best != SIZE_MAX ? best : empty != SIZE_MAX ? empty : idle;
     if (pick == SIZE_MAX) { /* all leased: wait for one */
+      if (c->abandon) {
+        /* A pass may be held by a fill stuck in the source for good. */
+        pthread_mutex_unlock(&c->lock);
+        return bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
+      }
       if (mode == BC__NO_WAIT) {
         pthread_mutex_unlock(&c->lock);
         return bc__error(BC_EAGAIN, "%s: every pass over the source is in use by "
@@ -180,20 +185,31 @@ static void filling_put(bc__fill_registry *r, bc__filling *f) {
   free(f);
 }
 
-/* Drops our FILLING claim on a shard (after a failed fill). */
-static void release_claim(bc_cache *c, uint64_t shard) {
+/* True when `rec` is the claim of fill `token` of this process. */
+static bool claim_is(const bc_cache *c, const bc__shard_rec *rec, uint64_t token) {
+  return rec->state == SHARD_FILLING && rec->owner.pid == c->self.pid &&
+         rec->owner.start_time == c->self.start_time && rec->bytes == token;
+}
+
+/* Drops the FILLING claim of fill `token` on a shard (after a failed or
+ * abandoned fill); a newer claim is left alone.  The message of the
+ * failure being reported is kept. */
+static void release_claim(bc_cache *c, uint64_t shard, uint64_t token) {
+  char detail[1024];
+  snprintf(detail, sizeof detail, "%s", bc_errmsg());
+  int derr = bc_errno();
   MDB_txn *t;
-  if (bc__txn_begin(c->env, true, &t) != 0) return;
+  if (bc__txn_begin(c->env, true, &t) != 0) goto cleanup;
   bc__shard_rec rec;
   bool found;
   if (bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found) == 0 && found &&
-      rec.state == SHARD_FILLING && rec.owner.pid == c->self.pid &&
-      rec.owner.start_time == c->self.start_time &&
-      bc__rec_del(t, bc__dbi_shard(c->env), shard) == 0) {
+      claim_is(c, &rec, token) && bc__rec_del(t, bc__dbi_shard(c->env), shard) == 0) {
     bc__txn_commit(t);
-    return;
+  } else {
+    mdb_txn_abort(t);
   }
-  mdb_txn_abort(t);
+cleanup:
+  bc_set_error(0, derr, "%s", detail);
 }
 
 /* Updates metadata.json's length (under the caller's write transaction). */
@@ -400,9 +416,9 @@ static int publish_nested(bc_cache *c, MDB_txn *parent, uint64_t shard,
   return rc;
 }
 
-static int publish(bc_cache *c, uint64_t shard, const char *scratch,
-                   uint64_t records, uint64_t checksum, bool ended,
-                   bool *regenerated) {
+static int publish(bc_cache *c, uint64_t shard, uint64_t token,
+                   const char *scratch, uint64_t records, uint64_t checksum,
+                   bool ended, bool *regenerated) {
   struct stat st;
   if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
   uint64_t size = (uint64_t)st.st_size;
@@ -420,9 +436,7 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
   bc__cache_shard_file(c, shard, records, c->zstd, final_path, sizeof final_path);
 
   rc = bc__rec_get(t, sdb, shard, &rec, &found);
-  if (rc == 0 && (!found || rec.state != SHARD_FILLING ||
-                  rec.owner.pid != c->self.pid ||
-                  rec.owner.start_time != c->self.start_time))
+  if (rc == 0 && (!found || !claim_is(c, &rec, token)))
     rc = bc__error(BC_EIO, "%s: shard %llu: our claim was taken over while "
                    "filling it", c->root, (unsigned long long)shard);
   if (rc == 0) rc = bc__sum_get(t, sums, shard, &old_sum, &have_sum);
@@ -508,6 +522,7 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
   if (prc != 0) {
     char detail[1024];
     snprintf(detail, sizeof detail, "%s", bc_errmsg());
+    int derr = bc_errno();
     /* Keep the evictions (their files are gone) even though the publish
      * failed: the state then matches shards/. */
     bc__u64_put(t, meta, "bytes", bytes);
@@ -516,7 +531,7 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
                                      readers find them missing and refill */
     }
     bc__readers_forget(c, victims, nvictims);
-    return bc__error(prc, "%s", detail);
+    return bc_set_error(prc, derr, "%s", detail);
   }
   rc = bc__txn_commit(t);
   if (rc != 0) { /* unknown to the state: take them back */
@@ -566,8 +581,16 @@ static int write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
   return rc;
 }
 
-/* Fills shard `shard`, which this process has claimed. */
-static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
+/* BC_ECLOSED when fill `f` was abandoned (bc_cache_abandon_fills). */
+static int check_abandoned(bc_cache *c, const bc__filling *f) {
+  if (!atomic_load_explicit(&f->abandoned, memory_order_relaxed)) return 0;
+  return bc__error(BC_ECLOSED, "%s: shard %llu: the fill was abandoned", c->root,
+                   (unsigned long long)f->shard);
+}
+
+/* Fills shard f->shard, which this process has claimed (claim f->token). */
+static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
+  uint64_t shard = f->shard;
   uint64_t start = shard * c->R;
   size_t slot = 0;
   int rc = pass_lease(c, start, mode, &slot);
@@ -577,9 +600,12 @@ static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
   bc_writer *w = NULL;
   bool ended = false, keep = false;
   char scratch[4200];
-  snprintf(scratch, sizeof scratch, "%s/%llu-%d-%llu.%s", c->scratch_dir,
+  /* SHARD-PID-START.TOKEN: the owner for bc__clean_scratch, the token so
+   * that two fills of a shard in one process never share a file. */
+  snprintf(scratch, sizeof scratch, "%s/%llu-%d-%llu.%llu.%s", c->scratch_dir,
            (unsigned long long)shard, (int)c->self.pid,
-           (unsigned long long)c->self.start_time, c->zstd ? "bagz" : "bag");
+           (unsigned long long)c->self.start_time, (unsigned long long)f->token,
+           c->zstd ? "bagz" : "bag");
 
   if ((rc = pass_advance(c, p, start, &buf, &ended)) != 0) goto cleanup;
   if (ended) { /* the source has no record `start` */
@@ -603,6 +629,7 @@ static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
       rc = bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
       goto cleanup;
     }
+    if ((rc = check_abandoned(c, f)) != 0) goto cleanup;
     int r = c->src.next(c->src.payload, p->handle, &buf);
     if (r < 0) {
       rc = r;
@@ -630,12 +657,14 @@ static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
                      c->root, (unsigned long long)start);
     goto cleanup;
   }
+  /* The last record may have been the one stuck in the source. */
+  if ((rc = check_abandoned(c, f)) != 0) goto cleanup;
   if ((rc = bc_writer_close(w)) != 0) goto cleanup;
   if (c->crc &&
       (rc = write_sidecar(c, scratch, &crcs, n, bc_writer_records_bytes(w))) != 0)
     goto cleanup;
   bool regenerated = false;
-  rc = publish(c, shard, scratch, n, sum, ended, &regenerated);
+  rc = publish(c, shard, f->token, scratch, n, sum, ended, &regenerated);
   if (rc == 0)
     atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
   keep = rc == 0 && !ended;
@@ -658,8 +687,8 @@ cleanup:
 
 /* Claims shard `shard` in the shared state.  *claimed: we own it now.
  * Otherwise *rec is its state (PRESENT, or FILLING by a live owner). */
-static int try_claim(bc_cache *c, uint64_t shard, bc__shard_rec *rec,
-                     bool *claimed) {
+static int try_claim(bc_cache *c, uint64_t shard, uint64_t token,
+                     bc__shard_rec *rec, bool *claimed) {
   MDB_txn *t;
   int rc = bc__txn_begin(c->env, true, &t);
   if (rc != 0) return rc;
@@ -678,7 +707,7 @@ static int try_claim(bc_cache *c, uint64_t shard, bc__shard_rec *rec,
     /* A dead claimant may have left its file in shards/ (a crash between
      * rename and commit): it is unknown to the state, so remove it. */
     if (found) bc__unlink_shard_files(c, shard);
-    bc__shard_rec mine = {.state = SHARD_FILLING, .owner = c->self};
+    bc__shard_rec mine = {.state = SHARD_FILLING, .bytes = token, .owner = c->self};
     rc = bc__rec_put(t, bc__dbi_shard(c->env), shard, &mine);
     if (rc == 0) rc = bc__txn_commit(t);
     else mdb_txn_abort(t);
@@ -730,7 +759,7 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
       }
       f->refs++;
       while (!f->done) pthread_cond_wait(&reg->cond, &reg->lock);
-      int frc = f->rc;
+      int frc = f->rc, ferr = f->sys_errno;
       char msg[1024];
       memcpy(msg, f->msg, sizeof msg);
       filling_put(reg, f);
@@ -740,7 +769,7 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
        * (BC__NO_WAIT), says nothing about this one: try again. */
       if (frc == BC_ECLOSED && !atomic_load(&c->stop_fills)) continue;
       if (frc == BC_EAGAIN) continue;
-      if (frc != 0) return bc__error(frc, "%s", msg);
+      if (frc != 0) return bc_set_error(frc, ferr, "%s", msg);
       continue;
     }
     /* Become this process's filler of the shard (others wait above). */
@@ -749,29 +778,29 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
       pthread_mutex_unlock(&reg->lock);
       return bc__error(BC_ENOMEM, "out of memory");
     }
+    static _Atomic uint64_t next_token = 1;
     f->shard = shard;
+    f->cache = c;
+    f->token = atomic_fetch_add(&next_token, 1);
+    atomic_init(&f->abandoned, false);
     f->refs = 1;
     f->next = reg->list;
     reg->list = f;
     pthread_mutex_unlock(&reg->lock);
 
     bool claimed = false;
-    rc = try_claim(c, shard, &rec, &claimed);
+    rc = try_claim(c, shard, f->token, &rec, &claimed);
     if (rc == 0 && claimed) {
-      rc = fill(c, shard, mode);
-      if (rc != 0 && rc != BC_ERANGE) {
-        char detail[1024];
-        snprintf(detail, sizeof detail, "%s", bc_errmsg());
-        release_claim(c, shard);
-        bc__error(rc, "%s", detail);
-      } else if (rc == BC_ERANGE) {
-        release_claim(c, shard);
-      }
+      rc = fill(c, f, mode);
+      if (rc != 0) release_claim(c, shard, f->token);
     }
     pthread_mutex_lock(&reg->lock);
-    f->done = true;
-    f->rc = rc;
-    snprintf(f->msg, sizeof f->msg, "%s", rc ? bc_errmsg() : "");
+    if (!f->done) { /* (an abandoned fill was reported done already) */
+      f->done = true;
+      f->rc = rc;
+      snprintf(f->msg, sizeof f->msg, "%s", rc ? bc_errmsg() : "");
+      f->sys_errno = rc ? bc_errno() : 0;
+    }
     pthread_cond_broadcast(&reg->cond);
     filling_put(reg, f);
     pthread_mutex_unlock(&reg->lock);
@@ -957,4 +986,69 @@ int bc__drain(bc_cache *c, bool from_start) {
     rc = bc__obtain(c, s, BC__WAIT, &rec);
   }
   return rc;
+}
+
+/* ---- abandoning ------------------------------------------------------------------- */
+
+/* True when a fill of cache object `c` is in progress (registry lock). */
+static bool fills_of(bc__fill_registry *reg, const bc_cache *c) {
+  for (bc__filling *f = reg->list; f != NULL; f = f->next)
+    if (f->cache == c && !f->done && !atomic_load(&f->abandoned)) return true;
+  return false;
+}
+
+int bc_cache_abandon_fills(bc_cache *c, int wait_ms) {
+  /* 0. Give the fills up to wait_ms to end on their own (registry cond).
+   * 1. Mark this object's fills in progress (registry lock), keeping a
+   *    reference to each; their fillers stop at the next record.
+   * 2. Drop their claims in the shared state (a write transaction, no lock
+   *    held), so other processes may fill the shards now.
+   * 3. Report them done (registry lock): waiters in this process go on
+   *    (retrying, or failing with BC_ECLOSED when their cache object is
+   *    closing too).  In this order, a waiter that retries finds the old
+   *    claim gone, and a claim it makes is never the one dropped in 2. */
+  bc__fill_registry *reg = bc__env_fills(c->env);
+  bc__filling *mine[64];
+  size_t n = 0;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += wait_ms / 1000;
+  until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&reg->lock);
+  while (wait_ms > 0 && fills_of(reg, c) &&
+         pthread_cond_timedwait(&reg->cond, &reg->lock, &until) == 0) {
+  }
+  for (bc__filling *f = reg->list; f != NULL && n < 64; f = f->next) {
+    if (f->cache != c || f->done || atomic_load(&f->abandoned)) continue;
+    atomic_store(&f->abandoned, true);
+    f->refs++;
+    mine[n++] = f;
+  }
+  pthread_mutex_unlock(&reg->lock);
+  for (size_t i = 0; i < n; i++) release_claim(c, mine[i]->shard, mine[i]->token);
+  pthread_mutex_lock(&reg->lock);
+  for (size_t i = 0; i < n; i++) {
+    bc__filling *f = mine[i];
+    if (!f->done) {
+      f->done = true;
+      f->rc = BC_ECLOSED;
+      snprintf(f->msg, sizeof f->msg, "%s: shard %llu: the fill was abandoned",
+               c->root, (unsigned long long)f->shard);
+      f->sys_errno = 0;
+    }
+    filling_put(reg, f);
+  }
+  pthread_cond_broadcast(&reg->cond);
+  pthread_mutex_unlock(&reg->lock);
+  /* A close waiting for a worker stuck in the source stops waiting; fills
+   * waiting for a pass such a worker holds give up. */
+  pthread_mutex_lock(&c->lock);
+  c->abandon = true;
+  pthread_cond_broadcast(&c->cond);
+  pthread_mutex_unlock(&c->lock);
+  return (int)n;
 }

@@ -78,7 +78,8 @@ typedef struct {
   uint32_t state;
   uint32_t zstd;        /* the file is .bagz */
   uint64_t records;     /* end - start */
-  uint64_t bytes;       /* file size (PRESENT) */
+  uint64_t bytes;       /* PRESENT: file size; FILLING: the fill's token
+                           (bc__filling.token), so a claim names one fill */
   uint64_t last_access; /* access clock value */
   bc__owner owner;      /* FILLING: who */
 } bc__shard_rec;
@@ -176,12 +177,20 @@ typedef struct bc__reader {
 #define BC__ACCESS_PENDING 1024
 
 /* A shard this process is filling, so its other threads wait for it (in
- * the root's bc__fill_registry). */
+ * the root's bc__fill_registry).  `token` is unique in the process: the
+ * claim in the shared state and the scratch file name carry it, so a fill
+ * that was abandoned (bc_cache_abandon_fills) and comes back later touches
+ * neither a newer fill's claim nor its file. */
 typedef struct bc__filling {
   uint64_t shard;
+  struct bc_cache *cache; /* the cache object whose thread fills it */
+  uint64_t token;
+  atomic_bool abandoned;  /* set by bc_cache_abandon_fills: the filler stops
+                             at its next record and publishes nothing */
   bool done;
   int rc;
   char msg[1024];
+  int sys_errno; /* bc_errno() of a failure */
   int refs; /* the filler + waiters (registry lock) */
   struct bc__filling *next;
 } bc__filling;
@@ -228,8 +237,11 @@ struct bc_cache {
   bool drain_incomplete;
   _Atomic uint64_t drain_next; /* next shard a drain participant takes */
   int drainers;                /* threads in a drain now (lock) */
-  pthread_t *workers;
-  int nworkers;
+  struct bc__worker *workers;
+  int nworkers;  /* workers to stop (0 once stopped) */
+  int nstarted;  /* entries of workers[] (threads ever started) */
+  bool abandon; /* bc_cache_abandon_fills: close stops waiting for workers
+                   (lock) */
 
   struct {
     atomic_uint_fast64_t shard_opens, fills, regenerations, evictions,
@@ -325,7 +337,14 @@ int bc__rebuild_state(bc_cache *c);
 void bc__clean_scratch(bc_cache *c);
 int bc__estimate_shard_records(bc_cache *c, uint64_t *records);
 
-/* prefetch.c */
+/* prefetch.c.  A worker holds a reference to the cache while it runs, so a
+ * worker abandoned while stuck in the source (bc_cache_abandon_fills) finds
+ * the cache still there when the source returns. */
+typedef struct bc__worker {
+  bc_cache *cache;
+  pthread_t thread;
+  bool exited; /* the thread is about to return (cache->lock) */
+} bc__worker;
 int bc__workers_start(bc_cache *c);
 void bc__workers_stop(bc_cache *c);
 void bc__prefetch_after(bc_cache *c, uint64_t index);

@@ -12,7 +12,8 @@
 #include "cache/internal.h"
 
 static void *worker_main(void *arg) {
-  bc_cache *c = arg;
+  bc__worker *self = arg;
+  bc_cache *c = self->cache;
   pthread_mutex_lock(&c->lock);
   for (;;) {
     while (!c->stopping && c->qlen == 0 && !c->drain_requested)
@@ -37,7 +38,10 @@ static void *worker_main(void *arg) {
     bc__obtain(c, shard, BC__PREFETCH, &rec);
     pthread_mutex_lock(&c->lock);
   }
+  self->exited = true; /* `self` may be freed once this is seen */
+  pthread_cond_broadcast(&c->cond);
   pthread_mutex_unlock(&c->lock);
+  bc_seq_unref(&c->base); /* may be the last reference (an abandoned worker) */
   return NULL;
 }
 
@@ -49,8 +53,16 @@ int bc__workers_start(bc_cache *c) {
   c->workers = calloc((size_t)n, sizeof *c->workers);
   if (c->workers == NULL) return bc__error(BC_ENOMEM, "out of memory");
   for (int i = 0; i < n; i++) {
-    if (pthread_create(&c->workers[i], NULL, worker_main, c) != 0) break;
+    bc__worker *w = &c->workers[i];
+    w->cache = c;
+    w->exited = false;
+    bc_seq_ref(&c->base); /* the worker's, dropped when it returns */
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+      bc_seq_unref(&c->base); /* not the last: the caller holds one */
+      break;
+    }
     c->nworkers++;
+    c->nstarted++;
   }
   if (c->opts.preload_all) {
     pthread_mutex_lock(&c->lock);
@@ -72,9 +84,26 @@ void bc__workers_stop(bc_cache *c) {
   if (n == 0) return;
   /* The workers' fills and drains end at the next record (no caller may
    * be inside the cache during close, so every fill now is a worker's);
-   * then reads through views that outlive the close fill on demand again. */
+   * then reads through views that outlive the close fill on demand again.
+   * A worker stuck in the source never gets to its next record: the wait
+   * ends when bc_cache_abandon_fills is called (from another thread), and
+   * such a worker is left to return on its own (detached: its reference
+   * keeps the cache alive until then). */
   atomic_store(&c->stop_fills, true);
-  for (int i = 0; i < n; i++) pthread_join(c->workers[i], NULL);
+  pthread_mutex_lock(&c->lock);
+  for (;;) {
+    bool all = true;
+    for (int i = 0; i < n && all; i++) all = c->workers[i].exited;
+    if (all || c->abandon) break;
+    pthread_cond_wait(&c->cond, &c->lock);
+  }
+  bool exited[BC_CACHE_MAX_FILL_WORKERS];
+  for (int i = 0; i < n; i++) exited[i] = c->workers[i].exited;
+  pthread_mutex_unlock(&c->lock);
+  for (int i = 0; i < n; i++) {
+    if (exited[i]) pthread_join(c->workers[i].thread, NULL);
+    else pthread_detach(c->workers[i].thread);
+  }
   atomic_store(&c->stop_fills, false);
 }
 

@@ -280,6 +280,14 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
       if ((rc = bc__forget_shard(c, shard, &rec)) != 0) return rc;
       continue;
     }
+    if (rc == BC_EPERM && c->has_source) {
+      /* Unreadable (its permissions were changed): as good as missing, so
+       * made anew.  Replacing it needs only the directory's permission;
+       * without that the refill fails with BC_EPERM itself. */
+      bc__notice("%s; regenerating it", bc_errmsg());
+      if ((rc = bc__forget_shard(c, shard, &rec)) != 0) return rc;
+      continue;
+    }
     if (rc != BC_ECORRUPT) return rc;
     if (!c->has_source) {
       char detail[1024];

@@ -92,7 +92,8 @@ int bc__mdb_error(int rc, const char *what) {
              : rc == ENOMEM ? BC_ENOMEM
              : rc > 0 ? bc__errno_code(rc)
                       : BC_EIO;
-  return bc__error(code, "%s: %s", what, mdb_strerror(rc));
+  /* A positive rc is a system errno LMDB passed on: keep it (bc_errno). */
+  return bc_set_error(code, rc > 0 ? rc : 0, "%s: %s", what, mdb_strerror(rc));
 }
 
 /* LMDB's lock file is sparse (ftruncate) and mapped: on a full file system

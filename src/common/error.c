@@ -33,6 +33,10 @@ static const struct {
 };
 
 static _Thread_local char error_message[1024];
+/* The errno value behind this thread's last failure (0: none, or not a
+ * system call's).  Set with the message, so the two always describe the
+ * same failure: every function that sets the message sets it too. */
+static _Thread_local int error_errno;
 
 const char *bc_strerror(int code) {
   if (code > 0 || code <= -BC_ERROR_COUNT) return "unknown error";
@@ -46,12 +50,36 @@ const char *bc_error_name(int code) {
 
 const char *bc_errmsg(void) { return error_message; }
 
-void bc__error_clear(void) { error_message[0] = '\0'; }
+int bc_errno(void) { return error_errno; }
+
+void bc__error_clear(void) {
+  error_message[0] = '\0';
+  error_errno = 0;
+}
+
+/* Formats the message (which may quote the current one: it is formatted
+ * into a copy first) and records `err`. */
+static void set_message(int err, const char *fmt, va_list ap) BC__PRINTF(2, 0);
+static void set_message(int err, const char *fmt, va_list ap) {
+  char text[sizeof error_message];
+  vsnprintf(text, sizeof text, fmt, ap);
+  memcpy(error_message, text, sizeof text);
+  error_errno = err;
+}
 
 int bc__error(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(error_message, sizeof error_message, fmt, ap);
+  set_message(0, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int bc__error_wrap(int code, const char *fmt, ...) {
+  int err = error_errno;
+  va_list ap;
+  va_start(ap, fmt);
+  set_message(err, fmt, ap);
   va_end(ap);
   return code;
 }
@@ -59,7 +87,15 @@ int bc__error(int code, const char *fmt, ...) {
 int bc_set_errmsg(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(error_message, sizeof error_message, fmt, ap);
+  set_message(0, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int bc_set_error(int code, int sys_errno, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  set_message(sys_errno > 0 ? sys_errno : 0, fmt, ap);
   va_end(ap);
   return code;
 }
@@ -89,14 +125,14 @@ int bc__errno_code(int err) {
 int bc__error_errno(int err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(error_message, sizeof error_message, fmt, ap);
+  set_message(err, fmt, ap);
   va_end(ap);
-  if (n >= 0 && (size_t)n < sizeof error_message) {
+  size_t n = strlen(error_message);
+  if (n + 1 < sizeof error_message) {
     char sys[128];
     /* GNU strerror_r may return a static string instead of filling sys. */
     const char *text = strerror_r(err, sys, sizeof sys);
-    snprintf(error_message + n, sizeof error_message - (size_t)n, ": %s",
-             text);
+    snprintf(error_message + n, sizeof error_message - n, ": %s", text);
   }
   return bc__errno_code(err);
 }

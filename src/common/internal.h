@@ -26,9 +26,15 @@
  * failure site reads `return bc__error(BC_ECORRUPT, "%s: ...", path);`. */
 int bc__error(int code, const char *fmt, ...) BC__PRINTF(2, 3);
 
+/* Like bc__error but keeps bc_errno(): for a message that wraps the
+ * current one ("indices[3]: %s" with bc_errmsg()), so the system error
+ * behind it stays known. */
+int bc__error_wrap(int code, const char *fmt, ...) BC__PRINTF(2, 3);
+
 /* Like bc__error with the code derived from errno value `err` (ENOENT ->
  * BC_ENOTFOUND, ENOSPC/EDQUOT -> BC_ENOSPC, EACCES/EPERM -> BC_EPERM,
- * ENOMEM -> BC_ENOMEM, else BC_EIO); appends ": strerror(err)". */
+ * ENOMEM -> BC_ENOMEM, else BC_EIO); appends ": strerror(err)" and records
+ * `err` as bc_errno(). */
 int bc__error_errno(int err, const char *fmt, ...) BC__PRINTF(2, 3);
 
 /* The code bc__error_errno would use for errno value `err`. */

@@ -53,6 +53,7 @@ typedef struct job {
   size_t err_task;
   int err_code;
   char err_msg[1024];
+  int err_errno; /* bc_errno() of that failure */
   struct job *next_job;
 } job;
 
@@ -99,6 +100,7 @@ static void job_record_error(job *j, size_t task, int code) {
     j->err_code = code;
     strncpy(j->err_msg, bc_errmsg(), sizeof j->err_msg - 1);
     j->err_msg[sizeof j->err_msg - 1] = '\0';
+    j->err_errno = bc_errno();
   }
   pthread_mutex_unlock(&pool.lock);
   /* Every unclaimed task is numbered above `task`: skip them all. */
@@ -223,6 +225,6 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
   pthread_mutex_unlock(&pool.lock);
   pthread_cond_destroy(&j.helpers_done);
 
-  if (j.err_code != 0) return bc__error(j.err_code, "%s", j.err_msg);
+  if (j.err_code != 0) return bc_set_error(j.err_code, j.err_errno, "%s", j.err_msg);
   return 0;
 }

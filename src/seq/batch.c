@@ -133,8 +133,8 @@ int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
     if (rc != 0) {
       char detail[1024];
       snprintf(detail, sizeof detail, "%s", bc_errmsg());
-      rc = bc__error(rc, "indices[%zu] = %lld: %s", p, (long long)indices[p],
-                     detail);
+      rc = bc__error_wrap(rc, "indices[%zu] = %lld: %s", p,
+                          (long long)indices[p], detail);
       goto cleanup;
     }
     if (table.count * 2 > table.mask) { /* keep the load factor below 1/2 */
@@ -201,8 +201,8 @@ int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
     else {
       char detail[1024];
       snprintf(detail, sizeof detail, "%s", bc_errmsg());
-      rc = bc__error(rc, "indices[%zu] = %lld: %s", p, (long long)indices[p],
-                     detail);
+      rc = bc__error_wrap(rc, "indices[%zu] = %lld: %s", p,
+                          (long long)indices[p], detail);
     }
   }
 cleanup:

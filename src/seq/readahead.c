@@ -42,6 +42,7 @@ typedef struct {
   int rc;           /* read result */
   atomic_int ready; /* the worker finished this slot */
   char *message;    /* the read's error detail, when rc != 0 */
+  int sys_errno;    /* ... and its bc_errno() */
 } slot;
 
 struct bc_readahead {
@@ -54,6 +55,7 @@ struct bc_readahead {
   bool stream_done;   /* the stream ended or failed */
   int stream_rc;      /* its failure, 0 for a clean end */
   char *stream_message;
+  int stream_errno;
   bool finished;      /* everything (incl. a failure) was delivered */
   bool stopping;      /* workers must exit */
   atomic_int waiting; /* the consumer sleeps on `ready` */
@@ -85,7 +87,10 @@ static void fill_slot(bc_readahead *it, slot *s, uint64_t seq) {
     s->rc = leaf->ops->get(leaf, li, &s->data);
     pthread_mutex_unlock(&it->serial);
   }
-  if (s->rc != 0) s->message = strdup(bc_errmsg());
+  if (s->rc != 0) {
+    s->message = strdup(bc_errmsg());
+    s->sys_errno = bc_errno();
+  }
   atomic_store(&s->ready, 1);
   if (atomic_load(&it->waiting) && seq >= atomic_load(&it->wake_at)) {
     pthread_mutex_lock(&it->lock);
@@ -170,7 +175,10 @@ static void top_up(bc_readahead *it) {
     if (rc <= 0) {
       it->stream_done = true;
       it->stream_rc = rc < 0 ? rc : 0;
-      if (rc < 0) it->stream_message = strdup(bc_errmsg());
+      if (rc < 0) {
+        it->stream_message = strdup(bc_errmsg());
+        it->stream_errno = bc_errno();
+      }
       break;
     }
     /* Slots past `queued` are not visible to workers until published. */
@@ -203,8 +211,8 @@ int bc_readahead_next(bc_readahead *it, bc_buf *out, uint64_t *index) {
   if (it->delivered == it->queued) { /* stream over and all delivered */
     it->finished = true;
     if (it->stream_rc != 0)
-      return bc__error(it->stream_rc, "%s",
-                       it->stream_message ? it->stream_message : "");
+      return bc_set_error(it->stream_rc, it->stream_errno, "%s",
+                          it->stream_message ? it->stream_message : "");
     return 0;
   }
   slot *s = &it->slots[it->delivered % it->window];
@@ -236,7 +244,7 @@ int bc_readahead_next(bc_readahead *it, bc_buf *out, uint64_t *index) {
   }
   if (s->rc != 0) {
     it->finished = true;
-    int rc = bc__error(s->rc, "%s", s->message ? s->message : "");
+    int rc = bc_set_error(s->rc, s->sys_errno, "%s", s->message ? s->message : "");
     free(s->message);
     s->message = NULL;
     return rc;
