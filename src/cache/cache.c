@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +84,7 @@ static void after_fork_child(void) {
   for (bc_cache *c = open_caches; c; c = c->next_open) {
     c->self = bc__owner_self();
     for (size_t i = 0; i < c->max_passes; i++)
-      c->passes[i] = (bc__pass){NULL, 0, false, false};
+      c->passes[i] = (bc__pass){0};
     c->qlen = 0;
     c->drain_requested = false;
     c->nworkers = 0; /* the parent's threads: nothing to join here */
@@ -220,11 +221,12 @@ static int make_dir(const char *path) {
 }
 
 static int check_options(const bc_cache_options *o, const bc_source *src) {
-  if (src != NULL && (src->version != BC_SOURCE_VERSION || src->open == NULL ||
-                      src->next == NULL || src->close == NULL))
-    return bc__error(BC_EINVAL, "source: version %u (need %d) with open, next "
-                     "and close", src->version, BC_SOURCE_VERSION);
-  if (o->fill_workers < 0 || o->max_open_shards < 0 || o->prefetch_shards < -1)
+  if (src != NULL && ((src->version != 1 && src->version != BC_SOURCE_VERSION) ||
+                      src->open == NULL || src->next == NULL || src->close == NULL))
+    return bc__error(BC_EINVAL, "source: version %u (need 1 to %d) with open, "
+                     "next and close", src->version, BC_SOURCE_VERSION);
+  if (o->fill_workers < 0 || o->max_open_shards < 0 || o->prefetch_shards < -1 ||
+      o->max_passes < 0)
     return bc__error(BC_EINVAL, "cache options: negative count");
   if (o->fill_workers > 1 && src != NULL && !src->thread_safe)
     return bc__error(BC_EINVAL,
@@ -384,7 +386,9 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   }
   /* From here the cache owns the source payload: cache_destroy frees it. */
   if (source != NULL) {
-    c->src = *source;
+    /* A version-1 source is the struct without open_at: read no further. */
+    memcpy(&c->src, source, source->version >= 2 ? sizeof *source
+                                                 : offsetof(bc_source, open_at));
     c->has_source = true;
   }
   c->opts = *opts;
@@ -401,9 +405,16 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->cond, NULL);
   track_open(c, true);
-  c->max_passes = c->has_source && c->src.thread_safe
-                      ? (size_t)(opts->fill_workers > 1 ? opts->fill_workers : 1) + 1
-                      : 1;
+  /* Parked passes: max_passes (default 64), at least one per fill worker
+   * plus one for a reader with a thread-safe source.  Without thread
+   * safety only one of them is in use at a time (c->max_running). */
+  size_t running = c->has_source && c->src.thread_safe
+                       ? (size_t)(opts->fill_workers > 1 ? opts->fill_workers : 1) + 1
+                       : 1;
+  c->max_passes = opts->max_passes > 0 ? (size_t)opts->max_passes : 64;
+  if (!c->has_source) c->max_passes = 1;
+  if (c->max_passes < running) c->max_passes = running;
+  c->max_running = running;
   c->passes = calloc(c->max_passes, sizeof *c->passes);
   c->root = strdup(root);
   c->shards_dir = join(root, "shards");
@@ -575,6 +586,7 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   st->evictions = atomic_load(&c->stats.evictions);
   st->passes_opened = atomic_load(&c->stats.passes_opened);
   st->records_skipped = atomic_load(&c->stats.records_skipped);
+  st->records_written = atomic_load(&c->stats.records_written);
   st->waits = atomic_load(&c->stats.waits);
   st->open_shards = bc__readers_open_count(c);
   return 0;

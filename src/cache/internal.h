@@ -142,6 +142,7 @@ static inline uint64_t bc__sum_add(uint64_t sum, const void *data, size_t n) {
 typedef struct {
   void *handle;
   uint64_t pos;  /* index of the next record it will produce */
+  uint64_t opened_at; /* the record it was opened at (0, or open_at's) */
   bool open;     /* handle is a live pass */
   bool busy;     /* leased to a filler */
 } bc__pass;
@@ -192,10 +193,16 @@ struct bc_cache {
                            against max_open_shards) */
   size_t nopen, open_cap, hand; /* hand: the CLOCK trim position */
   bc__pass *passes;
-  size_t max_passes;
+  size_t max_passes;  /* slots: passes kept open (parked or leased) */
+  size_t max_running; /* passes leased at once (1: not thread-safe) */
   struct bc_cache *next_open; /* the process's list of open caches (fork) */
   uint64_t queue[64];
   size_t qlen;
+  /* The default prefetch policy's memory (lock): the last shards opened,
+   * as shard + 1 (0: none), to tell a sequential read from random ones. */
+#define BC__RECENT_OPENS 4
+  uint64_t recent_opens[BC__RECENT_OPENS];
+  size_t recent_next;
   bool drain_requested, stopping;
   atomic_bool stop_fills;      /* close: fills and drains end early */
   uint64_t failed_shards[32];  /* shards a drain worker failed to fill */
@@ -208,7 +215,7 @@ struct bc_cache {
 
   struct {
     atomic_uint_fast64_t shard_opens, fills, regenerations, evictions,
-        passes_opened, records_skipped, waits;
+        passes_opened, records_skipped, records_written, waits;
   } stats;
 };
 
