@@ -245,6 +245,23 @@ def _serializer(serializer):
     return dumps, None, loads
 
 
+def _takes_start(create_iter):
+    """True when create_iter accepts a ``start`` argument by keyword: it
+    can begin at any index (``def create_iter(start=0)``), so regenerating
+    a shard calls ``create_iter(start=first_index)`` instead of iterating
+    from 0."""
+    if create_iter is None or isinstance(create_iter, _Constant):
+        return False
+    import inspect
+
+    try:
+        params = inspect.signature(create_iter).parameters
+    except (TypeError, ValueError):
+        return False
+    p = params.get("start")
+    return p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+
+
 def _path(root_dir):
     path = _os.fspath(root_dir)
     if isinstance(path, bytes):
@@ -454,7 +471,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
     _view_class = LoadItView
     __bool__ = _nonempty
 
-    def __init__(self, *args, serializer=None, **kwargs):
+    def __init__(self, *args, serializer=None, seekable=None, max_passes=None, **kwargs):
         args = list(args)
         if args and not _is_path(args[0]) and args[0] is not None:
             # loadit's README form: LoadIt(create_iter, root_dir=...).
@@ -491,6 +508,12 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         known_length = -1 if length is None else _count("length", length, 0)
         mode = _count("mode", p["mode"], 0)
         dumps, dumps_args, loads = _serializer(serializer)
+        if seekable is None:
+            seekable = _takes_start(create_iter)
+        elif not isinstance(seekable, bool):
+            raise TypeError(f"seekable must be None, True or False, not {type(seekable).__name__}")
+        if max_passes is not None:
+            max_passes = _count("max_passes", max_passes, 1)
         if create_iter is None and not _os.path.exists(_os.path.join(root, "metadata.json")):
             raise FileNotFoundError(
                 f"{root}: no cache there, and no create_iter to fill one"
@@ -513,6 +536,8 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             info_json=info_json,
             known_length=known_length,
             file_mode=mode,
+            seekable=bool(seekable and create_iter is not None),
+            max_passes=max_passes or 0,
         )
         self._open(core)
         _live.add(core)
@@ -523,6 +548,9 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         config = dict(p, root_dir=root, create_iter=create_iter, info=None)
         if serializer is not None:
             config["serializer"] = serializer
+        config["seekable"] = seekable
+        if max_passes is not None:
+            config["max_passes"] = max_passes
         self._config = config
 
     # ---- loadit's API
@@ -600,8 +628,18 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         """The engine's counters: length, length_final, shard_records,
         shards_present, bytes_on_disk, disk_limit, and this process's hits,
         shard_opens, fills, regenerations, evictions, passes_opened,
-        records_skipped, waits, open_shards (shard readers open now)."""
-        return self._core.stats()
+        records_skipped, records_written, waits, open_shards (shard readers
+        open now); and what a disk limit costs: records_generated (the
+        items create_iter() produced for this process: written + skipped),
+        misses (fills + regenerations), records_per_miss (generated per
+        miss, 0.0 before any) and passes (where the parked passes of the
+        iterator stand: the next index each will produce)."""
+        st = self._core.stats()
+        st["records_generated"] = st["records_written"] + st["records_skipped"]
+        st["misses"] = st["fills"] + st["regenerations"]
+        st["records_per_miss"] = st["records_generated"] / st["misses"] if st["misses"] else 0.0
+        st["passes"] = self._core.worker_positions()
+        return st
 
     def worker_positions(self):
         """Where this process's passes of the iterator stand (next index)."""

@@ -56,10 +56,11 @@ static uint64_t seek_reuse_max(const bc_cache *c) { return c->R / 16; }
  *     source: only if it is at most seek_reuse_max() before it);
  *  2. else a new pass in an empty slot, opened at record 0 (at target with
  *     open_at, when target is not 0);
- *  3. else an idle pass is closed and its slot reopened as in 2: the one
- *     standing furthest past the target (the pass least likely to be the
- *     nearest one before a future target), else (a seekable source) the
- *     nearest one before it.
+ *  3. else an idle pass is closed and its slot reopened as in 2: one
+ *     standing where another pass stands too (it serves no target the
+ *     other does not), else the one standing furthest past the target (the
+ *     pass least likely to be the nearest one before a future target),
+ *     else (a seekable source) the nearest one before it.
  * At most max_running passes are leased at once (1 for a source that is not
  * thread-safe); beyond that, or with every slot leased, it waits for a
  * pass to come back, or (BC__NO_WAIT) returns BC_EAGAIN.  The source is
@@ -84,10 +85,20 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
         past = i;
       }
     }
+    /* With no slot free, a duplicate is the first to go (the pass of the
+     * lower slot among those standing at one position stays). */
+    size_t dup = SIZE_MAX;
+    for (size_t i = 0; empty == SIZE_MAX && dup == SIZE_MAX && i < c->max_passes; i++)
+      for (size_t j = 0; j < i && dup == SIZE_MAX; j++)
+        if (c->passes[i].open && !c->passes[i].busy && i != best &&
+            c->passes[j].open && !c->passes[j].busy &&
+            c->passes[j].pos == c->passes[i].pos)
+          dup = i;
     bool reuse = best != SIZE_MAX &&
                  (!seekable || target - c->passes[best].pos <= seek_reuse_max(c));
     size_t pick = reuse ? best
                   : empty != SIZE_MAX ? empty
+                  : dup != SIZE_MAX   ? dup
                   : past != SIZE_MAX  ? past
                                       : best; /* seekable: the far one before */
     if (busy >= c->max_running || pick == SIZE_MAX) { /* wait for a pass */
@@ -134,19 +145,9 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
   }
 }
 
-/* Returns a pass to the pool; a pass that failed or ended is closed, and so
- * is one that stands where another parked pass already does (it would only
- * hold a slot a pass elsewhere could use). */
+/* Returns a pass to the pool; a pass that failed or ended is closed. */
 static void pass_return(bc_cache *c, size_t slot, bool keep) {
   bc__pass *p = &c->passes[slot];
-  if (keep) {
-    pthread_mutex_lock(&c->lock);
-    for (size_t i = 0; i < c->max_passes && keep; i++)
-      if (i != slot && c->passes[i].open && !c->passes[i].busy &&
-          c->passes[i].pos == p->pos)
-        keep = false;
-    pthread_mutex_unlock(&c->lock);
-  }
   if (!keep && p->open) {
     c->src.close(c->src.payload, p->handle);
     pthread_mutex_lock(&c->lock);

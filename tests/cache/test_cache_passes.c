@@ -62,8 +62,16 @@ static void m_fill(model *m, uint64_t s) {
       past = i;
     }
   }
+  size_t dup = SIZE_MAX;
+  for (size_t i = 0; empty == SIZE_MAX && dup == SIZE_MAX && i < m->np; i++)
+    for (size_t j = 0; j < i && dup == SIZE_MAX; j++)
+      if (m->p[i].open && i != best && m->p[j].open && m->p[j].pos == m->p[i].pos)
+        dup = i;
   bool reuse = best != SIZE_MAX && (!m->seekable || t - m->p[best].pos <= R / 16);
-  size_t k = reuse ? best : empty != SIZE_MAX ? empty : past != SIZE_MAX ? past : best;
+  size_t k = reuse ? best
+             : empty != SIZE_MAX ? empty
+             : dup != SIZE_MAX ? dup
+             : past != SIZE_MAX ? past : best;
   if (!reuse) {
     m->p[k] = (mpass){true, m->seekable ? t : 0};
     m->opened++;
@@ -99,12 +107,6 @@ static void m_fill(model *m, uint64_t s) {
   }
   m->present[s] = true;
   m->la[s] = ++m->clock;
-  /* Return: a pass standing where another parked one does is closed. */
-  for (size_t i = 0; i < m->np; i++)
-    if (i != k && m->p[i].open && m->p[i].pos == m->p[k].pos) {
-      m->p[k].open = false;
-      break;
-    }
 }
 
 static void m_read(model *m, uint64_t s) {
