@@ -64,6 +64,7 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit.py \
 	python/tests/test_loadit_first_pass.py \
 	python/tests/test_loadit_procs.py \
+	python/tests/test_loadit_passes.py \
 	python/tests/test_loadit_dropin.py
 
 EXTRA_DIST += \
