@@ -43,8 +43,12 @@ Arguments (as loadit; what bagcache does with each):
   passes of ``create_iter()`` then run at once.
 * ``memory_limit`` - bytes of shard files on disk at most (every process
   enforces the last limit set on the root).  With a size string for
-  ``max_shard_length``, the target shard size is lowered to a quarter of
-  the limit when larger.
+  ``max_shard_length``, the target shard size is lowered to the limit over
+  ``3 + max_workers`` when larger.  A limit that cannot hold ``2 +
+  max_workers`` shards (the one read, the one filled, those prefetched) is
+  refused with a ValueError naming the smallest workable limit: at open
+  when the shard size is known (a size string, or shards on disk), else at
+  the first shard filled.
 * ``compression`` - None or ``"zstd"`` (or an int: a zstd level).
   loadit's other fsspec names are refused (ValueError).
 * ``preload_fn`` - what to fill in the background after each shard opened:
@@ -499,8 +503,11 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         shard_records, shard_bytes = (0, 0)
         if create_iter is not None:
             shard_records, shard_bytes = _shard_length(p["max_shard_length"])
-            if shard_bytes and memory_limit and shard_bytes > memory_limit // 4:
-                shard_bytes = max(1, memory_limit // 4)
+            # Room for the shards at work (the one read, the one filled, one
+            # per fill worker prefetching: the engine refuses less) and one more.
+            room = 3 + max_workers
+            if shard_bytes and memory_limit and shard_bytes > memory_limit // room:
+                shard_bytes = max(1, memory_limit // room)
         level = _zstd_level(p["compression"])
         info = p["info"]
         info_json = None if info is None else _json.dumps(info)

@@ -213,3 +213,39 @@ def test_limit_holds_under_four_processes(tmp_path, seekable):
     assert shard_bytes(root) <= limit
     st = os.listdir(os.path.join(root, "shards"))
     assert 1 <= len(st) <= 4
+
+
+# ---- the smallest workable limit ------------------------------------------------------
+
+
+def test_a_limit_too_small_is_refused(tmp_path):
+    size = shard_size(tmp_path)
+    src = Counting()
+    # A new root, an explicit shard length: refused at the first shard filled.
+    loader = LoadIt(str(tmp_path / "c"), src.plain(), max_shard_length=MSL, serializer="raw",
+                    memory_limit=3 * size - 1)
+    with pytest.raises(ValueError, match=f"smallest workable limit, {3 * size} bytes: "
+                       f"3 shards of {size} bytes"):
+        loader[0]
+    loader.close()
+    # Shards on disk: refused at open, and the limit is not stored.
+    root = str(tmp_path / "probe")
+    with pytest.raises(ValueError, match=f"smallest workable limit, {3 * size} bytes: "
+                       f"3 shards of {size} bytes \\(the largest shard present\\) "
+                       "\\(one being read, one being filled, 1 prefetched\\)"):
+        LoadIt(root, src.plain(), max_shard_length=MSL, serializer="raw",
+               memory_limit=3 * size - 1)
+    # Two fill workers prefetch two shards: four are needed.
+    with pytest.raises(ValueError, match=f"smallest workable limit, {4 * size} bytes"):
+        LoadIt(root, src.plain(), max_shard_length=MSL, serializer="raw", max_workers=2,
+               iterator_thread_safe=True, memory_limit=4 * size - 1)
+    loader = LoadIt(root, src.plain(), max_shard_length=MSL, serializer="raw",
+                    memory_limit=3 * size)
+    assert loader.stats()["disk_limit"] == 3 * size
+    read(loader, [0, 500, 999])
+    loader.close()
+    # A size string: the target shard size is lowered to fit.
+    loader = LoadIt(str(tmp_path / "s"), src.plain(), max_shard_length="64mb",
+                    memory_limit="64kb", serializer="raw")
+    assert loader.stats()["shard_records"] * 24 <= 64 * 1024 // 4
+    loader.close()

@@ -220,6 +220,32 @@ static int make_dir(const char *path) {
   return bc__error_errno(errno, "%s: cannot create the directory", path);
 }
 
+unsigned bc__limit_shards(const bc_cache_options *o, unsigned *prefetched) {
+  unsigned ahead = 0;
+  int workers = o->fill_workers > 0 ? o->fill_workers : 1;
+  if (o->prefetch != NULL || o->preload_all) ahead = (unsigned)workers;
+  if (o->prefetch == NULL && o->prefetch_shards >= 0) {
+    unsigned want = o->prefetch_shards ? (unsigned)o->prefetch_shards : 1;
+    if (want > ahead) ahead = want;
+  }
+  if (prefetched) *prefetched = ahead;
+  return 2 + ahead;
+}
+
+int bc__limit_error(const char *root, uint64_t limit, unsigned shards,
+                    unsigned prefetched, uint64_t shard_bytes, const char *which) {
+  char extra[64] = "";
+  if (prefetched)
+    snprintf(extra, sizeof extra, ", %u prefetched", prefetched);
+  return bc__error(BC_EINVAL,
+                   "%s: the disk limit (%llu bytes) is below the smallest "
+                   "workable limit, %llu bytes: %u shards of %llu bytes (%s) "
+                   "(one being read, one being filled%s)", root,
+                   (unsigned long long)limit,
+                   (unsigned long long)shards * shard_bytes, shards,
+                   (unsigned long long)shard_bytes, which, extra);
+}
+
 static int check_options(const bc_cache_options *o, const bc_source *src) {
   if (src != NULL && ((src->version != 1 && src->version != BC_SOURCE_VERSION) ||
                       src->open == NULL || src->next == NULL || src->close == NULL))
@@ -239,13 +265,36 @@ static int check_options(const bc_cache_options *o, const bc_source *src) {
     return bc__error(BC_EINVAL, "cache options: zstd level %d outside [%d, %d]",
                      o->zstd_level, ZSTD_minCLevel(), ZSTD_maxCLevel());
   uint64_t target = o->shard_bytes ? o->shard_bytes : (uint64_t)64 << 20;
+  unsigned prefetched, shards = bc__limit_shards(o, &prefetched);
   if (o->disk_limit != 0 && o->disk_limit != BC_CACHE_NO_LIMIT &&
-      o->shard_records == 0 && o->disk_limit < target)
-    return bc__error(BC_EINVAL,
-                     "cache options: disk limit %llu bytes is smaller than one "
-                     "shard (%llu bytes)", (unsigned long long)o->disk_limit,
-                     (unsigned long long)target);
+      o->shard_records == 0 && o->disk_limit / shards < target)
+    return bc__limit_error("cache options", o->disk_limit, shards, prefetched,
+                           target, "the target shard size");
   return 0;
+}
+
+/* The largest shard file present, 0 for none. */
+static int largest_shard(bc_cache *c, uint64_t *largest) {
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, false, &t);
+  if (rc != 0) return rc;
+  MDB_cursor *cur;
+  int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
+  if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
+  uint64_t most = 0;
+  MDB_val k, v;
+  for (int op = MDB_FIRST; rc == 0 && mdb_cursor_get(cur, &k, &v, op) == 0;
+       op = MDB_NEXT) {
+    bc__shard_rec r;
+    uint64_t shard;
+    if (bc__rec_decode(&k, &v, &shard, &r) && r.state == SHARD_PRESENT &&
+        r.bytes > most)
+      most = r.bytes;
+  }
+  if (mrc == 0) mdb_cursor_close(cur);
+  mdb_txn_abort(t);
+  if (rc == 0) *largest = most;
+  return rc;
 }
 
 /* metadata.json is missing (new root, or lost).  Shard files left in
@@ -445,6 +494,18 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
     goto fail;
   if ((rc = load_or_create_meta(c, estimated)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;
+  if (opts->disk_limit != 0 && opts->disk_limit != BC_CACHE_NO_LIMIT) {
+    /* A limit that cannot hold the shards at work is refused, before it is
+     * stored (doc/cache.md, "The smallest workable limit"). */
+    uint64_t largest = 0;
+    unsigned prefetched, shards = bc__limit_shards(opts, &prefetched);
+    if ((rc = largest_shard(c, &largest)) != 0) goto fail;
+    if (largest != 0 && opts->disk_limit / shards < largest) {
+      rc = bc__limit_error(c->root, opts->disk_limit, shards, prefetched, largest,
+                           "the largest shard present");
+      goto fail;
+    }
+  }
   if (opts->disk_limit != 0) {
     /* Every process enforces the limit stored here at each publish; a
      * stored 0 is no limit (BC_CACHE_NO_LIMIT). */

@@ -526,11 +526,12 @@ static int publish(bc_cache *c, uint64_t shard, const char *scratch,
   uint64_t limit = c->opts.disk_limit;
   if (rc == 0) rc = bc__u64_get(t, meta, "limit", &limit, &f4);
   if (rc == 0 && !f4) limit = c->opts.disk_limit;
-  if (rc == 0 && limit != 0 && size > limit)
-    rc = bc__error(BC_EINVAL,
-                   "%s: the disk limit (%llu bytes) is smaller than one shard "
-                   "(%llu bytes)", c->root, (unsigned long long)limit,
-                   (unsigned long long)size);
+  /* A limit that cannot hold the shards at work would thrash: refused
+   * (checked at open already when a shard's size was known then). */
+  unsigned prefetched, need = bc__limit_shards(&c->opts, &prefetched);
+  if (rc == 0 && limit != 0 && (size > limit || (records == c->R && limit / need < size)))
+    rc = bc__limit_error(c->root, limit, need, prefetched, size,
+                         "the size of this shard");
   if (rc == 0 && limit != 0) rc = reap_dead_claims(c, t, shard);
   uint64_t victims[32];
   size_t nvictims = 0;

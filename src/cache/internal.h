@@ -228,6 +228,16 @@ void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
 /* Refreshes known_length/final from the shared state (read txn `t`). */
 int bc__cache_load_length(bc_cache *c, MDB_txn *t);
 
+/* The smallest workable disk limit, in shards (cache.c): the one being
+ * read, the one being filled, and those the prefetcher may fill meanwhile
+ * (*prefetched: the default policy's prefetch_shards, or fill_workers for
+ * a custom policy or preload_all). */
+unsigned bc__limit_shards(const bc_cache_options *o, unsigned *prefetched);
+/* BC_EINVAL naming the smallest workable limit, `shards` x `shard_bytes`
+ * (`which`: where the shard size comes from). */
+int bc__limit_error(const char *root, uint64_t limit, unsigned shards,
+                    unsigned prefetched, uint64_t shard_bytes, const char *which);
+
 /* How bc__obtain (and bc__reader_acquire) deal with work done elsewhere. */
 typedef enum {
   BC__WAIT,     /* wait for another filler of the shard, and for a pass */

@@ -329,6 +329,9 @@ int cli_cache_fill(int argc, char **argv) {
   /* One run of COMMAND at a time, and none kept waiting: a fill drains in
    * order, so a parked second run would only hold a process. */
   cmd.opts.max_passes = 1;
+  /* Nothing reads while it fills (a drain opens no shard): no prefetching,
+   * so the smallest workable limit is two shards. */
+  cmd.opts.prefetch_shards = -1;
   int rc = bc_cache_open(&cache, root, &source, &cmd.opts);
   if (rc != BC_OK) {
     cache = NULL;

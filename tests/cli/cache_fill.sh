@@ -185,13 +185,19 @@ want_rc 0
 check grep -q '^disk limit: none$' out
 check [ "$(ls lim/shards | wc -l)" -eq 16 ]
 
-t "a limit smaller than one shard is refused"
+t "a limit smaller than two shards is refused"
 bc cache fill tiny --limit 1K -- seq 1 10
 want_rc 1
-want_err 'smaller than one shard'
+want_err 'bagcache: invalid argument: cache options: the disk limit (1024 bytes) is below the smallest workable limit, 134217728 bytes: 2 shards of 67108864 bytes (the target shard size) (one being read, one being filled)'
 bc cache fill tiny2 --shard-records 100 --limit 100 -- seq 1 1000
 want_rc 1
-want_err 'smaller than one shard'
+want_err 'is below the smallest workable limit'
+# Shard 0 (1..100) is 192 bytes of records and 8 per record: 992 bytes, and
+# it is published; shard 1 (101..200) is 300 + 800 = 1100 bytes: refused.
+bc cache fill tiny3 --shard-records 100 --limit 2199 -- seq 1 1000
+want_rc 1
+want_err 'bagcache: invalid argument: tiny3: the disk limit (2199 bytes) is below the smallest workable limit, 2200 bytes: 2 shards of 1100 bytes (the size of this shard) (one being read, one being filled)'
+check [ "$(ls tiny3/shards)" = 0.100.bag ]
 
 t "--level: zstd shards"
 bc cache fill z --shard-records 100 --level 5 -- seq 1 1000
