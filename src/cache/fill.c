@@ -641,7 +641,7 @@ static int fill(bc_cache *c, uint64_t shard, bc__wait_mode mode) {
   bool ended = false, keep = false;
   uint64_t n = 0;
   char note[160] = "";
-  if (c->src.open_at != NULL)
+  if (c->src.open_at != NULL && p->opened_at > 0) /* a pass from 0 is open()'s */
     snprintf(note, sizeof note, " (its pass was opened at record %llu with the "
              "source's open_at)", (unsigned long long)p->opened_at);
   char scratch[4200];
