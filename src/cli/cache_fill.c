@@ -64,7 +64,7 @@ static const char fill_usage[] =
     "                            is stored with the cache and kept by every\n"
     "                            process that uses it (default: the stored\n"
     "                            limit, if any); none removes the stored\n"
-    "                            limit\n"
+    "                            limit.  It must hold two shards at least\n"
     "      --level N             compress shards with zstd at level N\n"
     "                            (-131072 to 22; 0 = zstd's default, 3);\n"
     "                            without it shards are not compressed\n"
