@@ -249,3 +249,22 @@ def test_a_limit_too_small_is_refused(tmp_path):
                     memory_limit="64kb", serializer="raw")
     assert loader.stats()["shard_records"] * 24 <= 64 * 1024 // 4
     loader.close()
+
+
+# ---- the default preload_fn: only for sequential reads ----------------------------------
+
+
+def test_default_preload_only_for_sequential_reads(tmp_path):
+    import time
+
+    src = Counting()
+    loader = LoadIt(str(tmp_path / "c"), src.plain(), max_shard_length=10, serializer="raw")
+    read(loader, [505, 65, 75])  # shards 50 and 6 random; 7 follows 6: 8 is prefetched
+    deadline = time.time() + 10
+    while len(loader.shards()) < 4 and time.time() < deadline:
+        time.sleep(0.01)
+    loader.close()  # the fill thread stops: nothing changes after this
+    # One fill thread takes the queue in order: had 51 been queued (after
+    # shard 50), it would be there before 8.
+    starts = sorted(int(f.split(".")[0]) for f in os.listdir(tmp_path / "c" / "shards"))
+    assert starts == [60, 70, 80, 500]

@@ -16,6 +16,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define N 2000   /* records */
 #define R 20     /* records per shard */
@@ -344,6 +345,47 @@ static void test_source_version_1(void **state) {
   assert_int_equal(atomic_load(&f->sh->seeks), 0);
 }
 
+/* ---- prefetching only for sequential reads ------------------------------------- */
+
+static bool present_starts(bc_cache *c, uint64_t *starts, size_t *n) {
+  bc_cache_shard list[64];
+  if (bc_cache_shards(c, list, 64, n) != 0 || *n > 64) return false;
+  for (size_t k = 0; k < *n; k++) starts[k] = list[k].start;
+  return true;
+}
+
+/* The default policy prefetches after an open that continues a sequential
+ * read (shard 0, or the shard after one of the last 4 opened), never after
+ * a random one.  One fill worker takes the queue in order, so once the
+ * last prefetch is present every earlier one would be too. */
+static void test_prefetch_only_sequential(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(1000);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 10;
+  o.fill_workers = 1;
+  o.prefetch_shards = 1;
+  fx_open(f, &cfg, &o);
+  fx_get_ok(f->c, 505); /* shard 50: random, nothing prefetched */
+  fx_get_ok(f->c, 65);  /* shard 6: random */
+  fx_get_ok(f->c, 75);  /* shard 7 follows 6: shard 8 is prefetched */
+  uint64_t starts[64];
+  size_t n = 0;
+  for (int k = 0; k < 1000; k++) {
+    assert_true(present_starts(f->c, starts, &n));
+    if (n >= 4) break;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  bc_cache_close(f->c); /* the worker stops: nothing changes after this */
+  f->c = NULL;
+  assert_int_equal(n, 4);
+  assert_int_equal(starts[0], 60);
+  assert_int_equal(starts[1], 70);
+  assert_int_equal(starts[2], 80);
+  assert_int_equal(starts[3], 500);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_replay_default_passes, fx_setup, fx_teardown),
@@ -357,6 +399,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_seek_wrong_is_caught, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_seek_past_the_end, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_source_version_1, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_prefetch_only_sequential, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
