@@ -53,7 +53,9 @@ Arguments (as loadit; what bagcache does with each):
   loadit's other fsspec names are refused (ValueError).
 * ``preload_fn`` - what to fill in the background after each shard opened:
   the default (:func:`preload_next_shard`) fills the next
-  ``max(1, max_workers // 2)`` shards, in C; None disables prefetching;
+  ``max(1, max_workers // 2)`` shards, in C, when the shard opened
+  continues a sequential read (it is the first, or follows one of the last
+  4 opened: under random reads it would only evict what a reader needs); None disables prefetching;
   any other ``fn(loader, index)`` returns, like loadit's, an iterable of
   lists of indices (or plain indices) whose shards are filled in order.
   It is called each time this process opens a shard, with the shard's
@@ -69,6 +71,15 @@ Arguments (as loadit; what bagcache does with each):
   (items are bytes-like and come back as bytes) or any object with
   ``dumps(obj) -> bytes`` and ``loads(bytes) -> obj``.  Use the same one
   every time a root is opened.
+* ``seekable`` (keyword only, bagcache's own) - None: True when
+  ``create_iter`` takes a ``start`` argument by keyword (``def
+  create_iter(start=0)``, yielding the items from index ``start`` on): an
+  evicted shard is then rebuilt by ``create_iter(start=its first index)``,
+  one shard of items per miss.  True or False says so explicitly.
+* ``max_passes`` (keyword only, bagcache's own) - passes of
+  ``create_iter()`` kept open, parked where their fills stopped (default
+  64), so that a rebuilt shard starts from the nearest one before it
+  rather than from index 0.
 
 Differences from loadit, on purpose: slices follow Python's rules
 (``l[::-1]`` reverses; loadit's are not Python's), a negative index or a
