@@ -41,11 +41,15 @@ extern "C" {
 
 /* ---- the source ------------------------------------------------------ */
 
-#define BC_SOURCE_VERSION 1
+/* 2 adds open_at.  A source of version 1 (the struct without open_at, as
+ * compiled against the headers before it) is still accepted: the cache
+ * reads only the fields its version has. */
+#define BC_SOURCE_VERSION 2
 
-/* A deterministic sequential source, read in passes from the start.  Every
- * callback returns 0 (or 1 where noted) on success, or a negative BC_E* code
- * with bc_set_errmsg() (the message reaches whoever needed the record). */
+/* A deterministic sequential source, read in passes from the start (or,
+ * with open_at, from any record).  Every callback returns 0 (or 1 where
+ * noted) on success, or a negative BC_E* code with bc_set_errmsg() (the
+ * message reaches whoever needed the record). */
 typedef struct bc_source {
   unsigned version; /* BC_SOURCE_VERSION */
   /* Opens a fresh pass from the first record; *pass is passed back below. */
@@ -61,8 +65,18 @@ typedef struct bc_source {
   void (*free_payload)(void *payload);
   void *payload;
   /* true: several passes may run at once, on different threads (only then
-   * does the cache use more than one fill worker). */
+   * does the cache use more than one fill worker).  false: the cache may
+   * still keep several passes open (parked where they stopped, up to
+   * max_passes), but calls into one pass at a time. */
   bool thread_safe;
+  /* Version 2, optional (NULL: the source is read from its start only).
+   * Opens a pass whose first record is record `start` (a seekable source:
+   * a file read by offset, a list of URLs, a database cursor).  It must
+   * give exactly the records a pass from the start gives from `start` on:
+   * regenerated shards are checked as any others (BC_ENONDET, naming the
+   * start asked for).  A `start` at or past the end gives a pass that ends
+   * at once. */
+  int (*open_at)(void *payload, uint64_t start, void **pass);
 } bc_source;
 
 /* ---- options --------------------------------------------------------- */
@@ -122,11 +136,16 @@ typedef struct bc_cache_options {
    * like the root itself (mode 0755 less the umask).  false: a missing
    * parent is BC_ENOTFOUND. */
   bool make_parents;
+  /* Source passes this process keeps open, parked where their last fill
+   * stopped, so that a regeneration starts from the nearest one at or
+   * before the shard instead of from record 0; 0 = 64 (at least
+   * fill_workers + 1 with a thread-safe source). */
+  int max_passes;
 } bc_cache_options;
 
 #define BC_CACHE_OPTIONS_INIT \
   {0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, NULL, 0, false, NULL, -1, 0, \
-   false}
+   false, 0}
 
 /* ---- opening and reading ---------------------------------------------- */
 
@@ -236,6 +255,9 @@ typedef struct bc_cache_stats {
   uint64_t evictions;     /* shards this process evicted */
   uint64_t passes_opened; /* source passes opened */
   uint64_t records_skipped; /* records skipped or read and dropped */
+  uint64_t records_written; /* records written into shards this process
+                               filled (records_written + records_skipped:
+                               what the source produced for it) */
   uint64_t waits;         /* times it waited for another filler */
   uint64_t open_shards;   /* shard readers this process holds open now
                              (at most max_open_shards, plus any a running
@@ -262,8 +284,9 @@ typedef struct bc_cache_shard {
 int bc_cache_shards(bc_cache *cache, bc_cache_shard *shards, size_t max,
                     size_t *count);
 
-/* Current positions of this process's source passes (the next record each
- * will read): at most `max` into positions[], their count into *count. */
+/* Current positions of this process's source passes, parked or in use (the
+ * next record each will read): at most `max` into positions[], their count
+ * into *count. */
 int bc_cache_worker_positions(bc_cache *cache, uint64_t *positions, size_t max,
                               size_t *count);
 

@@ -47,13 +47,19 @@ Arguments (as loadit; what bagcache does with each):
   passes of ``create_iter()`` then run at once.
 * ``memory_limit`` - bytes of shard files on disk at most (every process
   enforces the last limit set on the root).  With a size string for
-  ``max_shard_length``, the target shard size is lowered to a quarter of
-  the limit when larger.
+  ``max_shard_length``, the target shard size is lowered to the limit over
+  ``3 + max_workers`` when larger.  A limit that cannot hold ``2 +
+  max_workers`` shards (the one read, the one filled, those prefetched) is
+  refused with a ValueError naming the smallest workable limit: at open
+  when the shard size is known (a size string, or shards on disk), else at
+  the first shard filled.
 * ``compression`` - None or ``"zstd"`` (or an int: a zstd level).
   loadit's other fsspec names are refused (ValueError).
 * ``preload_fn`` - what to fill in the background after each shard opened:
   the default (:func:`preload_next_shard`) fills the next
-  ``max(1, max_workers // 2)`` shards, in C; None disables prefetching;
+  ``max(1, max_workers // 2)`` shards, in C, when the shard opened
+  continues a sequential read (it is the first, or follows one of the last
+  4 opened: under random reads it would only evict what a reader needs); None disables prefetching;
   any other ``fn(loader, index)`` returns, like loadit's, an iterable of
   lists of indices (or plain indices) whose shards are filled in order.
   It is called each time this process opens a shard, with the shard's
@@ -77,6 +83,15 @@ Arguments (as loadit; what bagcache does with each):
   None (default): shown when standard error is a terminal, unless the
   environment variable ``BAGCACHE_PROGRESS`` is ``0``; True: always; False:
   never.
+* ``seekable`` (keyword only, bagcache's own) - None: True when
+  ``create_iter`` takes a ``start`` argument by keyword (``def
+  create_iter(start=0)``, yielding the items from index ``start`` on): an
+  evicted shard is then rebuilt by ``create_iter(start=its first index)``,
+  one shard of items per miss.  True or False says so explicitly.
+* ``max_passes`` (keyword only, bagcache's own) - passes of
+  ``create_iter()`` kept open, parked where their fills stopped (default
+  64), so that a rebuilt shard starts from the nearest one before it
+  rather than from index 0.
 
 Differences from loadit, on purpose: slices follow Python's rules
 (``l[::-1]`` reverses; loadit's are not Python's), a negative index or a
@@ -267,6 +282,23 @@ def _serializer(serializer):
     if not (callable(dumps) and callable(loads)):
         raise TypeError("serializer must be None, 'pickle', 'raw' or have dumps() and loads()")
     return dumps, None, loads
+
+
+def _takes_start(create_iter):
+    """True when create_iter accepts a ``start`` argument by keyword: it
+    can begin at any index (``def create_iter(start=0)``), so regenerating
+    a shard calls ``create_iter(start=first_index)`` instead of iterating
+    from 0."""
+    if create_iter is None or isinstance(create_iter, _Constant):
+        return False
+    import inspect
+
+    try:
+        params = inspect.signature(create_iter).parameters
+    except (TypeError, ValueError):
+        return False
+    p = params.get("start")
+    return p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
 
 
 def _path(root_dir):
@@ -483,7 +515,8 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
     _view_class = LoadItView
     __bool__ = _nonempty
 
-    def __init__(self, *args, serializer=None, progress=None, **kwargs):
+    def __init__(self, *args, serializer=None, progress=None, seekable=None,
+                 max_passes=None, **kwargs):
         args = list(args)
         if args and not _is_path(args[0]) and args[0] is not None:
             # loadit's README form: LoadIt(create_iter, root_dir=...).
@@ -511,8 +544,11 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         shard_records, shard_bytes = (0, 0)
         if create_iter is not None:
             shard_records, shard_bytes = _shard_length(p["max_shard_length"])
-            if shard_bytes and memory_limit and shard_bytes > memory_limit // 4:
-                shard_bytes = max(1, memory_limit // 4)
+            # Room for the shards at work (the one read, the one filled, one
+            # per fill worker prefetching: the engine refuses less) and one more.
+            room = 3 + max_workers
+            if shard_bytes and memory_limit and shard_bytes > memory_limit // room:
+                shard_bytes = max(1, memory_limit // room)
         level = _zstd_level(p["compression"])
         info = p["info"]
         info_json = None if info is None else _json.dumps(info)
@@ -521,6 +557,12 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         mode = _count("mode", p["mode"], 0)
         dumps, dumps_args, loads = _serializer(serializer)
         progress = _progress.check_setting(progress)
+        if seekable is None:
+            seekable = _takes_start(create_iter)
+        elif not isinstance(seekable, bool):
+            raise TypeError(f"seekable must be None, True or False, not {type(seekable).__name__}")
+        if max_passes is not None:
+            max_passes = _count("max_passes", max_passes, 1)
         if create_iter is None and not _os.path.exists(_os.path.join(root, "metadata.json")):
             raise FileNotFoundError(
                 f"{root}: no cache there, and no create_iter to fill one"
@@ -546,6 +588,8 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             make_parents=True,  # as loadit: Path.mkdir(parents=True)
             progress=(None if progress is False or create_iter is None
                       else _progress.Hook(root, progress)),
+            seekable=bool(seekable and create_iter is not None),
+            max_passes=max_passes or 0,
         )
         self._open(core)
         _live.add(core)
@@ -558,6 +602,9 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             config["serializer"] = serializer
         if progress is not None:
             config["progress"] = progress
+        config["seekable"] = seekable
+        if max_passes is not None:
+            config["max_passes"] = max_passes
         self._config = config
         self._progress = progress
         # The background drain's line, unless all is cached already.
@@ -650,8 +697,18 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         """The engine's counters: length, length_final, shard_records,
         shards_present, bytes_on_disk, disk_limit, and this process's hits,
         shard_opens, fills, regenerations, evictions, passes_opened,
-        records_skipped, waits, open_shards (shard readers open now)."""
-        return self._core.stats()
+        records_skipped, records_written, waits, open_shards (shard readers
+        open now); and what a disk limit costs: records_generated (the
+        items create_iter() produced for this process: written + skipped),
+        misses (fills + regenerations), records_per_miss (generated per
+        miss, 0.0 before any) and passes (where the parked passes of the
+        iterator stand: the next index each will produce)."""
+        st = self._core.stats()
+        st["records_generated"] = st["records_written"] + st["records_skipped"]
+        st["misses"] = st["fills"] + st["regenerations"]
+        st["records_per_miss"] = st["records_generated"] / st["misses"] if st["misses"] else 0.0
+        st["passes"] = self._core.worker_positions()
+        return st
 
     def worker_positions(self):
         """Where this process's passes of the iterator stand (next index)."""

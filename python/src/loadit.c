@@ -558,7 +558,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                            "shard_bytes", "max_open_shards", "fill_workers",
                            "thread_safe", "disk_limit", "zstd_level", "preload_all",
                            "info_json", "known_length", "file_mode", "make_parents",
-                           "progress", NULL};
+                           "progress", "seekable", "max_passes", NULL};
   PyObject *root, *create_iter, *dumps = Py_None, *dumps_args = Py_None, *loads = Py_None;
   PyObject *level = Py_None;
   unsigned long long shard_records = 0, shard_bytes = 0, disk_limit = 0;
@@ -568,12 +568,14 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   unsigned int file_mode = 0;
   int make_parents = 0;
   PyObject *progress = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpO:_CacheCore", kwlist,
+  int seekable = 0, max_passes = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpOpi:_CacheCore", kwlist,
                                    &root, &create_iter, &dumps, &dumps_args, &loads,
                                    &shard_records,
                                    &shard_bytes, &max_open, &workers, &thread_safe,
                                    &disk_limit, &level, &preload_all, &info,
-                                   &known_length, &file_mode, &make_parents, &progress))
+                                   &known_length, &file_mode, &make_parents, &progress,
+                                   &seekable, &max_passes))
     return NULL;
   if (progress != Py_None && !PyCallable_Check(progress)) {
     PyErr_SetString(PyExc_TypeError, "progress must be callable or None");
@@ -614,6 +616,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   o.known_length = known_length;
   o.file_mode = file_mode;
   o.make_parents = make_parents;
+  o.max_passes = max_passes;
 
   const char *root_s = PyUnicode_AsUTF8(root);
   if (root_s == NULL) return NULL;
@@ -654,6 +657,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
       goto fail;
     }
     bcpy_source_describe(self->src, thread_safe, &j->source);
+    if (seekable) bcpy_source_seekable(&j->source);
     j->has_source = true;
     j->opts.prefetch = bcpy_source_prefetch;
     j->opts.prefetch_payload = self->src;
@@ -749,7 +753,7 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
   Py_END_ALLOW_THREADS
   if (rc != 0) return raise_rc(rc, NULL);
   return Py_BuildValue(
-      "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "length",
+      "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "length",
       (unsigned long long)st.length, "length_final", st.length_final ? Py_True : Py_False,
       "shard_records", (unsigned long long)st.shard_records, "shards_present",
       (unsigned long long)st.shards_present, "bytes_on_disk",
@@ -758,7 +762,8 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
       "fills", (unsigned long long)st.fills, "regenerations",
       (unsigned long long)st.regenerations, "evictions", (unsigned long long)st.evictions,
       "passes_opened", (unsigned long long)st.passes_opened, "records_skipped",
-      (unsigned long long)st.records_skipped, "waits", (unsigned long long)st.waits,
+      (unsigned long long)st.records_skipped, "records_written",
+      (unsigned long long)st.records_written, "waits", (unsigned long long)st.waits,
       "open_shards", (unsigned long long)st.open_shards);
 }
 
@@ -817,14 +822,14 @@ static PyObject *core_finalize_length(bcpy_core *self, PyObject *unused) {
 static PyObject *core_worker_positions(bcpy_core *self, PyObject *unused) {
   (void)unused;
   if (core_check(self) < 0) return NULL;
-  uint64_t pos[64];
+  uint64_t pos[1024]; /* max_passes is rarely more than its default, 64 */
   size_t count = 0;
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = bc_cache_worker_positions(self->cache, pos, 64, &count);
+  rc = bc_cache_worker_positions(self->cache, pos, 1024, &count);
   Py_END_ALLOW_THREADS
   if (rc != 0) return raise_rc(rc, NULL);
-  if (count > 64) count = 64;
+  if (count > 1024) count = 1024;
   PyObject *list = PyList_New((Py_ssize_t)count);
   for (size_t k = 0; list != NULL && k < count; k++) {
     PyObject *v = PyLong_FromUnsignedLongLong(pos[k]);

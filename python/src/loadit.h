@@ -47,6 +47,12 @@ typedef struct bcpy_source {
   /* Prefetch policy after each shard opened (see BCPY_PREFETCH_*). */
   atomic_int prefetch_mode;
   atomic_int prefetch_ahead;
+  /* BCPY_PREFETCH_NEXT's memory: the last shards opened, as shard + 1 (0:
+   * none), to prefetch only for a sequential read, as the engine's default
+   * policy does (doc/cache.md, "Prefetching").  Racy updates only blur it. */
+#define BCPY_RECENT_OPENS 4
+  _Atomic uint64_t recent_opens[BCPY_RECENT_OPENS];
+  atomic_uint recent_next;
   PyObject *prefetch_fn; /* BCPY_PREFETCH_PYTHON: fn(loader, index) */
   PyObject *loader;      /* weak reference to the loader passed to it */
   atomic_int passes;     /* passes open now */
@@ -72,6 +78,9 @@ PyObject *bcpy_source_dumps(const bcpy_source *s, PyObject *item);
 /* Fills a bc_source over s, taking a reference for the cache (released by
  * free_payload). */
 void bcpy_source_describe(bcpy_source *s, bool thread_safe, bc_source *out);
+/* Makes a described source seekable: passes from record N > 0 call
+ * create_iter(start=N). */
+void bcpy_source_seekable(bc_source *out);
 /* Drops a reference (GIL held or not). */
 void bcpy_source_unref(bcpy_source *s);
 /* Makes every pass opened so far fail at its next record. */

@@ -211,6 +211,8 @@ bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps, PyObject *d
   atomic_init(&s->prefetch_ahead, 1);
   atomic_init(&s->passes, 0);
   atomic_init(&s->tee_active, false);
+  for (int k = 0; k < BCPY_RECENT_OPENS; k++) atomic_init(&s->recent_opens[k], 0);
+  atomic_init(&s->recent_next, 0);
   Py_INCREF(create_iter);
   s->create_iter = create_iter;
   Py_XINCREF(dumps);
@@ -309,8 +311,10 @@ static int cancelled(void) {
                        " the fill was interrupted (KeyboardInterrupt)");
 }
 
-static int src_open(void *payload, void **out) {
-  bcpy_source *s = payload;
+/* A pass from record `start`: create_iter() for 0 (or a first pass's
+ * records, see loadit_tee.c), create_iter(start=start) otherwise (a
+ * seekable create_iter, see bcpy_source_seekable). */
+static int open_pass(bcpy_source *s, uint64_t start, void **out) {
   if (finalizing()) return shutting_down();
   if (atomic_load(&s->closed))
     return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the LoadIt was closed");
@@ -325,17 +329,31 @@ static int src_open(void *payload, void **out) {
     rc = bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the LoadIt was closed");
     goto done;
   }
-  if ((p->tee = bcpy_tee_attach(s)) != NULL) goto done; /* a first pass's records */
+  if (start == 0 && (p->tee = bcpy_tee_attach(s)) != NULL)
+    goto done; /* a first pass's records */
   /* A reference of our own for the call: the collector must never take
    * an object in use here for garbage (see bcpy_source_traverse). */
   PyObject *create = s->create_iter;
   Py_INCREF(create);
-  PyObject *iterable = PyObject_CallNoArgs(create);
+  PyObject *iterable = NULL;
+  if (start == 0) {
+    iterable = PyObject_CallNoArgs(create);
+  } else {
+    PyObject *kw = Py_BuildValue("{s:K}", "start", (unsigned long long)start);
+    PyObject *noargs = PyTuple_New(0);
+    if (kw != NULL && noargs != NULL) iterable = PyObject_Call(create, noargs, kw);
+    Py_XDECREF(kw);
+    Py_XDECREF(noargs);
+  }
   Py_DECREF(create);
   if (iterable == NULL) {
-    rc = bcpy_keep_exception("create_iter()");
+    char what[64];
+    snprintf(what, sizeof what, start == 0 ? "create_iter()" : "create_iter(start=%llu)",
+             (unsigned long long)start);
+    rc = bcpy_keep_exception(what);
     goto done;
   }
+  p->pos = start;
   p->it = PyObject_GetIter(iterable);
   Py_DECREF(iterable);
   if (p->it == NULL) rc = bcpy_keep_exception("iter(create_iter())");
@@ -348,6 +366,12 @@ done:
   atomic_fetch_add(&s->passes, 1);
   *out = p;
   return 0;
+}
+
+static int src_open(void *payload, void **out) { return open_pass(payload, 0, out); }
+
+static int src_open_at(void *payload, uint64_t start, void **out) {
+  return open_pass(payload, start, out);
 }
 
 /* The records of an abandoned first pass end here (see loadit_tee.c). */
@@ -564,6 +588,8 @@ void bcpy_source_describe(bcpy_source *s, bool thread_safe, bc_source *out) {
   atomic_fetch_add(&s->refs, 1);
 }
 
+void bcpy_source_seekable(bc_source *out) { out->open_at = src_open_at; }
+
 /* ---- prefetch ----------------------------------------------------------------- */
 
 /* Adds shard `shard` to shards[] unless present; false when full. */
@@ -646,6 +672,17 @@ size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_record
   if (atomic_load(&s->tee_active)) return 0; /* a first pass asks for its shards */
   switch (atomic_load(&s->prefetch_mode)) {
     case BCPY_PREFETCH_NEXT: {
+      /* Only when this open continues a sequential read: the first shard,
+       * or the one before it among the last shards opened.  Under random
+       * access the next shard would cost a shard of records and evict one
+       * a reader is as likely to need. */
+      uint64_t shard = index / R;
+      bool sequential = shard == 0;
+      for (int k = 0; k < BCPY_RECENT_OPENS && !sequential; k++)
+        sequential = atomic_load(&s->recent_opens[k]) == shard;
+      unsigned slot = atomic_fetch_add(&s->recent_next, 1) % BCPY_RECENT_OPENS;
+      atomic_store(&s->recent_opens[slot], shard + 1);
+      if (!sequential) return 0;
       int ahead = atomic_load(&s->prefetch_ahead);
       for (int k = 1; k <= ahead && n < max; k++) shards[n++] = index / R + (uint64_t)k;
       return n;

@@ -794,17 +794,19 @@ def test_ctrl_c_interrupts_a_wait_for_a_shard_read_before(tmp_path):
     # not wait where Ctrl-C cannot stop it either.
     root = str(tmp_path / "c")
     flag = str(tmp_path / "slow")
-    n = 400
+    n = 800
     source = Source(n, delay=0.02, slow_flag=flag)
     with LoadIt(root, source, max_shard_length=200, preload_fn=None) as first:
         assert first[0] == item(0)
     assert os.listdir(os.path.join(root, "shards")) == ["0.200.bag"]
     one_shard = shard_bytes(root)
+    # Three shards fit (the smallest workable limit with one fill worker).
     loader = LoadIt(root, source, max_shard_length=200, preload_fn=None,
-                    memory_limit=one_shard + one_shard // 2)  # one shard fits
-    assert loader[0] == item(0)
-    assert loader[250] == item(250)  # evicts shard 0
-    assert os.listdir(os.path.join(root, "shards")) == ["200.400.bag"]
+                    memory_limit=3 * one_shard + one_shard // 2)
+    assert [loader[i] for i in (0, 250, 450, 650)] == [item(i) for i in (0, 250, 450, 650)]
+    # Shard 3 evicted shard 0, read least lately.
+    assert sorted(os.listdir(os.path.join(root, "shards"))) == [
+        "200.400.bag", "400.600.bag", "600.800.bag"]
     open(flag, "w").close()  # from now on a shard takes 4 s
     other = threading.Thread(target=lambda: loader[5])
     other.start()

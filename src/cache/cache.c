@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,7 +143,7 @@ static void after_fork_child(void) {
   for (bc_cache *c = open_caches; c; c = c->next_open) {
     c->self = bc__owner_self();
     for (size_t i = 0; i < c->max_passes; i++)
-      c->passes[i] = (bc__pass){NULL, 0, false, false};
+      c->passes[i] = (bc__pass){0};
     c->qlen = 0;
     c->naccess = 0; /* the parent's opens: the parent commits them */
     c->drain_requested = false;
@@ -403,17 +404,44 @@ cleanup:
   return rc;
 }
 
+unsigned bc__limit_shards(const bc_cache_options *o, unsigned *prefetched) {
+  unsigned ahead = 0;
+  int workers = o->fill_workers > 0 ? o->fill_workers : 1;
+  if (o->prefetch != NULL || o->preload_all) ahead = (unsigned)workers;
+  if (o->prefetch == NULL && o->prefetch_shards >= 0) {
+    unsigned want = o->prefetch_shards ? (unsigned)o->prefetch_shards : 1;
+    if (want > ahead) ahead = want;
+  }
+  if (prefetched) *prefetched = ahead;
+  return 2 + ahead;
+}
+
+int bc__limit_error(const char *root, uint64_t limit, unsigned shards,
+                    unsigned prefetched, uint64_t shard_bytes, const char *which) {
+  char extra[64] = "";
+  if (prefetched)
+    snprintf(extra, sizeof extra, ", %u prefetched", prefetched);
+  return bc__error(BC_EINVAL,
+                   "%s: the disk limit (%llu bytes) is below the smallest "
+                   "workable limit, %llu bytes: %u shards of %llu bytes (%s) "
+                   "(one being read, one being filled%s)", root,
+                   (unsigned long long)limit,
+                   (unsigned long long)shards * shard_bytes, shards,
+                   (unsigned long long)shard_bytes, which, extra);
+}
+
 static int check_options(const bc_cache_options *o, const bc_source *src) {
-  if (src != NULL && (src->version != BC_SOURCE_VERSION || src->open == NULL ||
-                      src->next == NULL || src->close == NULL))
-    return bc__error(BC_EINVAL, "source: version %u (need %d) with open, next "
-                     "and close", src->version, BC_SOURCE_VERSION);
+  if (src != NULL && ((src->version != 1 && src->version != BC_SOURCE_VERSION) ||
+                      src->open == NULL || src->next == NULL || src->close == NULL))
+    return bc__error(BC_EINVAL, "source: version %u (need 1 to %d) with open, "
+                     "next and close", src->version, BC_SOURCE_VERSION);
   if (o->shard_records > BC_CACHE_MAX_SHARD_RECORDS)
     return bc__error(BC_EINVAL,
                      "cache options: %llu records per shard; metadata.json "
                      "holds at most %llu", (unsigned long long)o->shard_records,
                      (unsigned long long)BC_CACHE_MAX_SHARD_RECORDS);
-  if (o->fill_workers < 0 || o->max_open_shards < 0 || o->prefetch_shards < -1)
+  if (o->fill_workers < 0 || o->max_open_shards < 0 || o->prefetch_shards < -1 ||
+      o->max_passes < 0)
     return bc__error(BC_EINVAL, "cache options: negative count");
   if (o->fill_workers > 1 && src != NULL && !src->thread_safe)
     return bc__error(BC_EINVAL,
@@ -426,13 +454,36 @@ static int check_options(const bc_cache_options *o, const bc_source *src) {
     return bc__error(BC_EINVAL, "cache options: zstd level %d outside [%d, %d]",
                      o->zstd_level, ZSTD_minCLevel(), ZSTD_maxCLevel());
   uint64_t target = o->shard_bytes ? o->shard_bytes : (uint64_t)64 << 20;
+  unsigned prefetched, shards = bc__limit_shards(o, &prefetched);
   if (o->disk_limit != 0 && o->disk_limit != BC_CACHE_NO_LIMIT &&
-      o->shard_records == 0 && o->disk_limit < target)
-    return bc__error(BC_EINVAL,
-                     "cache options: disk limit %llu bytes is smaller than one "
-                     "shard (%llu bytes)", (unsigned long long)o->disk_limit,
-                     (unsigned long long)target);
+      o->shard_records == 0 && o->disk_limit / shards < target)
+    return bc__limit_error("cache options", o->disk_limit, shards, prefetched,
+                           target, "the target shard size");
   return 0;
+}
+
+/* The largest shard file present, 0 for none. */
+static int largest_shard(bc_cache *c, uint64_t *largest) {
+  MDB_txn *t;
+  int rc = bc__txn_begin(c->env, false, &t);
+  if (rc != 0) return rc;
+  MDB_cursor *cur;
+  int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
+  if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
+  uint64_t most = 0;
+  MDB_val k, v;
+  for (int op = MDB_FIRST; rc == 0 && mdb_cursor_get(cur, &k, &v, op) == 0;
+       op = MDB_NEXT) {
+    bc__shard_rec r;
+    uint64_t shard;
+    if (bc__rec_decode(&k, &v, &shard, &r) && r.state == SHARD_PRESENT &&
+        r.bytes > most)
+      most = r.bytes;
+  }
+  if (mrc == 0) mdb_cursor_close(cur);
+  mdb_txn_abort(t);
+  if (rc == 0) *largest = most;
+  return rc;
 }
 
 /* metadata.json is missing (new root, or lost).  Shard files left in
@@ -576,7 +627,9 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   }
   /* From here the cache owns the source payload: cache_destroy frees it. */
   if (source != NULL) {
-    c->src = *source;
+    /* A version-1 source is the struct without open_at: read no further. */
+    memcpy(&c->src, source, source->version >= 2 ? sizeof *source
+                                                 : offsetof(bc_source, open_at));
     c->has_source = true;
   }
   c->opts = *opts;
@@ -599,9 +652,16 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->cond, NULL);
   track_open(c, true);
-  c->max_passes = c->has_source && c->src.thread_safe
-                      ? (size_t)(c->opts.fill_workers > 1 ? c->opts.fill_workers : 1) + 1
-                      : 1;
+  /* Parked passes: max_passes (default 64), at least one per fill worker
+   * plus one for a reader with a thread-safe source.  Without thread
+   * safety only one of them is in use at a time (c->max_running). */
+  size_t running = c->has_source && c->src.thread_safe
+                       ? (size_t)(c->opts.fill_workers > 1 ? c->opts.fill_workers : 1) + 1
+                       : 1;
+  c->max_passes = opts->max_passes > 0 ? (size_t)opts->max_passes : 64;
+  if (!c->has_source) c->max_passes = 1;
+  if (c->max_passes < running) c->max_passes = running;
+  c->max_running = running;
   c->passes = calloc(c->max_passes, sizeof *c->passes);
   c->root = strdup(root);
   c->shards_dir = join(root, "shards");
@@ -634,6 +694,18 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   if ((rc = load_or_create_meta(c, estimated)) != 0) goto fail;
   if (c->crc && (rc = make_dir(c->sums_dir)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;
+  if (opts->disk_limit != 0 && opts->disk_limit != BC_CACHE_NO_LIMIT) {
+    /* A limit that cannot hold the shards at work is refused, before it is
+     * stored (doc/cache.md, "The smallest workable limit"). */
+    uint64_t largest = 0;
+    unsigned prefetched, shards = bc__limit_shards(opts, &prefetched);
+    if ((rc = largest_shard(c, &largest)) != 0) goto fail;
+    if (largest != 0 && opts->disk_limit / shards < largest) {
+      rc = bc__limit_error(c->root, opts->disk_limit, shards, prefetched, largest,
+                           "the largest shard present");
+      goto fail;
+    }
+  }
   if (opts->disk_limit != 0) {
     /* Every process enforces the limit stored here at each publish; a
      * stored 0 is no limit (BC_CACHE_NO_LIMIT). */
@@ -807,6 +879,7 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   st->evictions = atomic_load(&c->stats.evictions);
   st->passes_opened = atomic_load(&c->stats.passes_opened);
   st->records_skipped = atomic_load(&c->stats.records_skipped);
+  st->records_written = atomic_load(&c->stats.records_written);
   st->waits = atomic_load(&c->stats.waits);
   st->open_shards = bc__readers_open_count(c);
   return 0;

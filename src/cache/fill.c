@@ -46,27 +46,65 @@
 
 /* ---- the pass pool ------------------------------------------------------------ */
 
-/* Leases a pass whose position is <= target, opening one if needed.  The
- * source is called with no lock held.  With every pass leased, waits for
- * one to come back, or (BC__NO_WAIT) returns BC_EAGAIN. */
+/* A seekable source reuses a parked pass only when it stands at most this
+ * many records (of a shard of R) before the target; farther, opening a pass
+ * at the target with open_at costs less than skipping. */
+static uint64_t seek_reuse_max(const bc_cache *c) { return c->R / 16; }
+
+/* Leases a pass positioned at or before `target` (the shard's first record)
+ * and returns its slot; the pass's position is then <= target.
+ *
+ * The policy (doc/cache.md, "Parked passes"):
+ *  1. the idle open pass standing furthest at or before target (a seekable
+ *     source: only if it is at most seek_reuse_max() before it);
+ *  2. else a new pass in an empty slot, opened at record 0 (at target with
+ *     open_at, when target is not 0);
+ *  3. else an idle pass is closed and its slot reopened as in 2: one
+ *     standing where another pass stands too (it serves no target the
+ *     other does not), else the one standing furthest past the target (the
+ *     pass least likely to be the nearest one before a future target),
+ *     else (a seekable source) the nearest one before it.
+ * At most max_running passes are leased at once (1 for a source that is not
+ * thread-safe); beyond that, or with every slot leased, it waits for a
+ * pass to come back, or (BC__NO_WAIT) returns BC_EAGAIN.  The source is
+ * called with no lock held. */
 static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
                       size_t *slot) {
+  bool seekable = c->src.open_at != NULL;
   pthread_mutex_lock(&c->lock);
   for (;;) {
-    size_t best = SIZE_MAX, idle = SIZE_MAX, empty = SIZE_MAX;
+    size_t best = SIZE_MAX, empty = SIZE_MAX, past = SIZE_MAX, busy = 0;
     for (size_t i = 0; i < c->max_passes; i++) {
       bc__pass *p = &c->passes[i];
-      if (p->busy) continue;
+      if (p->busy) {
+        busy++;
+        continue;
+      }
       if (!p->open) {
         if (empty == SIZE_MAX) empty = i;
       } else if (p->pos <= target) {
         if (best == SIZE_MAX || p->pos > c->passes[best].pos) best = i;
-      } else if (idle == SIZE_MAX) {
-        idle = i;
+      } else if (past == SIZE_MAX || p->pos > c->passes[past].pos) {
+        past = i;
       }
     }
-    size_t pick = best != SIZE_MAX ? best : empty != SIZE_MAX ? empty : idle;
-    if (pick == SIZE_MAX) { /* all leased: wait for one */
+    /* With no slot free, a duplicate is the first to go (the pass of the
+     * lower slot among those standing at one position stays). */
+    size_t dup = SIZE_MAX;
+    for (size_t i = 0; empty == SIZE_MAX && dup == SIZE_MAX && i < c->max_passes; i++)
+      for (size_t j = 0; j < i && dup == SIZE_MAX; j++)
+        if (c->passes[i].open && !c->passes[i].busy && i != best &&
+            c->passes[j].open && !c->passes[j].busy &&
+            c->passes[j].pos == c->passes[i].pos)
+          dup = i;
+    bool reuse = best != SIZE_MAX &&
+                 (!seekable || target - c->passes[best].pos <= seek_reuse_max(c));
+    size_t pick = reuse ? best
+                  : empty != SIZE_MAX ? empty
+                  : dup != SIZE_MAX   ? dup
+                  : past != SIZE_MAX  ? past
+                                      : best; /* seekable: the far one before */
+    if (busy >= c->max_running || pick == SIZE_MAX) { /* wait for a pass */
       if (c->abandon) {
         /* A pass may be held by a fill stuck in the source for good. */
         pthread_mutex_unlock(&c->lock);
@@ -83,14 +121,19 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
     bc__pass *p = &c->passes[pick];
     p->busy = true;
     pthread_mutex_unlock(&c->lock);
-    if (pick != best) {
-      /* No pass before the target: start a new one from the beginning. */
+    if (!reuse) {
+      /* No usable pass before the target: a new one, from the beginning or
+       * (seekable) from the target itself. */
       if (p->open) c->src.close(c->src.payload, p->handle);
       p->open = false;
       void *handle = NULL;
-      int rc = c->src.open(c->src.payload, &handle);
+      uint64_t at = seekable ? target : 0;
+      int rc = at > 0 ? c->src.open_at(c->src.payload, at, &handle)
+                      : c->src.open(c->src.payload, &handle);
       if (rc != 0) {
-        if (rc > 0) rc = bc__error(BC_ESOURCE, "the source's open failed");
+        if (rc > 0)
+          rc = bc__error(BC_ESOURCE, "the source's %s failed",
+                         at > 0 ? "open_at" : "open");
         pthread_mutex_lock(&c->lock);
         p->busy = false;
         pthread_cond_broadcast(&c->cond);
@@ -100,7 +143,8 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
       atomic_fetch_add(&c->stats.passes_opened, 1);
       pthread_mutex_lock(&c->lock);
       p->handle = handle;
-      p->pos = 0;
+      p->pos = at;
+      p->opened_at = at;
       p->open = true;
       pthread_mutex_unlock(&c->lock);
     }
@@ -308,23 +352,75 @@ static void scratch_crc_file(const char *scratch, char *out, size_t size) {
 
 /* ---- publishing ------------------------------------------------------------------- */
 
-/* Picks the least recently used PRESENT shard other than `keep`. */
-static int find_victim(bc_cache *c, MDB_txn *t, uint64_t keep, uint64_t *victim,
+/* Where this process's passes stand, for the eviction's cost model:
+ * ascending positions of the passes kept open, plus `next` (where the
+ * publishing fill's own pass is returned), UINT64_MAX for none. */
+typedef struct {
+  uint64_t pos[256];
+  size_t n;
+} pass_snapshot;
+
+static int u64_cmp(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void pass_snapshot_take(bc_cache *c, uint64_t next, pass_snapshot *ps) {
+  ps->n = 0;
+  if (c->src.open_at == NULL) { /* a seekable source rebuilds from anywhere */
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->max_passes && ps->n < 255; i++)
+      if (c->passes[i].open && !c->passes[i].busy) ps->pos[ps->n++] = c->passes[i].pos;
+    pthread_mutex_unlock(&c->lock);
+    if (next != UINT64_MAX) ps->pos[ps->n++] = next;
+    qsort(ps->pos, ps->n, sizeof *ps->pos, u64_cmp);
+  }
+}
+
+/* Records a pass must read and drop before it can rebuild a shard starting
+ * at `start`: the distance from the nearest pass at or before it (from
+ * record 0 when there is none); 0 for a seekable source. */
+static uint64_t rebuild_skip(const bc_cache *c, const pass_snapshot *ps,
+                             uint64_t start) {
+  if (c->src.open_at != NULL) return 0;
+  uint64_t from = 0;
+  for (size_t i = 0; i < ps->n && ps->pos[i] <= start; i++) from = ps->pos[i];
+  return start - from;
+}
+
+/* Picks the victim among the PRESENT shards other than `keep`: the lowest
+ * last_access + present * skip / R, where skip is rebuild_skip(): least
+ * recently used, except that a shard which costs k more shards of records
+ * to rebuild (from this process's passes) is kept as if it had been read
+ * k * present accesses later (a GreedyDual-style weighing of recency and
+ * cost; doc/cache.md, "Eviction").  Plain LRU when every shard costs the
+ * same (a seekable source, or passes at every shard). */
+static int find_victim(bc_cache *c, MDB_txn *t, uint64_t keep,
+                       const pass_snapshot *ps, uint64_t *victim,
                        bc__shard_rec *vrec, bool *found) {
   MDB_cursor *cur;
   int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
   if (mrc != 0) return bc__mdb_error(mrc, "cache state");
   *found = false;
   MDB_val k, v;
+  double present = 0, best = 0;
+  for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
+    bc__shard_rec r;
+    uint64_t s;
+    if (bc__rec_decode(&k, &v, &s, &r) && r.state == SHARD_PRESENT) present++;
+  }
   for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
     bc__shard_rec r;
     uint64_t s;
     if (!bc__rec_decode(&k, &v, &s, &r)) continue;
     if (r.state != SHARD_PRESENT || s == keep) continue;
-    if (!*found || r.last_access < vrec->last_access) {
+    double score = (double)r.last_access +
+                   present * (double)rebuild_skip(c, ps, s * c->R) / (double)c->R;
+    if (!*found || score < best) {
       *victim = s;
       *vrec = r;
       *found = true;
+      best = score;
     }
   }
   mdb_cursor_close(cur);
@@ -416,11 +512,15 @@ static int publish_nested(bc_cache *c, MDB_txn *parent, uint64_t shard,
   return rc;
 }
 
+/* `note`: appended to determinism errors (the start a seekable source's
+ * pass was opened at), "" when none. */
 static int publish(bc_cache *c, uint64_t shard, uint64_t token,
                    const char *scratch, uint64_t records, uint64_t checksum,
-                   bool ended, bool *regenerated) {
+                   bool ended, const char *note, bool *regenerated) {
   struct stat st;
   if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
+  pass_snapshot ps; /* taken before the transaction: no lock inside it */
+  pass_snapshot_take(c, ended ? UINT64_MAX : shard * c->R + records, &ps);
   uint64_t size = (uint64_t)st.st_size;
   MDB_dbi sdb = bc__dbi_shard(c->env), meta = bc__dbi_meta(c->env),
           sums = bc__dbi_sum(c->env);
@@ -443,9 +543,9 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
   if (rc == 0 && have_sum && old_sum != checksum)
     rc = bc__error(BC_ENONDET,
                    "%s: shard %llu (records %llu..%llu) came out different "
-                   "when regenerated: the iterator is not deterministic",
+                   "when regenerated: the iterator is not deterministic%s",
                    c->root, (unsigned long long)shard, (unsigned long long)start,
-                   (unsigned long long)end);
+                   (unsigned long long)end, note);
   if (rc == 0) rc = bc__u64_get(t, meta, "bytes", &bytes, &f1);
   if (rc == 0) rc = bc__u64_get(t, meta, "clock", &clock, &f2);
   if (rc == 0) rc = bc__u64_get(t, meta, "length", &length, &f3);
@@ -457,20 +557,22 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
                   (is_final && ended && end != length)))
     rc = bc__error(BC_ENONDET,
                    "%s: shard %llu: the source now %s after %llu records "
-                   "(%s %llu before): the iterator is not deterministic",
+                   "(%s %llu before): the iterator is not deterministic%s",
                    c->root, (unsigned long long)shard,
                    ended ? "ends" : "goes on", (unsigned long long)end,
-                   is_final ? "length" : "at least", (unsigned long long)length);
+                   is_final ? "length" : "at least", (unsigned long long)length,
+                   note);
   /* The limit is shared: the one last set by any process opening the root
    * with a limit (see bc_cache_open). */
   uint64_t limit = c->opts.disk_limit;
   if (rc == 0) rc = bc__u64_get(t, meta, "limit", &limit, &f4);
   if (rc == 0 && !f4) limit = c->opts.disk_limit;
-  if (rc == 0 && limit != 0 && size > limit)
-    rc = bc__error(BC_EINVAL,
-                   "%s: the disk limit (%llu bytes) is smaller than one shard "
-                   "(%llu bytes)", c->root, (unsigned long long)limit,
-                   (unsigned long long)size);
+  /* A limit that cannot hold the shards at work would thrash: refused
+   * (checked at open already when a shard's size was known then). */
+  unsigned prefetched, need = bc__limit_shards(&c->opts, &prefetched);
+  if (rc == 0 && limit != 0 && (size > limit || (records == c->R && limit / need < size)))
+    rc = bc__limit_error(c->root, limit, need, prefetched, size,
+                         "the size of this shard");
   if (rc == 0 && limit != 0) rc = reap_dead_claims(c, t, shard);
   /* This process's recent opens count before victims are picked. */
   if (rc == 0 && limit != 0) rc = bc__access_apply(c, t, &clock);
@@ -480,7 +582,7 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
     uint64_t victim = 0;
     bc__shard_rec vrec = {0};
     bool any = false;
-    rc = find_victim(c, t, shard, &victim, &vrec, &any);
+    rc = find_victim(c, t, shard, &ps, &victim, &vrec, &any);
     if (rc != 0) break;
     if (!any) {
       rc = bc__error(BC_ENOSPC, "%s: %llu bytes in use and nothing left to "
@@ -588,6 +690,37 @@ static int check_abandoned(bc_cache *c, const bc__filling *f) {
                    (unsigned long long)f->shard);
 }
 
+/* A seekable source's pass opened at `start` ended at once, with `start`
+ * beyond the records known to exist: where the source ends is still
+ * unknown (anywhere from the known length to start).  Reopens the pass at
+ * the known length and moves it to `start`: *ended when the source ends
+ * first (the pass then stands at the end).  A pass that reaches `start`
+ * shows the source's open_at was wrong: BC_ENONDET. */
+static int pass_find_end(bc_cache *c, bc__pass *p, uint64_t start, bc_buf *buf,
+                         bool *ended) {
+  uint64_t from = atomic_load(&c->known_length);
+  c->src.close(c->src.payload, p->handle);
+  void *handle = NULL;
+  int rc = c->src.open_at(c->src.payload, from, &handle);
+  pthread_mutex_lock(&c->lock);
+  p->open = rc == 0;
+  if (rc == 0) {
+    p->handle = handle;
+    p->pos = p->opened_at = from;
+  }
+  pthread_mutex_unlock(&c->lock);
+  if (rc != 0) return rc > 0 ? bc__error(BC_ESOURCE, "the source's open_at failed") : rc;
+  atomic_fetch_add(&c->stats.passes_opened, 1);
+  if ((rc = pass_advance(c, p, start, buf, ended)) != 0) return rc;
+  if (!*ended)
+    rc = bc__error(BC_ENONDET,
+                   "%s: the source's open_at(%llu) gave no record, but a pass "
+                   "opened at %llu goes on to record %llu: the source does not "
+                   "seek correctly", c->root, (unsigned long long)start,
+                   (unsigned long long)from, (unsigned long long)start);
+  return rc;
+}
+
 /* Fills shard f->shard, which this process has claimed (claim f->token). */
 static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   uint64_t shard = f->shard;
@@ -599,6 +732,11 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   bc_buf buf = BC_BUF_INIT, crcs = BC_BUF_INIT;
   bc_writer *w = NULL;
   bool ended = false, keep = false;
+  uint64_t n = 0;
+  char note[160] = "";
+  if (c->src.open_at != NULL && p->opened_at > 0) /* a pass from 0 is open()'s */
+    snprintf(note, sizeof note, " (its pass was opened at record %llu with the "
+             "source's open_at)", (unsigned long long)p->opened_at);
   char scratch[4200];
   /* SHARD-PID-START.TOKEN: the owner for bc__clean_scratch, the token so
    * that two fills of a shard in one process never share a file. */
@@ -623,7 +761,7 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   /* zstd frames carry zstd's content checksum; records of .bag shards get
    * a CRC-32C each, in the sidecar (format version 2). */
   if (c->zstd && (rc = bc__writer_checksum_frames(w)) != 0) goto cleanup;
-  uint64_t sum = BC__SUM_INIT, n = 0;
+  uint64_t sum = BC__SUM_INIT;
   while (n < c->R) {
     if (atomic_load(&c->stop_fills)) { /* closing: abandon, publish nothing */
       rc = bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
@@ -651,10 +789,18 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
     n++;
   }
   if (n == 0) { /* ended exactly at the shard's start */
-    rc = record_end(c, shard, start);
+    uint64_t end = start;
+    if (c->src.open_at != NULL && p->opened_at == start &&
+        start > atomic_load(&c->known_length)) {
+      /* Seeked past the end: find where the source really ends. */
+      ended = false;
+      if ((rc = pass_find_end(c, p, start, &buf, &ended)) != 0) goto cleanup;
+      end = p->pos;
+    }
+    rc = record_end(c, shard, end);
     if (rc == 0)
       rc = bc__error(BC_ERANGE, "%s: the source ends after %llu records",
-                     c->root, (unsigned long long)start);
+                     c->root, (unsigned long long)end);
     goto cleanup;
   }
   /* The last record may have been the one stuck in the source. */
@@ -664,11 +810,12 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
       (rc = write_sidecar(c, scratch, &crcs, n, bc_writer_records_bytes(w))) != 0)
     goto cleanup;
   bool regenerated = false;
-  rc = publish(c, shard, f->token, scratch, n, sum, ended, &regenerated);
+  rc = publish(c, shard, f->token, scratch, n, sum, ended, note, &regenerated);
   if (rc == 0)
     atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
   keep = rc == 0 && !ended;
 cleanup:
+  atomic_fetch_add(&c->stats.records_written, n);
   if (rc != 0 && rc != BC_ERANGE) {
     /* Nothing partial survives: the writer discards, the scratch file goes. */
     char scratch_crc[4200];

@@ -157,6 +157,7 @@ static inline uint64_t bc__sum_add(uint64_t sum, const void *data, size_t n) {
 typedef struct {
   void *handle;
   uint64_t pos;  /* index of the next record it will produce */
+  uint64_t opened_at; /* the record it was opened at (0, or open_at's) */
   bool open;     /* handle is a live pass */
   bool busy;     /* leased to a filler */
 } bc__pass;
@@ -221,7 +222,8 @@ struct bc_cache {
                            against max_open_shards) */
   size_t nopen, open_cap, hand; /* hand: the CLOCK trim position */
   bc__pass *passes;
-  size_t max_passes;
+  size_t max_passes;  /* slots: passes kept open (parked or leased) */
+  size_t max_running; /* passes leased at once (1: not thread-safe) */
   struct bc_cache *next_open; /* the process's list of open caches (fork) */
   uint64_t queue[64];
   size_t qlen;
@@ -230,6 +232,11 @@ struct bc_cache {
   uint64_t access_pending[BC__ACCESS_PENDING];
   size_t naccess;
   int64_t access_since_ms;
+  /* The default prefetch policy's memory (lock): the last shards opened,
+   * as shard + 1 (0: none), to tell a sequential read from random ones. */
+#define BC__RECENT_OPENS 4
+  uint64_t recent_opens[BC__RECENT_OPENS];
+  size_t recent_next;
   bool drain_requested, stopping;
   atomic_bool stop_fills;      /* close: fills and drains end early */
   uint64_t failed_shards[32];  /* shards a drain worker failed to fill */
@@ -245,7 +252,7 @@ struct bc_cache {
 
   struct {
     atomic_uint_fast64_t shard_opens, fills, regenerations, evictions,
-        passes_opened, records_skipped, waits;
+        passes_opened, records_skipped, records_written, waits;
   } stats;
 };
 
@@ -263,6 +270,16 @@ void bc__cache_crc_file(const bc_cache *c, const char *shard_path, char *out,
 int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out);
 /* Refreshes known_length/final from the shared state (read txn `t`). */
 int bc__cache_load_length(bc_cache *c, MDB_txn *t);
+
+/* The smallest workable disk limit, in shards (cache.c): the one being
+ * read, the one being filled, and those the prefetcher may fill meanwhile
+ * (*prefetched: the default policy's prefetch_shards, or fill_workers for
+ * a custom policy or preload_all). */
+unsigned bc__limit_shards(const bc_cache_options *o, unsigned *prefetched);
+/* BC_EINVAL naming the smallest workable limit, `shards` x `shard_bytes`
+ * (`which`: where the shard size comes from). */
+int bc__limit_error(const char *root, uint64_t limit, unsigned shards,
+                    unsigned prefetched, uint64_t shard_bytes, const char *which);
 
 /* How bc__obtain (and bc__reader_acquire) deal with work done elsewhere. */
 typedef enum {

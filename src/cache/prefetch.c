@@ -107,11 +107,31 @@ void bc__workers_stop(bc_cache *c) {
   atomic_store(&c->stop_fills, false);
 }
 
-static size_t default_policy(const bc_cache *c, uint64_t index, uint64_t *shards,
+/* Notes that this process opened shard s; true when the open looks like
+ * part of a sequential read: s is the first shard, or the shard before it
+ * is among the last BC__RECENT_OPENS shards opened.  Under c->lock. */
+static bool note_open(bc_cache *c, uint64_t s) {
+  bool sequential = s == 0;
+  for (size_t i = 0; i < BC__RECENT_OPENS && !sequential; i++)
+    sequential = c->recent_opens[i] == s; /* stored as shard + 1 */
+  c->recent_opens[c->recent_next] = s + 1;
+  c->recent_next = (c->recent_next + 1) % BC__RECENT_OPENS;
+  return sequential;
+}
+
+/* The next prefetch_shards shards after index's, when the open of its shard
+ * continues a sequential read (note_open).  Under random access, filling
+ * the next shard would cost a shard of records and evict a shard a reader
+ * is about as likely to need: doc/cache.md, "Prefetching". */
+static size_t default_policy(bc_cache *c, uint64_t index, uint64_t *shards,
                              size_t max) {
   int ahead = c->opts.prefetch_shards == 0 ? 1 : c->opts.prefetch_shards;
   size_t n = 0;
   uint64_t s = index / c->R;
+  pthread_mutex_lock(&c->lock);
+  bool sequential = note_open(c, s);
+  pthread_mutex_unlock(&c->lock);
+  if (!sequential) return 0;
   for (int k = 1; k <= ahead && n < max; k++) shards[n++] = s + (uint64_t)k;
   return n;
 }

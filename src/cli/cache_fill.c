@@ -30,7 +30,7 @@
 
 typedef struct fill_command {
   bc_cache_options opts;
-  bool records_given, size_given, level_given;
+  bool records_given, size_given, level_given, seek_arg;
   cli_framing from;
   int progress; /* -1: when stderr is a terminal; 0: never; 1: always */
   bool verbose;
@@ -43,8 +43,9 @@ static const char fill_usage[] =
     "cache the records it prints in ROOT, creating the cache if needed, until\n"
     "its output ends.  COMMAND must exit with status 0, else the fill fails\n"
     "(exit 1).  The cache may run COMMAND more than once (one run at a\n"
-    "time), each time reading from the start: to estimate --shard-size, to\n"
-    "resume a cache filled in part, to rebuild evicted shards.  It must\n"
+    "time), each time reading from the start (with --seek-arg, from the\n"
+    "first record needed): to estimate --shard-size, to resume a cache\n"
+    "filled in part, to rebuild evicted shards.  It must\n"
     "print the same records every time.  A run that is no longer needed is\n"
     "stopped with SIGTERM.  The '--' is required.\n"
     "\n"
@@ -63,7 +64,7 @@ static const char fill_usage[] =
     "                            is stored with the cache and kept by every\n"
     "                            process that uses it (default: the stored\n"
     "                            limit, if any); none removes the stored\n"
-    "                            limit\n"
+    "                            limit.  It must hold two shards at least\n"
     "      --level N             compress shards with zstd at level N\n"
     "                            (-131072 to 22; 0 = zstd's default, 3);\n"
     "                            without it shards are not compressed\n"
@@ -72,6 +73,12 @@ static const char fill_usage[] =
     "  -p, --parents             create ROOT's missing parent directories\n"
     "                            (as mkdir -p); without it a missing parent\n"
     "                            is an error\n"
+    "      --seek-arg            COMMAND can start anywhere: in its arguments,\n"
+    "                            {start} is replaced by the index of the first\n"
+    "                            record it must print (from 0) and {start1} by\n"
+    "                            that index + 1 (e.g. -- tail -n +{start1}\n"
+    "                            data.txt), so resuming and rebuilding start\n"
+    "                            there instead of at the first record\n"
     "      --progress            show progress on standard error even when\n"
     "                            it is not a terminal\n"
     "      --no-progress         never show progress\n"
@@ -94,6 +101,7 @@ static const struct option fill_options[] = {
     {"parents", no_argument, NULL, CLI_OPT_PARENTS},
     {"progress", no_argument, NULL, CLI_OPT_PROGRESS},
     {"no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS},
+    {"seek-arg", no_argument, NULL, CLI_OPT_SEEK_ARG},
     {NULL, 0, NULL, 0},
 };
 
@@ -163,6 +171,9 @@ static int fill_option(void *ctx, int option, const char *arg) {
       return CLI_OK;
     case CLI_OPT_NO_PROGRESS:
       cmd->progress = 0;
+      return CLI_OK;
+    case CLI_OPT_SEEK_ARG:
+      cmd->seek_arg = true;
       return CLI_OK;
     default:
       return CLI_USAGE; /* getopt_long only returns values from the table */
@@ -318,6 +329,16 @@ int cli_cache_fill(int argc, char **argv) {
   /* argv is NULL-terminated (argv[argc] == NULL), so is the command. */
   status = cli_command_source(&source, argv + sep + 1, cmd.from, &counters);
   if (status != CLI_OK) goto cleanup;
+  if (cmd.seek_arg && (status = cli_command_source_seekable(&source)) != CLI_OK) {
+    source.free_payload(source.payload);
+    goto cleanup;
+  }
+  /* One run of COMMAND at a time, and none kept waiting: a fill drains in
+   * order, so a parked second run would only hold a process. */
+  cmd.opts.max_passes = 1;
+  /* Nothing reads while it fills (a drain opens no shard): no prefetching,
+   * so the smallest workable limit is two shards. */
+  cmd.opts.prefetch_shards = -1;
   int rc = bc_cache_open(&cache, root, &source, &cmd.opts);
   if (rc != BC_OK) {
     cache = NULL;

@@ -17,6 +17,10 @@
  * Thread safety: each pass owns its process, pipe and buffer, and the
  * shared counters are atomic, but the source is declared not thread-safe
  * so that the cache runs one pass at a time (one copy of the command).
+ *
+ * Seekable (--seek-arg): a pass that starts at record N runs the command
+ * with "{start}" replaced by N and "{start1}" by N + 1 in every argument
+ * (0 and 1 for a pass from the start), and must print records N, N+1, ...
  */
 #include "config.h"
 
@@ -44,6 +48,7 @@ typedef struct command_payload {
   char *const *argv; /* borrowed: outlives the cache */
   cli_framing framing;
   cli_source_counters *counters; /* borrowed; may be NULL */
+  bool seek;         /* argv holds {start} or {start1} to substitute */
 } command_payload;
 
 typedef struct command_pass {
@@ -131,7 +136,66 @@ static void stop_child(command_pass *pass) {
   reap(pass, &status);
 }
 
-static int spawn(const command_payload *p, command_pass *pass) {
+/* `arg` with every "{start}" replaced by `start` and every "{start1}" by
+ * start + 1 (malloc'd), or NULL when out of memory. */
+static char *substitute(const char *arg, uint64_t start) {
+  static const char *const keys[2] = {"{start}", "{start1}"};
+  char nums[2][24];
+  snprintf(nums[0], sizeof nums[0], "%" PRIu64, start);
+  snprintf(nums[1], sizeof nums[1], "%" PRIu64, start + 1);
+  size_t cap = strlen(arg) + 1, len = 0;
+  for (const char *a = arg; *a; a++) cap += 24; /* room for any expansion */
+  char *out = malloc(cap);
+  if (!out) return NULL;
+  for (const char *a = arg; *a;) {
+    int hit = -1;
+    for (int k = 0; k < 2 && hit < 0; k++)
+      if (strncmp(a, keys[k], strlen(keys[k])) == 0) hit = k;
+    if (hit >= 0) {
+      size_t n = strlen(nums[hit]);
+      memcpy(out + len, nums[hit], n);
+      len += n;
+      a += strlen(keys[hit]);
+    } else {
+      out[len++] = *a++;
+    }
+  }
+  out[len] = '\0';
+  return out;
+}
+
+static bool has_placeholder(const char *arg) {
+  return strstr(arg, "{start}") != NULL || strstr(arg, "{start1}") != NULL;
+}
+
+static int spawn_argv(const command_payload *p, command_pass *pass,
+                      char *const *args);
+
+/* Runs the command for a pass whose first record is `start` (only a
+ * seekable source gets arguments other than its own). */
+static int spawn(const command_payload *p, command_pass *pass, uint64_t start) {
+  char **argv = NULL;
+  size_t argc = 0;
+  if (p->seek) {
+    while (p->argv[argc]) argc++;
+    argv = calloc(argc + 1, sizeof *argv);
+    for (size_t i = 0; argv && i < argc; i++)
+      if (!(argv[i] = substitute(p->argv[i], start))) {
+        for (size_t k = 0; k < i; k++) free(argv[k]);
+        free(argv);
+        argv = NULL;
+      }
+    if (!argv)
+      return bc_set_errmsg(BC_ENOMEM, "out of memory: a pass of %s", p->argv[0]);
+  }
+  int rc = spawn_argv(p, pass, argv ? argv : (char **)p->argv);
+  for (size_t i = 0; argv && i < argc; i++) free(argv[i]);
+  free(argv);
+  return rc;
+}
+
+static int spawn_argv(const command_payload *p, command_pass *pass,
+                      char *const *args) {
   extern char **environ;
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
@@ -166,8 +230,7 @@ static int spawn(const command_payload *p, command_pass *pass) {
       (err = posix_spawnattr_setflags(
            &attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK)) != 0)
     goto spawn_error;
-  err = posix_spawnp(&pass->pid, p->argv[0], &actions, &attr, p->argv,
-                     environ);
+  err = posix_spawnp(&pass->pid, args[0], &actions, &attr, args, environ);
   if (err != 0) {
     pass->pid = -1;
     rc = bc_set_errmsg(BC_ESOURCE, "cannot run %s: %s", p->argv[0],
@@ -332,7 +395,7 @@ static int read_record(const command_payload *p, command_pass *pass,
 
 /* ---- the bc_source callbacks ------------------------------------------- */
 
-static int source_open(void *payload, void **out) {
+static int source_open_at(void *payload, uint64_t start, void **out) {
   const command_payload *p = payload;
   command_pass *pass = calloc(1, sizeof *pass);
   int rc = BC_OK;
@@ -342,7 +405,7 @@ static int source_open(void *payload, void **out) {
   }
   pass->pid = -1;
   pass->fd = -1;
-  rc = spawn(p, pass);
+  rc = spawn(p, pass, start);
   if (rc != BC_OK) goto cleanup;
   *out = pass;
   pass = NULL;
@@ -350,6 +413,10 @@ cleanup:
   if (pass) free(pass->buf);
   free(pass);
   return rc;
+}
+
+static int source_open(void *payload, void **out) {
+  return source_open_at(payload, 0, out);
 }
 
 static int source_next(void *payload, void *pass, bc_buf *out) {
@@ -387,6 +454,7 @@ int cli_command_source(bc_source *source, char *const *argv,
   p->argv = argv;
   p->framing = framing;
   p->counters = counters;
+  p->seek = false;
   memset(source, 0, sizeof *source);
   source->version = BC_SOURCE_VERSION;
   source->open = source_open;
@@ -396,5 +464,17 @@ int cli_command_source(bc_source *source, char *const *argv,
   source->free_payload = free;
   source->payload = p;
   source->thread_safe = false;
+  return CLI_OK;
+}
+
+int cli_command_source_seekable(bc_source *source) {
+  command_payload *p = source->payload;
+  bool any = false;
+  for (size_t i = 0; p->argv[i] && !any; i++) any = has_placeholder(p->argv[i]);
+  if (!any)
+    return cli_usage_error("--seek-arg: no argument of the command holds "
+                           "{start} or {start1}");
+  p->seek = true;
+  source->open_at = source_open_at;
   return CLI_OK;
 }

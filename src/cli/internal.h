@@ -108,7 +108,8 @@ enum {
   CLI_OPT_LIMIT,
   CLI_OPT_INFO,
   CLI_OPT_PROGRESS,
-  CLI_OPT_NO_PROGRESS
+  CLI_OPT_NO_PROGRESS,
+  CLI_OPT_SEEK_ARG
 };
 
 /* The reader options every reading command accepts, for splicing into a
@@ -287,5 +288,12 @@ typedef struct cli_source_counters {
  * NULL) must also outlive the cache.  Returns CLI_OK or CLI_FAIL. */
 int cli_command_source(bc_source *source, char *const *argv,
                        cli_framing framing, cli_source_counters *counters);
+
+/* Makes the source of cli_command_source seekable (open_at): every run
+ * gets its first record's index substituted into its arguments, for
+ * "{start}" (counted from 0) and "{start1}" (counted from 1); a run from
+ * the start gets 0 and 1.  Returns CLI_USAGE (with a message) when no
+ * argument holds either. */
+int cli_command_source_seekable(bc_source *source);
 
 #endif /* BC_CLI_INTERNAL_H */

@@ -24,6 +24,13 @@ EXTRA_DIST += tests/bench/run_quick.sh
 # (python/tests/test_bench_quick.py), as run_quick.sh does for bag_read.
 EXTRA_DIST += tests/bench/python_bench.py
 
+# A disk limit smaller than the data: regeneration with parked passes and
+# seekable create_iter(start), against a loop restarting the generator
+# from 0 for every miss (doc/cache.md, "Parked passes"):
+#   cd build && PYTHONPATH=python/pkg python3 ../tests/bench/regen_bench.py
+# make check runs it once with --quick (python/tests/test_bench_quick.py).
+EXTRA_DIST += tests/bench/regen_bench.py
+
 # Results, baselines and how to reproduce them.
 dist_doc_DATA += doc/performance.md
 

@@ -7,6 +7,7 @@ BC_CACHE_TESTS = \
 	tests/cache/test_cache_root \
 	tests/cache/test_cache_introspect \
 	tests/cache/test_cache_limit \
+	tests/cache/test_cache_passes \
 	tests/cache/test_cache_failures \
 	tests/cache/test_cache_io \
 	tests/cache/test_cache_procs \
@@ -47,6 +48,11 @@ tests_cache_test_cache_introspect_SOURCES = tests/cache/test_cache_introspect.c 
 	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_introspect_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_introspect_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_passes_SOURCES = tests/cache/test_cache_passes.c \
+	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_passes_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_passes_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_limit_SOURCES = tests/cache/test_cache_limit.c \
 	$(BC_CACHE_TEST_UTIL)

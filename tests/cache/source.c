@@ -109,9 +109,7 @@ static bool take_failure(ts_payload *p) {
   return false;
 }
 
-static int ts_open(void *payload, void **pass) {
-  ts_payload *p = payload;
-  enter(p);
+static int ts_open_from(ts_payload *p, uint64_t start, void **pass) {
   int rc = 0;
   if (p->cfg.fail_open && take_failure(p)) {
     rc = bc_set_errmsg(p->cfg.fail_code, "test source: open failed on purpose");
@@ -126,8 +124,25 @@ static int ts_open(void *payload, void **pass) {
   bool differs = p->cfg.nondet_pass >= 0 && number >= (uint64_t)p->cfg.nondet_pass;
   ps->variant = differs && p->cfg.nondet_n == 0 ? 1 : 0;
   ps->len = differs && p->cfg.nondet_n ? p->cfg.nondet_n : p->cfg.n;
+  ps->pos = start < ps->len ? start : ps->len;
   *pass = ps;
 cleanup:
+  return rc;
+}
+
+static int ts_open(void *payload, void **pass) {
+  ts_payload *p = payload;
+  enter(p);
+  int rc = ts_open_from(p, 0, pass);
+  leave(p);
+  return rc;
+}
+
+static int ts_open_at(void *payload, uint64_t start, void **pass) {
+  ts_payload *p = payload;
+  enter(p);
+  int rc = ts_open_from(p, start + p->cfg.seek_off, pass);
+  if (rc == 0) atomic_fetch_add(&p->shared->seeks, 1);
   leave(p);
   return rc;
 }
@@ -213,7 +228,8 @@ bc_source ts_source(const ts_config *cfg, ts_shared *shared) {
     p->shared = shared;
     atomic_init(&p->active, 0);
   }
-  s.version = BC_SOURCE_VERSION;
+  s.version = cfg->version1 ? 1 : BC_SOURCE_VERSION;
+  s.open_at = cfg->seekable && !cfg->version1 ? ts_open_at : NULL;
   s.open = ts_open;
   s.next = ts_next;
   s.skip = cfg->with_skip ? ts_skip : NULL;

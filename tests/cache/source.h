@@ -40,11 +40,16 @@ typedef struct ts_config {
                              has the same bytes but ends after nondet_n */
   unsigned delay_us;      /* sleep before each record next() produces */
   int bad_next;           /* != 0: next() returns this (misbehaving source) */
+  bool seekable;          /* provide open_at (a version-2 source) */
+  uint64_t seek_off;      /* open_at(start) starts at start + seek_off: a
+                             source that seeks wrongly (0: correctly) */
+  bool version1;          /* declare version 1 (and no open_at) */
 } ts_config;
 
 /* Counters shared across threads and forked processes. */
 typedef struct ts_shared {
-  _Atomic uint64_t opens;      /* passes opened */
+  _Atomic uint64_t opens;      /* passes opened (open_at included) */
+  _Atomic uint64_t seeks;      /* of which by open_at */
   _Atomic uint64_t closes;     /* passes closed */
   _Atomic uint64_t produced;   /* records returned by next() */
   _Atomic uint64_t skip_calls; /* calls of skip() */

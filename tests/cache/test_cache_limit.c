@@ -1,6 +1,7 @@
 /*
- * The disk limit and regeneration: a limit below one shard is an error (not
- * a deadlock); random access under a limit of a quarter of the data reads
+ * The disk limit and regeneration: a limit below the smallest workable one
+ * (two shards plus the prefetched ones) is an error (not a deadlock, nor
+ * thrashing); random access under a limit of a quarter of the data reads
  * every record right while the bytes in shards/ never exceed the limit;
  * regeneration continues a pass already positioned before the shard; and a
  * source that is not deterministic is caught (BC_ENONDET) without
@@ -99,38 +100,68 @@ static void get_ok(bc_cache *c, int64_t i, bool fixed) {
              rc == 1 ? "" : bc_errmsg());
 }
 
-/* ---- a limit below one shard ---------------------------------------------- */
+/* ---- a limit below the smallest workable one ------------------------------ */
 
-static void test_limit_below_one_shard(void **state) {
+/* A limit that cannot hold two shards (the one read, the one filled; no
+ * prefetching here) would make every fill evict what the reader needs: it
+ * is refused, at the first publish when the root is new (no shard size is
+ * known at open), at open when shards are present; the error names the
+ * smallest workable limit. */
+static void test_limit_below_the_workable_minimum(void **state) {
   fixture *f = *state;
   ts_config cfg = ts_config_default(50);
   cfg.fixed = true;
   uint64_t *sizes = f->sizes = cu_shard_sizes(50, 10, true);
-  bc_cache_options o = limited(10, sizes[0] - 1);
-  open_with(f, &cfg, &o);
-  bc_buf *b = &f->buf;
-  /* Refused at publish, every time (the claim is released, so a second try
-   * neither hangs nor succeeds), and nothing is left behind. */
-  for (int k = 0; k < 3; k++) {
-    CU_RC(bc_cache_get(f->c, 3, b), BC_EINVAL);
-    assert_non_null(strstr(bc_errmsg(), "smaller than one shard"));
+  char want[200];
+  snprintf(want, sizeof want, "is below the smallest workable limit, %llu bytes: "
+           "2 shards of %llu bytes", (unsigned long long)(2 * sizes[0]),
+           (unsigned long long)sizes[0]);
+  uint64_t too_small[] = {sizes[0] - 1, sizes[0], 2 * sizes[0] - 1};
+  for (size_t t = 0; t < 3; t++) {
+    bc_cache_options o = limited(10, too_small[t]);
+    open_with(f, &cfg, &o);
+    bc_buf *b = &f->buf;
+    /* Refused at publish, every time (the claim is released, so a second
+     * try neither hangs nor succeeds), and nothing is left behind. */
+    for (int k = 0; k < 2; k++) {
+      CU_RC(bc_cache_get(f->c, 3, b), BC_EINVAL);
+      if (strstr(bc_errmsg(), want) == NULL) fail_msg("message: %s", bc_errmsg());
+    }
+    assert_int_equal(cu_dir_count(f->shards), 0);
+    assert_int_equal(cu_dir_count(f->scratch), 0);
+    bc_cache_stats st = stats_of(f->c);
+    assert_int_equal(st.shards_present, 0);
+    assert_int_equal(st.bytes_on_disk, 0);
+    assert_int_equal(st.fills, 0);
+    bc_cache_close(f->c);
+    f->c = NULL;
   }
-  assert_int_equal(cu_dir_count(f->shards), 0);
-  assert_int_equal(cu_dir_count(f->scratch), 0);
-  bc_cache_stats st = stats_of(f->c);
-  assert_int_equal(st.shards_present, 0);
-  assert_int_equal(st.bytes_on_disk, 0);
-  assert_int_equal(st.fills, 0);
-  /* Exactly one shard fits: every read works, one shard at a time. */
-  bc_cache_close(f->c);
-  f->c = NULL;
-  o = limited(10, sizes[0]);
+  /* Exactly two shards fit: every read works, two shards at most. */
+  bc_cache_options o = limited(10, 2 * sizes[0]);
   open_with(f, &cfg, &o);
   for (int64_t i = 0; i < 50; i += 7) {
     get_ok(f->c, i, true);
-    assert_true(cu_dir_bytes(f->shards, NULL) <= sizes[0]);
+    assert_true(cu_dir_bytes(f->shards, NULL) <= 2 * sizes[0]);
   }
-  assert_int_equal(stats_of(f->c).shards_present, 1);
+  assert_int_equal(stats_of(f->c).shards_present, 2);
+  bc_cache_close(f->c);
+  f->c = NULL;
+  /* With shards present, a smaller limit is refused at open (and not
+   * stored); with the default prefetching, three shards are needed. */
+  o = limited(10, 2 * sizes[0] - 1);
+  CU_RC(cu_open(&f->c, f->root, &cfg, f->sh, &o), BC_EINVAL);
+  f->c = NULL;
+  if (strstr(bc_errmsg(), want) == NULL || strstr(bc_errmsg(), "largest shard present") == NULL)
+    fail_msg("message: %s", bc_errmsg());
+  o.prefetch_shards = 0;
+  o.disk_limit = 3 * sizes[0] - 1;
+  CU_RC(cu_open(&f->c, f->root, &cfg, f->sh, &o), BC_EINVAL);
+  f->c = NULL;
+  if (strstr(bc_errmsg(), "3 shards of") == NULL || strstr(bc_errmsg(), "1 prefetched") == NULL)
+    fail_msg("message: %s", bc_errmsg());
+  o.disk_limit = 3 * sizes[0];
+  open_with(f, &cfg, &o);
+  assert_int_equal(stats_of(f->c).disk_limit, 3 * sizes[0]);
 }
 
 /* ---- random access under a quarter of the data ---------------------------- */
@@ -449,11 +480,14 @@ static void test_cold_opens_commit_in_batches(void **state) {
 }
 
 /* A shard this process opened counts as recently used for its own next
- * eviction at once, even though the open's bump is not committed yet. */
+ * eviction at once, even though the open's bump is not committed yet.  The
+ * source seeks, so every shard costs the same to rebuild and eviction is
+ * plain LRU (cache.md, "Eviction"). */
 static void test_open_protects_from_own_eviction(void **state) {
   fixture *f = *state;
   ts_config cfg = ts_config_default(100);
   cfg.fixed = true;
+  cfg.seekable = true;
   uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
   bc_cache_options o = limited(10, 3 * sizes[0] + sizes[0] / 2); /* 3 shards */
   o.max_open_shards = 1;
@@ -468,7 +502,7 @@ static void test_open_protects_from_own_eviction(void **state) {
 int main(void) {
   bc_set_notice_handler(NULL, NULL);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_limit_below_one_shard, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_limit_below_the_workable_minimum, setup, teardown),
       cmocka_unit_test_setup_teardown(test_limit_random_access, setup, teardown),
       cmocka_unit_test_setup_teardown(test_regeneration_reuses_pass, setup,
                                       teardown),

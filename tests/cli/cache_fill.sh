@@ -194,13 +194,19 @@ want_rc 0
 check grep -q '^disk limit: none$' out
 check [ "$(ls lim/shards | wc -l)" -eq 16 ]
 
-t "a limit smaller than one shard is refused"
+t "a limit smaller than two shards is refused"
 bc cache fill tiny --limit 1K -- seq 1 10
 want_rc 1
-want_err 'smaller than one shard'
+want_err 'bagcache: invalid argument: cache options: the disk limit (1024 bytes) is below the smallest workable limit, 134217728 bytes: 2 shards of 67108864 bytes (the target shard size) (one being read, one being filled)'
 bc cache fill tiny2 --shard-records 100 --limit 100 -- seq 1 1000
 want_rc 1
-want_err 'smaller than one shard'
+want_err 'is below the smallest workable limit'
+# Shard 0 (1..100) is 192 bytes of records and 8 per record: 992 bytes, and
+# it is published; shard 1 (101..200) is 300 + 800 = 1100 bytes: refused.
+bc cache fill tiny3 --shard-records 100 --limit 2199 -- seq 1 1000
+want_rc 1
+want_err 'bagcache: invalid argument: tiny3: the disk limit (2199 bytes) is below the smallest workable limit, 2200 bytes: 2 shards of 1100 bytes (the size of this shard) (one being read, one being filled)'
+check [ "$(ls tiny3/shards)" = 0.100.bag ]
 
 t "--level: zstd shards"
 bc cache fill z --shard-records 100 --level 5 -- seq 1 1000
@@ -284,6 +290,27 @@ bc cache info --json u
 check grep -q '^  "info": {$' out
 check grep -q '^    "name": "seq",$' out
 check grep -q '^    "size": \[$' out
+
+t "--seek-arg: a resumed fill runs the command from the first record needed"
+# The first run stops with an error after 450 lines: shards 0..3 are
+# published.  The second runs with {start} 400, {start1} 401.
+bc cache fill sk --shard-records 100 --seek-arg -- \
+  sh -c 'echo "run {start} {start1}" >>runs; tail -n +{start1} input | head -n 450; exit 3'
+want_rc 1
+want_err 'bagcache: source failed: sh exited with status 3'
+bc cache fill sk -v --seek-arg -- \
+  sh -c 'echo "run {start} {start1}" >>runs; tail -n +{start1} input'
+want_rc 0
+want_out 'sk: 1000 records, 10 shards present (10893 bytes); this run: 6 filled, 0 regenerated, 0 evicted, 1 pass\n'
+check [ "$(cat runs)" = "$(printf 'run 0 1\nrun 400 401')" ]
+bc cache get --hex sk 0 399 400 999
+want_out '31\n343030\n343031\n31303030\n'
+
+t "--seek-arg without {start} or {start1} in the command"
+bc cache fill sn --seek-arg -- cat input
+want_rc 2
+want_err 'bagcache cache fill: --seek-arg: no argument of the command holds {start} or {start1}'
+check [ ! -e sn ]
 
 t "an existing root keeps its shard length"
 bc cache fill x1 --shard-records 32 --level 3 -- seq 1 100

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""regen_bench - a cache smaller than its data: what regenerating evicted
+shards costs LoadIt, beside a baseline measured in the same run.  Prints a
+table; it is not a test and never fails on timings (exit 1 only if a read
+returns the wrong item, 2 on bad usage).
+
+    cd build && PYTHONPATH=python/pkg python3 ../tests/bench/regen_bench.py
+    python3 tests/bench/regen_bench.py --build build [--quick]
+
+Options: --build DIR (the build tree holding python/pkg; default
+$BC_BUILDDIR or the current directory), --records N (100,000),
+--record-bytes B (1,000), --shard N (records per shard, 1,000), --reads N
+(2,000), --limit-percent P (25: the disk limit is P% of N x B), --seed S
+(0), --repeat R (3), --dir DIR (where the roots go; default a new
+temporary directory: put it on tmpfs, e.g. /dev/shm, to take the disk's
+fsync latency out of reads/s), --loadit DIR (a directory from which
+`import loadit` works, e.g. loadit's src/: adds loadit's own row; it
+needs filelock, watchdog and fsspec), --quick (10,000 records of 100
+bytes, shards of 100, 200 reads, one repeat).
+
+The workload (doc/cache.md, "Parked passes"): create_iter() yields N
+records of B bytes (record i is its index, 8 bytes big-endian, repeated);
+LoadIt(max_shard_length=shard, max_cache_size=4, memory_limit=the limit),
+defaults otherwise (the pickle serializer, one fill worker, the default
+preload_fn); `--reads` uniformly random indices (random.Random(seed)),
+each read as loader[i] and compared with the item it must be.  Each row
+runs on a fresh root, R times; the table shows the median reads/s and
+the records the iterator produced per read (exact for a fixed seed, up to
+the few background prefetches a random sequence triggers).
+
+Rows:
+  restart from 0   the baseline: a bare loop keeping the shards the limit
+                   holds (the limit over B x shard bytes) in memory, least
+                   recently used first out, that restarts the generator
+                   from 0 for every miss and reads up to the shard's end:
+                   the cost model of a cache without passes.
+  LoadIt           bagcache's LoadIt with its defaults (parked passes).
+  LoadIt seekable  create_iter(start=0): a regeneration starts at its shard.
+  LoadIt passes=1  max_passes=1: one pass, restarted from 0 whenever the
+                   target is behind it (what bagcache did before parked
+                   passes), for information.
+  loadit           (with --loadit) loadit.LoadIt with the same arguments.
+"""
+
+import argparse
+import collections
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", default=os.environ.get("BC_BUILDDIR", "."))
+    p.add_argument("--records", type=int, default=100_000)
+    p.add_argument("--record-bytes", type=int, default=1000)
+    p.add_argument("--shard", type=int, default=1000)
+    p.add_argument("--reads", type=int, default=2000)
+    p.add_argument("--limit-percent", type=float, default=25.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--dir")
+    p.add_argument("--loadit")
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args()
+    if a.quick:
+        a.records, a.record_bytes, a.shard, a.reads, a.repeat = 10_000, 100, 100, 200, 1
+    if min(a.records, a.record_bytes, a.shard, a.reads, a.repeat) < 1 or a.record_bytes < 8:
+        p.error("sizes must be positive (record bytes at least 8)")
+    return a
+
+
+class Source:
+    """The iterator, counting the records it produces."""
+
+    def __init__(self, n, size):
+        self.n, self.reps, self.produced = n, size // 8, 0
+
+    def item(self, i):
+        return i.to_bytes(8, "big") * self.reps
+
+    def plain(self):
+        def create_iter():
+            for i in range(self.n):
+                self.produced += 1
+                yield self.item(i)
+
+        return create_iter
+
+    def seekable(self):
+        def create_iter(start=0):
+            for i in range(start, self.n):
+                self.produced += 1
+                yield self.item(i)
+
+        return create_iter
+
+
+def restart_from_zero(a, src, indices, capacity):
+    """The baseline: an LRU of `capacity` shards in memory; a miss runs the
+    generator from 0 to the end of the shard."""
+    shards = collections.OrderedDict()
+    for i in indices:
+        s = i // a.shard
+        recs = shards.get(s)
+        if recs is None:
+            start, recs = s * a.shard, []
+            for k, x in enumerate(src.plain()()):
+                if k >= start:
+                    recs.append(x)
+                    if len(recs) == a.shard:
+                        break
+            shards[s] = recs
+            while len(shards) > capacity:
+                shards.popitem(last=False)
+        else:
+            shards.move_to_end(s)
+        if recs[i - s * a.shard] != src.item(i):
+            raise SystemExit(f"restart from 0: item {i} is wrong")
+    return None
+
+
+def real_loadit_run(a, loadit, root, src, indices, limit):
+    loader = loadit.LoadIt(root, src.plain(), max_shard_length=a.shard, max_cache_size=4,
+                           memory_limit=limit)
+    try:
+        for i in indices:
+            if loader[i] != src.item(i):
+                raise SystemExit(f"loadit: item {i} is wrong")
+    finally:
+        obs = getattr(loader.shards, "observer", None)
+        if obs is not None:
+            obs.unschedule_all()
+            obs.stop()
+    return None
+
+
+def loadit_run(a, LoadIt, root, src, indices, limit, kind):
+    kw = {}
+    if kind == "passes1":
+        kw["max_passes"] = 1
+    create = src.seekable() if kind == "seekable" else src.plain()
+    loader = LoadIt(create, root_dir=root, max_shard_length=a.shard, max_cache_size=4,
+                    memory_limit=limit, **kw)
+    try:
+        for i in indices:
+            if loader[i] != src.item(i):
+                raise SystemExit(f"LoadIt ({kind}): item {i} is wrong")
+        return loader.stats()
+    finally:
+        loader.close()
+
+
+def main():
+    a = parse_args()
+    sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python", "pkg"))
+    from bagcache import LoadIt
+
+    rng = random.Random(a.seed)
+    indices = [rng.randrange(a.records) for _ in range(a.reads)]
+    data = a.records * a.record_bytes
+    limit = int(data * a.limit_percent / 100)
+    capacity = max(1, limit // (a.shard * (a.record_bytes + 8)))
+    tmp = a.dir or tempfile.mkdtemp(prefix="bagcache-regen-")
+    os.makedirs(tmp, exist_ok=True)
+    kinds = ["base", "default", "seekable", "passes1"]
+    real = None
+    if a.loadit:
+        sys.path.insert(0, os.path.abspath(a.loadit))
+        import loadit as real
+
+        kinds.append("loadit")
+    times = {k: [] for k in kinds}
+    produced = {k: [] for k in kinds}
+    stats = {}
+    try:
+        for r in range(a.repeat):
+            for k in kinds:
+                src = Source(a.records, a.record_bytes)
+                root = os.path.join(tmp, f"{k}-{r}")
+                t = time.perf_counter()
+                if k == "base":
+                    restart_from_zero(a, src, indices, capacity)
+                elif k == "loadit":
+                    real_loadit_run(a, real, root, src, indices, limit)
+                else:
+                    stats[k] = loadit_run(a, LoadIt, root, src, indices, limit, k)
+                times[k].append(time.perf_counter() - t)
+                produced[k].append(src.produced)
+                shutil.rmtree(root, ignore_errors=True)
+    finally:
+        if not a.dir:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"workload: {a.records:,} records of {a.record_bytes:,} bytes, shards of "
+          f"{a.shard:,}, disk limit {limit:,} bytes ({a.limit_percent:g}% of the data), "
+          f"max_cache_size=4, {a.reads:,} uniformly random loader[i] (seed {a.seed}); "
+          f"medians of {a.repeat}")
+    names = {"base": "restart from 0 (loop)", "default": "LoadIt (defaults)",
+             "seekable": "LoadIt, create_iter(start)", "passes1": "LoadIt, max_passes=1",
+             "loadit": "loadit (its own)"}
+    head = ("row", "records/read", "reads/s", "records vs base", "reads/s vs base",
+            "misses", "passes opened", "records/miss")
+    print(f"roots in {tmp}")
+    rows = [head]
+    base_rec = statistics.median(produced["base"]) / a.reads
+    base_rps = a.reads / statistics.median(times["base"])
+    for k in kinds:
+        rec = statistics.median(produced[k]) / a.reads
+        rps = a.reads / statistics.median(times[k])
+        st = stats.get(k)
+        rows.append((names[k], f"{rec:,.1f}", f"{rps:,.1f}",
+                     f"{base_rec / rec:.1f}x fewer" if k != "base" else "-",
+                     f"{rps / base_rps:.1f}x" if k != "base" else "-",
+                     f"{st['misses']:,}" if st else f"(capacity {capacity})",
+                     f"{st['passes_opened']:,}" if st else "-",
+                     f"{st['records_per_miss']:,.1f}" if st else "-"))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
+    for n, r in enumerate(rows):
+        print("  ".join(v.ljust(w) if c == 0 else v.rjust(w)
+                        for c, (v, w) in enumerate(zip(r, widths))))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
