@@ -316,41 +316,54 @@ static char *join(const char *a, const char *b) {
  * mode, less the umask. */
 #define DIR_MODE 0755
 
-/* The length of each prefix of `path` that ends a component ("a", "a/b",
- * "a/b/c" for "a//b/c/"), into ends[] (room for strlen(path) entries);
- * returns how many. */
-static size_t component_ends(const char *path, size_t *ends) {
-  size_t count = 0, n = strlen(path);
+/* The prefixes of a path that end a component ("a", "a/b", "a/b/c" for
+ * "a//b/c/"), made one at a time into a buffer of the path's size. */
+typedef struct {
+  const char *path;
+  char *prefix;
+  size_t *ends; /* the length of each prefix */
+  size_t count;
+} path_prefixes;
+
+static int prefixes_init(path_prefixes *p, const char *path) {
+  size_t n = strlen(path);
+  p->path = path;
+  p->prefix = malloc(n + 1);
+  p->ends = malloc((n + 1) * sizeof *p->ends);
+  p->count = 0;
+  if (p->prefix == NULL || p->ends == NULL) return bc__error(BC_ENOMEM, "out of memory");
   for (size_t i = 1; i <= n; i++)
-    if ((i == n || path[i] == '/') && path[i - 1] != '/') ends[count++] = i;
-  return count;
+    if ((i == n || path[i] == '/') && path[i - 1] != '/') p->ends[p->count++] = i;
+  return 0;
+}
+
+/* Prefix k (< count), NUL-terminated; valid until the next call. */
+static const char *prefix_at(path_prefixes *p, size_t k) {
+  memcpy(p->prefix, p->path, p->ends[k]);
+  p->prefix[p->ends[k]] = '\0';
+  return p->prefix;
+}
+
+static void prefixes_free(path_prefixes *p) {
+  free(p->ends);
+  free(p->prefix);
 }
 
 /* mkdir(path) failed with ENOTDIR: some component of it is not a
  * directory.  Reports the first such one that exists (a file where a
  * directory should be), else the system's error. */
 static int not_a_directory(const char *path) {
-  size_t n = strlen(path);
-  char *prefix = malloc(n + 1);
-  size_t *ends = malloc((n + 1) * sizeof *ends);
-  int rc = 0;
-  if (prefix == NULL || ends == NULL) {
-    rc = bc__error(BC_ENOMEM, "out of memory");
-    goto cleanup;
-  }
-  size_t count = component_ends(path, ends);
-  for (size_t k = 0; k < count && rc == 0; k++) {
+  path_prefixes p;
+  int rc = prefixes_init(&p, path);
+  for (size_t k = 0; k < p.count && rc == 0; k++) {
     struct stat st;
-    memcpy(prefix, path, ends[k]);
-    prefix[ends[k]] = '\0';
+    const char *prefix = prefix_at(&p, k);
     if (stat(prefix, &st) == 0 && !S_ISDIR(st.st_mode))
       rc = bc__error(BC_EINVAL, "%s: exists and is not a directory", prefix);
   }
   if (rc == 0) /* none found: changed meanwhile */
     rc = bc__error_errno(ENOTDIR, "%s: cannot create the directory", path);
-cleanup:
-  free(ends);
-  free(prefix);
+  prefixes_free(&p);
   return rc;
 }
 
@@ -370,37 +383,19 @@ static int make_dir(const char *path) {
  * than a missing parent), then down again creating each.  Another process
  * creating the same directories meanwhile is fine (EEXIST). */
 static int make_dirs(const char *path) {
-  size_t n = strlen(path);
-  char *prefix = malloc(n + 1);
-  size_t *ends = malloc((n + 1) * sizeof *ends);
-  int rc = 0;
-  if (prefix == NULL || ends == NULL) {
-    rc = bc__error(BC_ENOMEM, "out of memory");
-    goto cleanup;
-  }
-  size_t count = component_ends(path, ends);
-  if (count == 0) { /* "" or "/" */
+  path_prefixes p;
+  int rc = prefixes_init(&p, path);
+  if (rc == 0 && p.count == 0) { /* "" or "/" */
     rc = make_dir(path);
-    goto cleanup;
-  }
-  size_t k = count; /* prefixes [k, count) are missing */
-  while (k > 0) {
-    memcpy(prefix, path, ends[k - 1]);
-    prefix[ends[k - 1]] = '\0';
-    if (mkdir(prefix, DIR_MODE) != 0 && errno == ENOENT) {
+  } else if (rc == 0) {
+    size_t k = p.count; /* prefixes [k, count) are missing */
+    while (k > 0 && mkdir(prefix_at(&p, k - 1), DIR_MODE) != 0 && errno == ENOENT)
       k--;
-      continue;
-    }
-    break; /* made, exists, or another error: make_dir below reports it */
+    /* made, exists, or another error: make_dir below reports it */
+    for (size_t j = k > 0 ? k - 1 : 0; j < p.count && rc == 0; j++)
+      rc = make_dir(prefix_at(&p, j));
   }
-  for (size_t j = k > 0 ? k - 1 : 0; j < count && rc == 0; j++) {
-    memcpy(prefix, path, ends[j]);
-    prefix[ends[j]] = '\0';
-    rc = make_dir(prefix);
-  }
-cleanup:
-  free(ends);
-  free(prefix);
+  prefixes_free(&p);
   return rc;
 }
 

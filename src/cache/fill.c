@@ -270,6 +270,31 @@ static int meta_update_length(bc_cache *c, uint64_t length, bool final) {
   return rc;
 }
 
+/* Makes the length final at `end` in the shared state and metadata.json
+ * (under the caller's write transaction t). */
+static int put_final_length(bc_cache *c, MDB_txn *t, uint64_t end) {
+  MDB_dbi meta = bc__dbi_meta(c->env);
+  int rc = bc__u64_put(t, meta, "length", end);
+  if (rc == 0) rc = bc__u64_put(t, meta, "final", 1);
+  if (rc == 0) rc = meta_update_length(c, end, true);
+  return rc;
+}
+
+/* Commits t (aborts it when rc != 0); once the final length `end` is
+ * committed, this process knows it too. */
+static int commit_final_length(bc_cache *c, MDB_txn *t, int rc, uint64_t end) {
+  if (rc == 0) {
+    rc = bc__txn_commit(t);
+  } else {
+    mdb_txn_abort(t);
+  }
+  if (rc == 0) {
+    atomic_store(&c->known_length, end);
+    atomic_store(&c->final, true);
+  }
+  return rc;
+}
+
 /* Records that the source ends at `end` (no records from there on). */
 static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
   MDB_txn *t;
@@ -284,20 +309,9 @@ static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
                    "%s: the source ended after %llu records, but %llu were "
                    "seen before: the iterator is not deterministic", c->root,
                    (unsigned long long)end, (unsigned long long)known);
-  if (rc == 0) rc = bc__u64_put(t, meta, "length", end);
-  if (rc == 0) rc = bc__u64_put(t, meta, "final", 1);
   if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
-  if (rc == 0) rc = meta_update_length(c, end, true);
-  if (rc == 0) {
-    rc = bc__txn_commit(t);
-  } else {
-    mdb_txn_abort(t);
-  }
-  if (rc == 0) {
-    atomic_store(&c->known_length, end);
-    atomic_store(&c->final, true);
-  }
-  return rc;
+  if (rc == 0) rc = put_final_length(c, t, end);
+  return commit_final_length(c, t, rc, end);
 }
 
 int bc_cache_finalize(bc_cache *c) {
@@ -323,22 +337,11 @@ int bc_cache_finalize(bc_cache *c) {
         end = shard * c->R + r.records;
     }
     if (mrc == 0) mdb_cursor_close(cur);
-    if (rc == 0) rc = bc__u64_put(t, meta, "length", end);
-    if (rc == 0) rc = bc__u64_put(t, meta, "final", 1);
-    if (rc == 0) rc = meta_update_length(c, end, true);
+    if (rc == 0) rc = put_final_length(c, t, end);
   } else if (rc == 0) {
     rc = bc__u64_get(t, meta, "length", &end, &found);
   }
-  if (rc == 0) {
-    rc = bc__txn_commit(t);
-  } else {
-    mdb_txn_abort(t);
-  }
-  if (rc == 0) {
-    atomic_store(&c->known_length, end);
-    atomic_store(&c->final, true);
-  }
-  return rc;
+  return commit_final_length(c, t, rc, end);
 }
 
 /* The sidecar of a scratch file: SCRATCH.crc, in scratch/ (removed with
