@@ -309,8 +309,8 @@ static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
                    "%s: the source ended after %llu records, but %llu were "
                    "seen before: the iterator is not deterministic", c->root,
                    (unsigned long long)end, (unsigned long long)known);
-  if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
   if (rc == 0) rc = put_final_length(c, t, end);
+  if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
   return commit_final_length(c, t, rc, end);
 }
 
