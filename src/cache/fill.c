@@ -93,8 +93,8 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
     size_t dup = SIZE_MAX;
     for (size_t i = 0; empty == SIZE_MAX && dup == SIZE_MAX && i < c->max_passes; i++)
       for (size_t j = 0; j < i && dup == SIZE_MAX; j++)
-        if (c->passes[i].open && !c->passes[i].busy && i != best &&
-            c->passes[j].open && !c->passes[j].busy &&
+        if (!c->passes[i].busy && c->passes[i].open && i != best &&
+            !c->passes[j].busy && c->passes[j].open &&
             c->passes[j].pos == c->passes[i].pos)
           dup = i;
     bool reuse = best != SIZE_MAX &&
@@ -373,7 +373,7 @@ static void pass_snapshot_take(bc_cache *c, uint64_t next, pass_snapshot *ps) {
   if (c->src.open_at == NULL) { /* a seekable source rebuilds from anywhere */
     pthread_mutex_lock(&c->lock);
     for (size_t i = 0; i < c->max_passes && ps->n < 255; i++)
-      if (c->passes[i].open && !c->passes[i].busy) ps->pos[ps->n++] = c->passes[i].pos;
+      if (!c->passes[i].busy && c->passes[i].open) ps->pos[ps->n++] = c->passes[i].pos;
     pthread_mutex_unlock(&c->lock);
     if (next != UINT64_MAX) ps->pos[ps->n++] = next;
     qsort(ps->pos, ps->n, sizeof *ps->pos, u64_cmp);

@@ -153,10 +153,13 @@ static inline uint64_t bc__sum_add(uint64_t sum, const void *data, size_t n) {
 
 /* ---- the cache object (cache.c, readers.c, fill.c, maint.c, prefetch.c) -- */
 
-/* A source pass owned by this process. */
+/* A source pass owned by this process.  `busy` is read and written under
+ * the cache lock; while it is set the other fields belong to the filler
+ * that leased the pass (read them under the lock only when !busy), except
+ * `pos`, which introspection reads at any time (atomic). */
 typedef struct {
   void *handle;
-  uint64_t pos;  /* index of the next record it will produce */
+  _Atomic uint64_t pos; /* index of the next record it will produce */
   uint64_t opened_at; /* the record it was opened at (0, or open_at's) */
   bool open;     /* handle is a live pass */
   bool busy;     /* leased to a filler */
