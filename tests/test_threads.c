@@ -544,10 +544,13 @@ static void *busy_thread(void *p) {
 #endif
 
 static void test_fork_while_busy(void **state) {
-#ifdef TU_ASAN
+#if defined(TU_ASAN) || defined(TU_TSAN)
   /* AddressSanitizer's allocator (clang 14) does not take its locks across
    * fork(): a child forked while another thread is inside malloc hangs in
-   * its first malloc, whatever the library does. */
+   * its first malloc, whatever the library does.  ThreadSanitizer's runtime
+   * (clang 14) does the same, rarely: under load a child forked during
+   * batch reads hung until its alarm (seen twice, on code before and after
+   * the pool's changes), never in the plain build, which runs this test. */
   (void)state;
   skip();
 #else
