@@ -107,10 +107,14 @@ def converter(data, output_dir, replace=False, blocksize=4096, compression="zstd
     ext, comp = (".bagz", CompressionZstd()) if compression == "zstd" else (".bag", CompressionNone())
     blocks = [f"data-{i:05d}-of-{shards:05d}{ext}" for i in range(shards)]
     for i, name in enumerate(blocks):
-        block = np.ascontiguousarray(data[i * blocksize : (i + 1) * blocksize])
+        # The block's bytes in its own dtype (a row of a 1-d array would be
+        # a numpy scalar, whose tobytes() is in native byte order).
+        raw = memoryview(np.ascontiguousarray(data[i * blocksize : (i + 1) * blocksize]).tobytes())
+        rows = min(blocksize, n - i * blocksize)
+        size = len(raw) // rows
         with Writer(_os.path.join(out, name), Writer.Options(compression=comp)) as w:
-            for row in block:
-                w.write(row.tobytes())
+            for k in range(rows):
+                w.write(raw[k * size : (k + 1) * size])
     meta = {
         "format": _FORMAT,
         "length": n,
