@@ -351,7 +351,7 @@ class ARDataset(BaseDataset):
     @classmethod
     def from_sequence(cls, seq: Any, dtype: Any, shape: Iterable[int] = ()) -> ARDataset: ...
 
-BagDataset = ARDataset
+BagDataset: type[ARDataset]
 
 class _SamplerState(TypedDict):
     mode: int

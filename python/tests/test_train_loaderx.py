@@ -43,8 +43,8 @@ def test_stubs_describe_the_training_api():
                                    if isinstance(n, ast.AnnAssign)}
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             top.add(node.name)
-        if isinstance(node, ast.Assign):
-            top.update(t.id for t in node.targets)
+        if isinstance(node, ast.AnnAssign):
+            top.add(node.target.id)
     assert set(TRAIN_NAMES) <= top
     for name in ("NPDataset", "ARDataset", "Sampler", "DataLoader"):
         public = {m for m in dir(getattr(loaderx, name)) if not m.startswith("_")}
