@@ -459,12 +459,16 @@ class Sampler:
 
     def load_state_dict(self, state):
         """Continues from a state (any world size, batch size, ...)."""
+        self.seed, self.epoch, self.consumed = self._checked(state)
+
+    def _checked(self, state):
+        """(seed, epoch, consumed) of a state this sampler can continue."""
         mode, seed, epoch, consumed = _check_state(state)
         if mode != self.mode:
             raise ValueError(f"the state is of mode {mode}, this sampler's is {self.mode}")
-        if self.length and consumed > self.length:
+        if consumed > self.length:
             raise ValueError(f"consumed {consumed} exceeds the length {self.length}")
-        self.seed, self.epoch, self.consumed = seed, epoch, consumed
+        return seed, epoch, consumed
 
 
 def _check_state(state):
@@ -733,6 +737,7 @@ class DataLoader:
         pipe = self._pipe
         if pipe.closed:
             raise ValueError("the loader is closed")
+        self.sampler._checked(state)  # a bad state leaves the loader as it was
         pipe.stop()
         with pipe.cond:
             self.sampler.load_state_dict(state)

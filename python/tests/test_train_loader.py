@@ -260,3 +260,14 @@ def test_empty_epochs_stop(tmp_path):
                     num_epochs=3) as loader:
         assert len(loader) == 0
         assert list(loader) == []
+
+
+def test_bad_state_leaves_the_loader_running(data):
+    a, labels, d = data
+    with DataLoader(ARDataset(d), NPDataset(labels), batch_size=5, mode=0) as loader:
+        assert next(loader)["label"].tolist() == labels[:5].tolist()
+        for bad in ({"mode": 2, "seed": 1, "epoch": 0, "consumed": 0},
+                    {"mode": 0, "seed": 1, "epoch": 0, "consumed": 54}, {}, None):
+            with pytest.raises(ValueError):
+                loader.load_state_dict(bad)
+        assert next(loader)["label"].tolist() == labels[5:10].tolist()
