@@ -209,6 +209,21 @@ static inline uint64_t mix64(uint64_t x) {
   return x;
 }
 
+/* The 128-bit product a * b as (high, low) words. */
+static inline void mul128(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo) {
+#ifdef __SIZEOF_INT128__
+  unsigned __int128 m = (unsigned __int128)a * b;
+  *hi = (uint64_t)(m >> 64);
+  *lo = (uint64_t)m;
+#else
+  uint64_t al = a & 0xffffffffu, ah = a >> 32, bl = b & 0xffffffffu, bh = b >> 32;
+  uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
+  uint64_t mid = (ll >> 32) + (lh & 0xffffffffu) + (hl & 0xffffffffu);
+  *lo = (mid << 32) | (ll & 0xffffffffu);
+  *hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+#endif
+}
+
 /* A uniform draw from [0, n) for stream position p: Lemire's multiply-shift
  * with rejection of the biased low products, re-mixing the word on each
  * rejection, so the result is exactly uniform given uniform words. */
@@ -216,8 +231,9 @@ static uint64_t iid_draw(uint64_t n, uint64_t seed, uint64_t p) {
   uint64_t x = mix64(mix64(seed) ^ mix64(p + 0x9e3779b97f4a7c15ULL));
   uint64_t threshold = (0 - n) % n;
   for (;;) {
-    unsigned __int128 m = (unsigned __int128)x * n;
-    if ((uint64_t)m >= threshold) return (uint64_t)(m >> 64);
+    uint64_t hi, lo;
+    mul128(x, n, &hi, &lo);
+    if (lo >= threshold) return hi;
     x = mix64(x + 0x9e3779b97f4a7c15ULL);
   }
 }

@@ -257,3 +257,33 @@ def test_state_checks():
         s.load_state_dict({"mode": 2, "seed": 1, "epoch": 0, "consumed": 11})
     with pytest.raises(ValueError):
         s.load_state_dict({"mode": 2, "seed": 1, "epoch": -1, "consumed": 0})
+
+
+def iid_model(n, seed, p):
+    """The documented IID draw: splitmix64-mixed (seed, position), reduced
+    by Lemire's multiply-shift with rejection (exactly uniform)."""
+    m64 = 2**64 - 1
+
+    def mix(x):
+        x &= m64
+        x ^= x >> 30
+        x = x * 0xBF58476D1CE4E5B9 & m64
+        x ^= x >> 27
+        x = x * 0x94D049BB133111EB & m64
+        return x ^ (x >> 31)
+
+    x = mix(mix(seed) ^ mix(p + 0x9E3779B97F4A7C15))
+    threshold = (2**64 - n) % n
+    while True:
+        m = x * n
+        if m & m64 >= threshold:
+            return m >> 64
+        x = mix(x + 0x9E3779B97F4A7C15)
+
+
+@pytest.mark.parametrize("n", [1, 3, 10, 2**40 + 3, 2**63 + 1, 2**64 - 1])
+def test_iid_draws_match_the_model(n):
+    out = np.empty(200, dtype=np.uint64)
+    _bagcache._iid_indices(n, 42, 1000, 3, out)
+    assert out.tolist() == [iid_model(n, 42, 1000 + 3 * k) for k in range(200)]
+    assert all(v < n for v in out.tolist())
