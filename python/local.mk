@@ -32,7 +32,8 @@ BC_PY_C_SOURCES = \
 	python/src/loadit.c \
 	python/src/loadit_source.c \
 	python/src/loadit_tee.c \
-	python/src/loadit_runner.c
+	python/src/loadit_runner.c \
+	python/src/train.c
 
 BC_PY_TEST_FILES = \
 	python/tests/conftest.py \
@@ -52,7 +53,14 @@ BC_PY_TEST_FILES = \
 	python/tests/test_os_errors.py \
 	python/tests/test_index_edges.py \
 	$(BC_PY_VIEWS_TEST_FILES) \
-	$(BC_PY_LOADIT_TEST_FILES)
+	$(BC_PY_LOADIT_TEST_FILES) \
+	$(BC_PY_TRAIN_TEST_FILES)
+
+# Training loops (bagcache.train, loaderx-compatible): their tests.
+BC_PY_TRAIN_TEST_FILES = \
+	python/tests/test_train_loaderx.py \
+	python/tests/test_train_sampler.py \
+	python/tests/test_train_loader.py
 
 # The loadit-compatible views: their tests and the Python documentation.
 BC_PY_VIEWS_TEST_FILES = \
@@ -80,6 +88,7 @@ EXTRA_DIST += \
 	python/bagcache/views.py \
 	python/bagcache/loadit.py \
 	python/bagcache/_progress.py \
+	python/bagcache/train.py \
 	python/bagcache/__init__.pyi \
 	python/bagcache/py.typed \
 	python/pyproject.toml \
@@ -100,7 +109,8 @@ python__bagcache_la_LIBADD = libbagcache_core.la $(BC_DEP_LIBS)
 python__bagcache_la_LDFLAGS = -module -avoid-version -shared \
 	-export-symbols-regex '^PyInit__bagcache$$'
 bagcachepyexec_PYTHON = python/bagcache/__init__.py python/bagcache/views.py \
-	python/bagcache/loadit.py python/bagcache/_progress.py
+	python/bagcache/loadit.py python/bagcache/_progress.py \
+	python/bagcache/train.py
 bagcachepyexec_DATA = python/bagcache/__init__.pyi python/bagcache/py.typed
 
 # ---- the build tree's importable package ------------------------------------
@@ -112,6 +122,7 @@ BC_PY_PKG_FILES = \
 	$(BC_PY_PKG)/views.py \
 	$(BC_PY_PKG)/loadit.py \
 	$(BC_PY_PKG)/_progress.py \
+	$(BC_PY_PKG)/train.py \
 	$(BC_PY_PKG)/__init__.pyi \
 	$(BC_PY_PKG)/py.typed
 noinst_DATA = $(BC_PY_PKG_FILES)
@@ -128,6 +139,8 @@ $(BC_PY_PKG)/loadit.py: $(srcdir)/python/bagcache/loadit.py
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/loadit.py $@
 $(BC_PY_PKG)/_progress.py: $(srcdir)/python/bagcache/_progress.py
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/_progress.py $@
+$(BC_PY_PKG)/train.py: $(srcdir)/python/bagcache/train.py
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/train.py $@
 $(BC_PY_PKG)/__init__.pyi: $(srcdir)/python/bagcache/__init__.pyi
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/__init__.pyi $@
 $(BC_PY_PKG)/py.typed: $(srcdir)/python/bagcache/py.typed

@@ -494,3 +494,25 @@ __all__ += [
     "SourceError",
     "preload_next_shard",
 ]
+
+# ---- training loops, loaderx-compatible (bagcache.train) ----------------------
+
+from .train import (  # noqa: E402
+    ARDataset,
+    BagDataset,
+    BaseDataset,
+    DataLoader,
+    NPDataset,
+    Sampler,
+    converter,
+)
+
+__all__ += [
+    "ARDataset",
+    "BagDataset",
+    "BaseDataset",
+    "DataLoader",
+    "NPDataset",
+    "Sampler",
+    "converter",
+]

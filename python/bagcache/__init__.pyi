@@ -2,8 +2,8 @@
 
 import enum
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, ClassVar, TypeVar, overload
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, TypedDict, TypeVar, overload
 
 import numpy
 import numpy.typing
@@ -320,4 +320,108 @@ class LoadIt(Sequence[Any]):
     def finalize(self) -> None: ...
     def close(self) -> None: ...
     def __enter__(self) -> LoadIt: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+# ---- training loops (bagcache.train, loaderx-compatible) ----
+
+def converter(
+    data: Any,
+    output_dir: str | os.PathLike[str],
+    replace: bool = False,
+    blocksize: int = 4096,
+    compression: str = "zstd",
+) -> None: ...
+
+class BaseDataset:
+    def __getitem__(self, idx: Any) -> Any: ...
+    def __len__(self) -> int: ...
+    def __getitems__(self, idxs: Any) -> Any: ...
+    def close(self) -> None: ...
+    def __enter__(self: _T) -> _T: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+class NPDataset(BaseDataset):
+    def __init__(self, path: str | os.PathLike[str] | numpy.typing.NDArray[Any]) -> None: ...
+
+class ARDataset(BaseDataset):
+    path: str | None
+    dtype: numpy.dtype[Any]
+    row_shape: tuple[int, ...]
+    def __init__(self, path: str | os.PathLike[str]) -> None: ...
+    @classmethod
+    def from_sequence(cls, seq: Any, dtype: Any, shape: Iterable[int] = ()) -> ARDataset: ...
+
+BagDataset: type[ARDataset]
+
+class _SamplerState(TypedDict):
+    mode: int
+    seed: int
+    epoch: int
+    consumed: int
+
+class Sampler:
+    class Mode:
+        SEQUENTIAL: int
+        IID: int
+        EPOCH: int
+    length: int
+    batch_size: int
+    mode: int
+    seed: int
+    rank: int
+    world_size: int
+    drop_last: bool
+    num_epochs: int | None
+    epoch: int
+    consumed: int
+    indices: numpy.typing.NDArray[numpy.uint64]
+    def __init__(
+        self,
+        length: int,
+        batch_size: int,
+        mode: int = 1,
+        seed: int = 42,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        num_epochs: int | None = None,
+    ) -> None: ...
+    @staticmethod
+    def epoch_seed(seed: int, epoch: int) -> int: ...
+    def next(self) -> None: ...
+    def __iter__(self) -> Sampler: ...
+    def __next__(self) -> numpy.typing.NDArray[numpy.uint64]: ...
+    def __len__(self) -> int: ...
+    def state_dict(self) -> _SamplerState: ...
+    def load_state_dict(self, state: Mapping[str, int]) -> None: ...
+
+class DataLoader:
+    dataset: Any
+    labelset: Any
+    sampler: Sampler
+    def __init__(
+        self,
+        dataset: Any,
+        labelset: Any = None,
+        num_workers: int = 4,
+        batch_size: int = 256,
+        prefetch_size: int = 4,
+        mode: int = 1,
+        seed: int = 42,
+        transform: Callable[[Any], Any] | None = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        num_epochs: int | None = None,
+        collate: Callable[[Any], Any] | None = None,
+    ) -> None: ...
+    def __iter__(self) -> DataLoader: ...
+    def __next__(self) -> dict[str, Any]: ...
+    def __len__(self) -> int: ...
+    def state_dict(self) -> _SamplerState: ...
+    def load_state_dict(self, state: Mapping[str, int]) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> DataLoader: ...
     def __exit__(self, *exc: object) -> None: ...

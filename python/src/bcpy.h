@@ -167,6 +167,15 @@ extern PyTypeObject bcpy_ViewIterator_Type;
  * cache's fill (a LoadIt's): views over it wait so that Ctrl-C works. */
 extern const char bcpy_waits_mark[];
 
+/* The C sequence of `obj` when its elements are raw records read in C (a
+ * Reader or a slice of one, a view with only such leaves, a LoadIt with
+ * serializer="raw"): new reference.  NULL with TypeError when its elements
+ * come from Python code or a decoder. */
+bc_seq *bcpy_record_seq(PyObject *obj);
+
+/* Adds _gather, _epoch_indices and _iid_indices (train.c). */
+int bcpy_train_init(PyObject *mod);
+
 /* ---- LoadIt: caches over Python iterators (loadit*.c, loadit.h) -------- */
 
 /* Exceptions for BC_ESOURCE without a stored exception, BC_ENOTCACHED

@@ -126,7 +126,7 @@ PyMODINIT_FUNC PyInit__bagcache(void) {
       bcpy_add_type(mod, &bcpy_MultiIndex_Type, "MultiIndex") < 0 ||
       bcpy_add_type(mod, &bcpy_View_Type, "_View") < 0 ||
       bcpy_add_type(mod, &bcpy_ViewIterator_Type, "ViewIterator") < 0 ||
-      bcpy_loadit_init(mod) < 0)
+      bcpy_loadit_init(mod) < 0 || bcpy_train_init(mod) < 0)
     goto fail;
   /* (TypeError, IndexError): bagz raises TypeError for a bad slice,
    * sackli IndexError("Invalid slice"); this one satisfies both. */

@@ -447,6 +447,20 @@ static bc_seq *adopt(PyObject *obj, unsigned *kinds) {
   return pyleaf_new(obj, (uint64_t)n);
 }
 
+bc_seq *bcpy_record_seq(PyObject *obj) {
+  unsigned kinds = 0;
+  bc_seq *s = adopt(obj, &kinds);
+  if (s != NULL && (kinds & (VK_PYTHON | VK_DECODE)) != 0) {
+    bc_seq_unref(s);
+    PyErr_Format(PyExc_TypeError,
+                 "%.200s does not hold raw records (a Reader, a view of Readers, or a "
+                 "LoadIt with serializer=\"raw\"); use a collate function",
+                 Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  return s;
+}
+
 /* ---- construction -------------------------------------------------------------------- */
 
 static int check_fresh(bcpy_view *self) {

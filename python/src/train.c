@@ -1,0 +1,274 @@
+/*
+ * train.c - the C parts of bagcache.train (training-loop loaders):
+ *
+ *   _gather(seq, indices, out)
+ *       reads seq[indices[k]] for every k straight into row k of `out`, a
+ *       writable C-contiguous buffer of len(indices) equal rows (a numpy
+ *       batch), with the GIL released and no Python object per record.
+ *       seq is anything whose elements are its raw records: a Reader (or
+ *       a slice of one), a view over such leaves, a LoadIt with
+ *       serializer="raw".  A record whose size is not the row size is a
+ *       ValueError naming its index.
+ *   _epoch_indices(n, seed, start, stride, out)
+ *       out[k] = element start + k * stride of bagcache.shuffle(range(n),
+ *       seed): the library's keyed bijection, O(1) memory at any n.
+ *   _iid_indices(n, seed, start, stride, out)
+ *       out[k] = a uniform draw from [0, n) that depends only on (seed,
+ *       start + k * stride): a counter-based generator, so any position of
+ *       the stream is computable alone (resumable, the same on every rank).
+ *
+ * Index buffers are any C-contiguous buffers of 8-byte items (numpy int64
+ * or uint64 arrays, array('q')); numpy is not needed to build this file.
+ * Everything that touches records or loops over indices runs with the GIL
+ * released; only argument parsing holds it.
+ */
+#include "bcpy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The buffer of `obj` as 8-byte items: count in *n.  -1 with an exception. */
+static int index_buffer(PyObject *obj, Py_buffer *view, int flags, size_t *n,
+                        const char *what) {
+  if (PyObject_GetBuffer(obj, view, flags | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+    return -1;
+  const char *f = view->format != NULL ? view->format : "B";
+  if (*f == '<' || *f == '=' || *f == '@') f++;
+  bool ok = view->itemsize == 8 && strlen(f) == 1 && strchr("qQlL", *f) != NULL;
+  if (!ok) {
+    PyErr_Format(PyExc_TypeError, "%s must be a contiguous buffer of 64-bit integers", what);
+    PyBuffer_Release(view);
+    return -1;
+  }
+  *n = (size_t)(view->len / 8);
+  return 0;
+}
+
+/* ---- _gather ----------------------------------------------------------------------- */
+
+/* One failure of a round, found without the GIL. */
+typedef struct {
+  int rc;       /* 0, a BC_E* code, or 1: a record of the wrong size */
+  int sys_errno;
+  int64_t index; /* the index that failed (sizes) */
+  size_t size;   /* its size */
+  char *message; /* malloc'd bc_errmsg() for rc < 0 */
+} gather_failure;
+
+/* Reads one round into st->bufs and copies it into rows (no GIL).  On a
+ * batch failure the records are read one by one so the error names the
+ * first failing index, as bulk.c does. */
+static void gather_round(bc_seq *seq, bcpy_stage *st, size_t m, unsigned char *rows,
+                         size_t row_size, gather_failure *f) {
+  int rc = bc_seq_get_many(seq, st->idx, m, st->bufs);
+  if (rc != 0) {
+    size_t k = 0;
+    int one = 0;
+    for (; k < m && one == 0; k++) one = bc_seq_get(seq, st->idx[k], &st->bufs[k]);
+    char msg[1100];
+    if (one != 0)
+      snprintf(msg, sizeof msg, "index %lld: %s", (long long)st->idx[k - 1], bc_errmsg());
+    else
+      snprintf(msg, sizeof msg, "%s", bc_errmsg());
+    f->rc = one != 0 ? one : rc;
+    f->sys_errno = bc_errno();
+    f->message = strdup(msg);
+    return;
+  }
+  for (size_t k = 0; k < m; k++) {
+    if (st->bufs[k].size != row_size) {
+      f->rc = 1;
+      f->index = st->idx[k];
+      f->size = st->bufs[k].size;
+      return;
+    }
+    if (row_size > 0) memcpy(rows + k * row_size, st->bufs[k].data, row_size);
+  }
+}
+
+static PyObject *train_gather(PyObject *mod, PyObject *args) {
+  (void)mod;
+  PyObject *src, *idx_obj, *out_obj;
+  if (!PyArg_ParseTuple(args, "OOO:_gather", &src, &idx_obj, &out_obj)) return NULL;
+  Py_buffer iv = {0}, ov = {0};
+  bcpy_stage *st = NULL;
+  PyObject *result = NULL;
+  size_t n = 0;
+  bc_seq *seq = bcpy_record_seq(src);
+  if (seq == NULL) return NULL;
+  if (index_buffer(idx_obj, &iv, PyBUF_SIMPLE, &n, "indices") < 0) goto cleanup;
+  if (PyObject_GetBuffer(out_obj, &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto cleanup;
+  if (n == 0 ? ov.len != 0 : ov.len % (Py_ssize_t)n != 0) {
+    PyErr_Format(PyExc_ValueError,
+                 "the output buffer (%zd bytes) does not hold %zu equal rows", ov.len, n);
+    goto cleanup;
+  }
+  size_t row_size = n == 0 ? 0 : (size_t)ov.len / n;
+  const int64_t *idx = iv.buf;
+  unsigned char *rows = ov.buf;
+  if ((st = bcpy_stage_take()) == NULL) goto cleanup;
+  gather_failure f = {0};
+  for (size_t off = 0; off < n && f.rc == 0;) {
+    size_t m = bcpy_stage_next(st, n - off, false);
+    memcpy(st->idx, idx + off, m * sizeof *idx);
+    Py_BEGIN_ALLOW_THREADS
+    gather_round(seq, st, m, rows + off * row_size, row_size, &f);
+    Py_END_ALLOW_THREADS
+    bcpy_stage_done(st, m);
+    off += m;
+  }
+  if (f.rc == 1) {
+    PyErr_Format(PyExc_ValueError,
+                 "record %lld has %zu bytes, not the row size %zu (variable-size "
+                 "records need a collate function)",
+                 (long long)f.index, f.size, row_size);
+  } else if (f.rc != 0) {
+    bcpy_raise_errno(f.rc, f.sys_errno, f.message != NULL ? f.message : "read failed");
+  } else {
+    result = Py_NewRef(Py_None);
+  }
+  free(f.message);
+cleanup:
+  if (st != NULL) bcpy_stage_give(st);
+  if (iv.obj != NULL) PyBuffer_Release(&iv);
+  if (ov.obj != NULL) PyBuffer_Release(&ov);
+  /* The last reference to a LoadIt's sequence may close its cache. */
+  Py_BEGIN_ALLOW_THREADS
+  bc_seq_unref(seq);
+  Py_END_ALLOW_THREADS
+  return result;
+}
+
+/* ---- index streams ------------------------------------------------------------------ */
+
+/* A leaf of length n that is never read: the shuffle view over it is only
+ * resolved, never fetched from. */
+static int never_get(void *payload, uint64_t index, bc_buf *out) {
+  (void)payload;
+  (void)index;
+  (void)out;
+  return bc_set_errmsg(BC_EINVAL, "an index-only sequence has no records");
+}
+
+static PyObject *train_epoch_indices(PyObject *mod, PyObject *args) {
+  (void)mod;
+  unsigned long long n, seed, start, stride;
+  PyObject *out_obj;
+  if (!PyArg_ParseTuple(args, "KKKKO:_epoch_indices", &n, &seed, &start, &stride, &out_obj))
+    return NULL;
+  Py_buffer ov;
+  size_t count;
+  if (index_buffer(out_obj, &ov, PyBUF_WRITABLE, &count, "out") < 0) return NULL;
+  PyObject *result = NULL;
+  /* The last position, start + (count - 1) * stride, must be below n. */
+  if (count > 0 && (stride == 0 || start >= n || (count - 1) > (n - 1 - start) / stride)) {
+    PyErr_Format(PyExc_IndexError,
+                 "%zu positions from %llu by %llu are not all inside an epoch of %llu", count,
+                 start, stride, n);
+    goto cleanup;
+  }
+  if (count == 0) {
+    result = Py_NewRef(Py_None);
+    goto cleanup;
+  }
+  bc_callback_seq_options o = {0};
+  o.fixed_length = (bc_len){BC_LEN_EXACT, n};
+  o.get = never_get;
+  o.thread_safe = true;
+  bc_seq *leaf = NULL, *shuffled = NULL;
+  int rc = bc_seq_new_callbacks(&leaf, &o);
+  if (rc == 0) rc = bc_seq_shuffle(&shuffled, leaf, seed);
+  int64_t *v = ov.buf;
+  Py_BEGIN_ALLOW_THREADS
+  for (size_t k = 0; k < count && rc == 0; k++) {
+    bc_seq *l;
+    uint64_t li;
+    rc = bc_seq_resolve(shuffled, (int64_t)(start + k * stride), &l, &li);
+    v[k] = (int64_t)li;
+  }
+  Py_END_ALLOW_THREADS
+  bc_seq_unref(shuffled);
+  bc_seq_unref(leaf);
+  if (rc != 0) {
+    bcpy_raise(rc, NULL);
+    goto cleanup;
+  }
+  result = Py_NewRef(Py_None);
+cleanup:
+  PyBuffer_Release(&ov);
+  return result;
+}
+
+/* splitmix64's finaliser: a bijection of 64-bit values that mixes well. */
+static inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+/* The 128-bit product a * b as (high, low) words. */
+static inline void mul128(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo) {
+#ifdef __SIZEOF_INT128__
+  unsigned __int128 m = (unsigned __int128)a * b;
+  *hi = (uint64_t)(m >> 64);
+  *lo = (uint64_t)m;
+#else
+  uint64_t al = a & 0xffffffffu, ah = a >> 32, bl = b & 0xffffffffu, bh = b >> 32;
+  uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
+  uint64_t mid = (ll >> 32) + (lh & 0xffffffffu) + (hl & 0xffffffffu);
+  *lo = (mid << 32) | (ll & 0xffffffffu);
+  *hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+#endif
+}
+
+/* A uniform draw from [0, n) for stream position p: Lemire's multiply-shift
+ * with rejection of the biased low products, re-mixing the word on each
+ * rejection, so the result is exactly uniform given uniform words. */
+static uint64_t iid_draw(uint64_t n, uint64_t seed, uint64_t p) {
+  uint64_t x = mix64(mix64(seed) ^ mix64(p + 0x9e3779b97f4a7c15ULL));
+  uint64_t threshold = (0 - n) % n;
+  for (;;) {
+    uint64_t hi, lo;
+    mul128(x, n, &hi, &lo);
+    if (lo >= threshold) return hi;
+    x = mix64(x + 0x9e3779b97f4a7c15ULL);
+  }
+}
+
+static PyObject *train_iid_indices(PyObject *mod, PyObject *args) {
+  (void)mod;
+  unsigned long long n, seed, start, stride;
+  PyObject *out_obj;
+  if (!PyArg_ParseTuple(args, "KKKKO:_iid_indices", &n, &seed, &start, &stride, &out_obj))
+    return NULL;
+  Py_buffer ov;
+  size_t count;
+  if (index_buffer(out_obj, &ov, PyBUF_WRITABLE, &count, "out") < 0) return NULL;
+  if (n == 0 && count > 0) {
+    PyBuffer_Release(&ov);
+    PyErr_SetString(PyExc_ValueError, "no indices can be drawn from an empty dataset");
+    return NULL;
+  }
+  int64_t *v = ov.buf;
+  Py_BEGIN_ALLOW_THREADS
+  for (size_t k = 0; k < count; k++) v[k] = (int64_t)iid_draw(n, seed, start + k * stride);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&ov);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef train_methods[] = {
+    {"_gather", train_gather, METH_VARARGS,
+     "_gather(seq, indices, out): seq's raw records at indices into the rows of out."},
+    {"_epoch_indices", train_epoch_indices, METH_VARARGS,
+     "_epoch_indices(n, seed, start, stride, out): shuffle(range(n), seed)[start::stride] "
+     "into out."},
+    {"_iid_indices", train_iid_indices, METH_VARARGS,
+     "_iid_indices(n, seed, start, stride, out): uniform draws from [0, n) at stream "
+     "positions start, start+stride, ..."},
+    {NULL, NULL, 0, NULL}};
+
+int bcpy_train_init(PyObject *mod) { return PyModule_AddFunctions(mod, train_methods); }
