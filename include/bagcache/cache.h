@@ -126,7 +126,11 @@ typedef struct bc_cache_options {
    * NULL: the next prefetch_shards shards after the opened one. */
   bc_prefetch_fn prefetch;
   void *prefetch_payload;
-  int prefetch_shards;    /* for the default policy; 0 = 1, -1 = none */
+  int prefetch_shards;    /* for the default policy; 0 = 1, -1 = none.
+                             With a custom `prefetch`, the most shards it
+                             fills ahead (-1: none; 0: not stated, taken
+                             as fill_workers): only the smallest workable
+                             disk limit uses it */
   bool preload_all;       /* drain the whole source in the background */
   const char *info_json;  /* user info (any JSON text) for metadata.json;
                              NULL keeps what is there */

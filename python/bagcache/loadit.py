@@ -164,6 +164,15 @@ def preload_next_shard(loader, idx):
     return [[start + k * msl] for k in range(1, _default_ahead(loader.max_workers) + 1)]
 
 
+def _prefetch_depth(preload_fn, max_workers):
+    """How many shards ahead preload_fn fills, for the engine's smallest
+    workable disk limit: the default's depth, none for None, and not known
+    (0: the engine assumes max_workers) for a function of the user's."""
+    if preload_fn is preload_next_shard:
+        return _default_ahead(max_workers)
+    return -1 if preload_fn is None else 0
+
+
 ShardInfo = _collections.namedtuple("ShardInfo", ["path", "start", "end", "size"])
 
 # ---- argument handling -----------------------------------------------------------
@@ -590,6 +599,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
                       else _progress.Hook(root, progress)),
             seekable=bool(seekable and create_iter is not None),
             max_passes=max_passes or 0,
+            prefetch_shards=_prefetch_depth(p["preload_fn"], max_workers),
         )
         self._open(core)
         _live.add(core)

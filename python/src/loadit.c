@@ -558,7 +558,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                            "shard_bytes", "max_open_shards", "fill_workers",
                            "thread_safe", "disk_limit", "zstd_level", "preload_all",
                            "info_json", "known_length", "file_mode", "make_parents",
-                           "progress", "seekable", "max_passes", NULL};
+                           "progress", "seekable", "max_passes", "prefetch_shards", NULL};
   PyObject *root, *create_iter, *dumps = Py_None, *dumps_args = Py_None, *loads = Py_None;
   PyObject *level = Py_None;
   unsigned long long shard_records = 0, shard_bytes = 0, disk_limit = 0;
@@ -568,14 +568,14 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   unsigned int file_mode = 0;
   int make_parents = 0;
   PyObject *progress = Py_None;
-  int seekable = 0, max_passes = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpOpi:_CacheCore", kwlist,
+  int seekable = 0, max_passes = 0, prefetch_shards = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpOpii:_CacheCore", kwlist,
                                    &root, &create_iter, &dumps, &dumps_args, &loads,
                                    &shard_records,
                                    &shard_bytes, &max_open, &workers, &thread_safe,
                                    &disk_limit, &level, &preload_all, &info,
                                    &known_length, &file_mode, &make_parents, &progress,
-                                   &seekable, &max_passes))
+                                   &seekable, &max_passes, &prefetch_shards))
     return NULL;
   if (progress != Py_None && !PyCallable_Check(progress)) {
     PyErr_SetString(PyExc_TypeError, "progress must be callable or None");
@@ -617,6 +617,9 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   o.file_mode = file_mode;
   o.make_parents = make_parents;
   o.max_passes = max_passes;
+  /* The depth of the Python policy (set after the open): the smallest
+   * workable disk limit counts it. */
+  o.prefetch_shards = prefetch_shards < -1 ? -1 : prefetch_shards;
 
   const char *root_s = PyUnicode_AsUTF8(root);
   if (root_s == NULL) return NULL;

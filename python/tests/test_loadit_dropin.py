@@ -197,3 +197,30 @@ def test_finalize_uses_the_last_shard_present(tmp_path):
     empty.finalize()
     assert len(empty) == 0 and list(empty) == []
 
+
+
+# ---- the smallest workable limit counts the prefetch depth in use ---------------------
+
+
+def test_loadit_suite_limit_of_ten_shards_with_ten_workers(tmp_path):
+    # loadit's own fixtures: memory_limit of 10 shards, max_workers=10.  The
+    # default preload_fn fills max_workers // 2 = 5 shards ahead: 7 shards
+    # are workable, 10 are plenty.
+    rec = 1000
+    shard = 64 * (rec + 8)
+    make = lambda: (bytes([i % 251]) * rec for i in range(2000))  # noqa: E731
+    loader = LoadIt(str(tmp_path / "a"), make, max_shard_length=64, max_workers=10,
+                    iterator_thread_safe=True, memory_limit=10 * shard, serializer="raw")
+    rng = np.random.default_rng(3)
+    for i in rng.integers(0, 2000, 60).tolist():
+        assert loader[i] == bytes([i % 251]) * rec
+        assert loader.shards.size() <= 10 * shard
+    assert len(loader) == 2000 and loader[-10] == bytes([1990 % 251]) * rec
+    loader.close()
+    # A preload_fn of the user's may fill up to max_workers shards: 12 needed.
+    custom = LoadIt(str(tmp_path / "b"), make, max_shard_length=64, max_workers=10,
+                    iterator_thread_safe=True, memory_limit=10 * shard, serializer="raw",
+                    preload_fn=lambda loader, i: [])
+    with pytest.raises(ValueError, match="smallest workable limit"):
+        custom[0]
+    custom.close()

@@ -235,10 +235,19 @@ def test_a_limit_too_small_is_refused(tmp_path):
                        "\\(one being read, one being filled, 1 prefetched\\)"):
         LoadIt(root, src.plain(), max_shard_length=MSL, serializer="raw",
                memory_limit=3 * size - 1)
-    # Two fill workers prefetch two shards: four are needed.
+    # Six fill workers: the default preload_fn fills max_workers // 2 = 3
+    # shards ahead, so five are needed (and five do).
+    with pytest.raises(ValueError, match=f"smallest workable limit, {5 * size} bytes: "
+                       f"5 shards .*3 prefetched"):
+        LoadIt(root, src.plain(), max_shard_length=MSL, serializer="raw", max_workers=6,
+               iterator_thread_safe=True, memory_limit=5 * size - 1)
+    LoadIt(root, src.plain(), max_shard_length=MSL, serializer="raw", max_workers=6,
+           iterator_thread_safe=True, memory_limit=5 * size).close()
+    # A preload_fn of the user's may fill up to max_workers (2) shards: four.
     with pytest.raises(ValueError, match=f"smallest workable limit, {4 * size} bytes"):
         LoadIt(root, src.plain(), max_shard_length=MSL, serializer="raw", max_workers=2,
-               iterator_thread_safe=True, memory_limit=4 * size - 1)
+               iterator_thread_safe=True, memory_limit=4 * size - 1,
+               preload_fn=lambda loader, i: [])
     loader = LoadIt(root, src.plain(), max_shard_length=MSL, serializer="raw",
                     memory_limit=3 * size)
     assert loader.stats()["disk_limit"] == 3 * size

@@ -400,13 +400,17 @@ static int make_dirs(const char *path) {
 }
 
 unsigned bc__limit_shards(const bc_cache_options *o, unsigned *prefetched) {
-  unsigned ahead = 0;
-  int workers = o->fill_workers > 0 ? o->fill_workers : 1;
-  if (o->prefetch != NULL || o->preload_all) ahead = (unsigned)workers;
-  if (o->prefetch == NULL && o->prefetch_shards >= 0) {
-    unsigned want = o->prefetch_shards ? (unsigned)o->prefetch_shards : 1;
-    if (want > ahead) ahead = want;
-  }
+  /* What may be filled ahead while one shard is read and another filled:
+   * preload_all up to fill_workers; the default policy prefetch_shards
+   * (0 = 1, -1 = none); a custom policy the depth it states there (> 0),
+   * none (-1), or up to fill_workers (0: not stated). */
+  unsigned workers = o->fill_workers > 0 ? (unsigned)o->fill_workers : 1;
+  unsigned ahead = o->preload_all ? workers : 0;
+  unsigned policy = o->prefetch_shards < 0   ? 0
+                    : o->prefetch_shards > 0 ? (unsigned)o->prefetch_shards
+                    : o->prefetch != NULL    ? workers
+                                             : 1;
+  if (policy > ahead) ahead = policy;
   if (prefetched) *prefetched = ahead;
   return 2 + ahead;
 }
