@@ -527,7 +527,7 @@ static void test_fork_recreates_pool(void **state) {
 
 /* Forks while other threads keep the pool busy: the child must not
  * inherit a pool lock held by a thread that does not exist in it. */
-#ifndef TU_ASAN
+#if !defined(TU_ASAN) && !defined(TU_TSAN)
 typedef struct busy_arg {
   const bc_bag *bag;
   const tu_records *model;
