@@ -18,6 +18,7 @@ ROWS = (
     ("(numpy in-memory X[idx])", "numpy memmap X[idx] (floor)", "-"),
     ("(bytes gather: per-row mmap slices, b''.join)", "numpy memmap X[idx] (floor)", "-"),
     ("(zstd alone: bc_bag_get_many .bagz, 4 threads)", "numpy memmap X[idx] (floor)", "-"),
+    ("(reader alone: bc_bag_get_many .bag, 4 threads)", "numpy memmap X[idx] (floor)", "-"),
     ("DataLoader ARDataset .bag, 4 workers", "numpy memmap X[idx] (floor)", ">= 0.8x"),
     ("DataLoader ARDataset .bagz, 4 workers",
      "(zstd alone: bc_bag_get_many .bagz, 4 threads)", ">= 0.8x"),
@@ -28,7 +29,7 @@ ROWS = (
      "(numpy memmap, np.load in the run)", "-"),
     ("(DataLoader .bag, 2 workers)", "numpy memmap X[idx] (floor)", "-"),
 )
-TORCH = 9  # the torch row: not measured with --no-torch
+TORCH = 10  # the torch row: not measured with --no-torch
 
 
 def test_train_bench_runs_on_tiny_sizes(tmp_path):

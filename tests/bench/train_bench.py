@@ -55,6 +55,8 @@ Rows:
                         in turn: the rate at which the records' zstd frames
                         come out on this machine, with no batch assembled
                         and no Python object per record.
+  (reader alone)        the same over the .bag: what bagcache's C reader
+                        costs before the batch is assembled.
   DataLoader .bag       bagcache.DataLoader(ARDataset.from_sequence(the
                         .bag Reader, uint8, (32, 32, 3)), num_workers=W,
                         batch_size=B, mode=IID, seed=seed):
@@ -332,10 +334,12 @@ def main():
         readers = {k: bagcache.Reader(s) for k, s in specs.items()}
         closers += [r.close for r in readers.values() if hasattr(r, "close")]
         parallelism = min(100, 4 * (os.cpu_count() or 1))
-        cbag = CBag(lib_path, specs["bagz"], parallelism)
-        closers.append(cbag.close)
+        cbags = {}
+        for k in dirs:
+            cbags[k] = CBag(lib_path, specs[k], parallelism)
+            closers.append(cbags[k].close)
         all_bufs = []
-        closers.append(lambda: [cbag.release(o) for o in all_bufs])
+        closers.append(lambda: [cbags["bag"].release(o) for o in all_bufs])
         with open(npy, "rb") as fh:
             npy_map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         closers.append(npy_map.close)
@@ -377,22 +381,29 @@ def main():
 
         # W sets of batch-size buffers, filled once before timing so they
         # hold their capacity: each batch borrows one set.
+        # (The buffers are the caller's: either bag may fill them, and
+        # either library handle may release them.)
         free = queue.SimpleQueue()
         for _ in range(a.workers):
             outs = (BcBuf * a.batch_size)()
-            cbag.get_many(batches_u64[0], outs)
+            cbags["bagz"].get_many(batches_u64[0], outs)
             all_bufs.append(outs)
             free.put(outs)
 
-        def zstd_batch(b):
-            outs = free.get()
-            try:
-                cbag.get_many(b, outs)
-            finally:
-                free.put(outs)
+        def c_alone(kind):
+            cbag = cbags[kind]
 
-        def zstd_alone():
-            threaded(zstd_batch, batches_u64, a.workers)
+            def batch(b):
+                outs = free.get()
+                try:
+                    cbag.get_many(b, outs)
+                finally:
+                    free.put(outs)
+
+            def run():
+                threaded(batch, batches_u64, a.workers)
+
+            return run
 
         def dataloader(kind, fresh=False, workers=a.workers):
             def run():
@@ -432,9 +443,12 @@ def main():
         check("bytes gather", np.frombuffer(
             b"".join([npy_map[o:o + ROW_BYTES] for o in offsets[0]]),
             np.uint8).reshape(want.shape))
-        outs = all_bufs[0]
-        check("zstd alone", np.stack([np.frombuffer(ctypes.string_at(o.data, o.size), np.uint8)
-                                      for o in outs]).reshape(want.shape))
+        for kind in ("bagz", "bag"):
+            outs = all_bufs[0]
+            cbags[kind].get_many(batches_u64[0], outs)
+            check(f"bc_bag_get_many .{kind}",
+                  np.stack([np.frombuffer(ctypes.string_at(o.data, o.size), np.uint8)
+                            for o in outs]).reshape(want.shape))
         for kind in dirs:
             with DataLoader(ARDataset(dirs[kind]), None, num_workers=a.workers,
                             batch_size=a.batch_size, mode=Sampler.Mode.IID,
@@ -448,7 +462,8 @@ def main():
 
         runs = {"numpy memmap": numpy_memmap, "numpy fresh": numpy_fresh,
                 "numpy memory": numpy_memory,
-                "bytes gather": bytes_gather, "zstd alone": zstd_alone,
+                "bytes gather": bytes_gather, "zstd alone": c_alone("bagz"),
+                "reader alone": c_alone("bag"),
                 "DataLoader .bag": dataloader("bag"), "DataLoader .bagz": dataloader("bagz"),
                 "DataLoader fresh": dataloader("bag", fresh=True),
                 "DataLoader 2": dataloader("bag", workers=2),
@@ -479,6 +494,7 @@ def main():
         "numpy memory": "(numpy in-memory X[idx])",
         "bytes gather": "(bytes gather: per-row mmap slices, b''.join)",
         "zstd alone": f"(zstd alone: bc_bag_get_many .bagz, {a.workers} threads)",
+        "reader alone": f"(reader alone: bc_bag_get_many .bag, {a.workers} threads)",
         "DataLoader .bag": f"DataLoader ARDataset .bag, {a.workers} workers",
         "DataLoader .bagz": f"DataLoader ARDataset .bagz, {a.workers} workers",
         "DataLoader fresh": f"(DataLoader .bag, ARDataset(path) in the run, {a.workers} workers)",
@@ -491,6 +507,7 @@ def main():
     plan = [("numpy memmap", None, None), ("numpy fresh", "numpy memmap", None),
             ("numpy memory", "numpy memmap", None),
             ("bytes gather", "numpy memmap", None), ("zstd alone", "numpy memmap", None),
+            ("reader alone", "numpy memmap", None),
             ("DataLoader .bag", "numpy memmap", 0.8), ("DataLoader .bagz", "zstd alone", 0.8),
             ("DataLoader .bag", "loaderx .bag", 3.0), ("DataLoader .bagz", "loaderx .bagz", 3.0),
             ("DataLoader .bag", "torch", 3.0),
