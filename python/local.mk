@@ -48,6 +48,7 @@ BC_PY_TEST_FILES = \
 	python/tests/test_bagz_concurrency.py \
 	python/tests/test_bagz_build.py \
 	python/tests/test_bench_quick.py \
+	python/tests/test_train_bench_quick.py \
 	python/tests/test_cache_demo.py \
 	python/tests/test_batch_reads.py \
 	python/tests/test_os_errors.py \

@@ -31,6 +31,15 @@ EXTRA_DIST += tests/bench/python_bench.py
 # make check runs it once with --quick (python/tests/test_bench_quick.py).
 EXTRA_DIST += tests/bench/regen_bench.py
 
+# bagcache.train's DataLoader (IID batches of 256 rows of 32x32x3 uint8
+# from .bag and .bagz) against numpy memmap fancy indexing, zstd alone, a
+# loaderx-style loader and torch's DataLoader (doc/performance.md,
+# "Training loops"):
+#   cd build && PYTHONPATH=python/pkg python3 ../tests/bench/train_bench.py
+# make check runs it once with --quick --no-torch
+# (python/tests/test_train_bench_quick.py).
+EXTRA_DIST += tests/bench/train_bench.py
+
 # Results, baselines and how to reproduce them.
 dist_doc_DATA += doc/performance.md
 

@@ -1,0 +1,58 @@
+"""tests/bench/train_bench.py keeps working: on tiny sizes (--quick, without
+torch's row, whose import and worker processes take seconds) it must
+finish, print every row in order, and find every loader's first batch
+equal to numpy's X[idx] (it exits 1 otherwise).  Its timings are not
+checked here; that is what the program is for (doc/performance.md,
+"Training loops")."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+# (row, baseline, target) of each line of the table, in order.
+ROWS = (
+    ("numpy memmap X[idx] (floor)", "-", "-"),
+    ("(numpy memmap, np.load in the run)", "numpy memmap X[idx] (floor)", "-"),
+    ("(numpy in-memory X[idx])", "numpy memmap X[idx] (floor)", "-"),
+    ("(bytes gather: per-row mmap slices, b''.join)", "numpy memmap X[idx] (floor)", "-"),
+    ("(zstd alone: bc_bag_get_many .bagz, 4 threads)", "numpy memmap X[idx] (floor)", "-"),
+    ("(reader alone: bc_bag_get_many .bag, 4 threads)", "numpy memmap X[idx] (floor)", "-"),
+    ("DataLoader ARDataset .bag, 4 workers", "numpy memmap X[idx] (floor)", ">= 0.8x"),
+    ("DataLoader ARDataset .bagz, 4 workers",
+     "(zstd alone: bc_bag_get_many .bagz, 4 threads)", ">= 0.8x"),
+    ("DataLoader ARDataset .bag, 4 workers", "loaderx-style r[i] .bag, 4 threads", ">= 3x"),
+    ("DataLoader ARDataset .bagz, 4 workers", "loaderx-style r[i] .bagz, 4 threads", ">= 3x"),
+    ("DataLoader ARDataset .bag, 4 workers", "torch DataLoader r[i] .bag, 2 workers", ">= 3x"),
+    ("(DataLoader .bag, ARDataset(path) in the run, 4 workers)",
+     "(numpy memmap, np.load in the run)", "-"),
+    ("(DataLoader .bag, 2 workers)", "numpy memmap X[idx] (floor)", "-"),
+)
+TORCH = 10  # the torch row: not measured with --no-torch
+
+
+def test_train_bench_runs_on_tiny_sizes(tmp_path):
+    pytest.importorskip("numpy")
+    srcdir, builddir = os.environ.get("BC_SRCDIR"), os.environ.get("BC_BUILDDIR")
+    if srcdir is None or builddir is None:
+        pytest.skip("not run by make check")
+    bench = os.path.join(srcdir, "tests", "bench", "train_bench.py")
+    proc = subprocess.run(
+        [sys.executable, bench, "--build", builddir, "--quick", "--no-torch",
+         "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    cells = [[c.strip() for c in line[2:-2].split(" | ")] for line in table]
+    assert cells[0] == ["row", "batches/s", "MB/s", "baseline", "batches/s", "MB/s", "ratio",
+                        "CPU ratio", "target", "ok"]
+    body = cells[1:]
+    assert [(c[0], c[3], c[8]) for c in body] == list(ROWS), proc.stdout
+    for k, c in enumerate(body):
+        # batches/s and MB/s agree: 8 batches of 64 rows of 3,072 bytes.
+        if k == TORCH:
+            assert c[6] == "n/a (--no-torch)" and c[4] == c[5] == ""
+            continue
+        bps, mbs = float(c[1].replace(",", "")), float(c[2].replace(",", ""))
+        assert bps > 0 and mbs == pytest.approx(bps * 64 * 3072 / 1e6, rel=1e-3, abs=0.1)

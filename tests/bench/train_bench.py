@@ -1,0 +1,543 @@
+#!/usr/bin/env python3
+"""train_bench - bagcache.train's DataLoader (rows gathered in C into a
+numpy batch) against the floors under it and the Python loaders it
+replaces, all measured in the same run.  Prints a table; it is not a test
+and never fails on timings (exit 1 only if a loader returns other rows
+than numpy does, 2 on bad usage).
+
+    cd build && PYTHONPATH=python/pkg python3 ../tests/bench/train_bench.py
+    python3 tests/bench/train_bench.py --build build [--quick]
+
+Options: --build DIR (the build tree: python/pkg and .libs/libbagcache.so;
+default $BC_BUILDDIR or the current directory), --rows N (100,000),
+--batches N (batches per run, 200), --batch-size B (256), --workers W
+(the thread loaders' num_workers, 4), --torch-workers W (2), --repeat R
+(5), --seed S (0), --dir DIR (where the data goes; default a new
+temporary directory), --no-torch (leave torch's row out), --quick (2,000
+rows, 8 batches of 64, one repeat).
+
+Data: N rows of 32x32x3 uint8 (3,072 bytes; numpy's default_rng(seed),
+uniform bytes, so zstd stores them raw), written with bagcache.converter
+to DIR/bag (compression "none": .bag shards of 4,096 rows) and DIR/bagz
+(zstd, one frame per record), and with numpy.save to DIR/data.npy, opened
+with np.load(mmap_mode="r").  Every file is read once before timing (page
+cache warm).  The index batches are drawn once, from
+Sampler(N, B, mode=IID, seed=seed) (uniform with replacement); every row
+reads exactly these batches (the DataLoader with the same seed draws the
+same ones; the first batch of every loader is checked against numpy's).
+A run reads --batches batches and drops each when the next arrives, as a
+training step would; the loaders are made inside the timed run (thread
+loaders start their threads; torch's workers are started once before
+timing, persistent_workers=True).  The files stay open from run to run
+(the .npy's np.load, one Reader per format under every loader, a
+training loop's dataset across epochs): a mapping opened anew faults in
+each page it touches, which costs as much as the copy itself, so a row
+opening its files inside the run is compared only with another that does.  Each run of every row, R times, in
+turn: the table shows medians, batches/s and MB/s (10^6 bytes of rows per
+second), the ratio of the subject's rate to its baseline's, and the ratio
+of their CPU times (the process's, all threads: steadier than the wall
+clock on a shared machine; n/a for torch, whose workers are processes).
+
+Rows:
+  numpy memmap X[idx]   the floor: fancy indexing of the memory-mapped .npy
+                        with each batch, on the calling thread.
+  (numpy np.load in the run)
+                        X[idx] on a memmap opened by np.load in the run.
+  (numpy in memory)     X[idx] on the array in memory (information).
+  (bytes gather)        per row, a bytes slice of an mmap of the .npy,
+                        then b"".join into the batch: the Python floor of
+                        any loader that touches each row in Python.
+  (zstd alone)          bagcache's C reader decompressing each batch's
+                        records of the .bagz into 256 preallocated buffers
+                        reused from batch to batch (bc_bag_get_many through
+                        ctypes, GIL released, the Reader's default
+                        parallelism), on W Python threads taking batches
+                        in turn: the rate at which the records' zstd frames
+                        come out on this machine, with no batch assembled
+                        and no Python object per record.
+  (reader alone)        the same over the .bag: what bagcache's C reader
+                        costs before the batch is assembled.
+  DataLoader .bag       bagcache.DataLoader(ARDataset.from_sequence(the
+                        .bag Reader, uint8, (32, 32, 3)), num_workers=W,
+                        batch_size=B, mode=IID, seed=seed):
+                        against numpy memmap X[idx] (target >= 0.8x), the
+                        loaderx-style loader (>= 3x) and torch's (>= 3x).
+  DataLoader .bagz      the same over DIR/bagz: against zstd alone
+                        (>= 0.8x) and the loaderx-style loader on .bagz
+                        (>= 3x).
+  (DataLoader, ARDataset(path) in the run)
+                        DataLoader(ARDataset(DIR/bag)) made in the run:
+                        against numpy's np.load in the run.
+  (DataLoader, 2 workers)
+                        the .bag row with num_workers=2 (information).
+  loaderx-style         W Python threads (a ThreadPoolExecutor, W batches
+                        in flight, delivered in order, as loaderx's
+                        DataLoader) calling a dataset's __getitems__ that
+                        does np.stack([np.frombuffer(r[i], np.uint8) ...])
+                        row by row through a bagcache.Reader.
+  torch DataLoader      torch.utils.data.DataLoader over a map-style dataset
+                        whose __getitem__ is np.frombuffer(r[i]) reshaped
+                        (a Reader opened in each worker process),
+                        num_workers=2, batch_size=B, the batches' indices
+                        as its sampler, default collate (a uint8 tensor).
+"""
+
+import argparse
+import collections
+import concurrent.futures
+import ctypes
+import mmap
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import queue
+import time
+
+ROW_SHAPE = (32, 32, 3)
+ROW_BYTES = 32 * 32 * 3
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", default=os.environ.get("BC_BUILDDIR", "."))
+    p.add_argument("--rows", type=int, default=100_000)
+    p.add_argument("--batches", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--torch-workers", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dir")
+    p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args()
+    if a.quick:
+        a.rows, a.batches, a.batch_size, a.repeat = 2_000, 8, 64, 1
+    if min(a.rows, a.batches, a.batch_size, a.workers, a.repeat) < 1 or a.torch_workers < 0:
+        p.error("sizes must be >= 1")
+    return a
+
+
+# ---- the C library through ctypes (as python_bench.py) ---------------------------
+
+
+class BcBuf(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("size", ctypes.c_size_t),
+                ("capacity", ctypes.c_size_t)]
+
+
+class BcReaderOptions(ctypes.Structure):
+    _fields_ = [
+        ("sharding_layout", ctypes.c_int),
+        ("limits_placement", ctypes.c_int),
+        ("limits_storage", ctypes.c_int),
+        ("compression", ctypes.c_int),
+        ("dictionary", ctypes.c_void_p),
+        ("dictionary_size", ctypes.c_size_t),
+        ("access_pattern", ctypes.c_int),
+        ("cache_policy", ctypes.c_int),
+        ("max_parallelism", ctypes.c_int),
+        ("max_record_size", ctypes.c_uint64),
+    ]
+
+
+class CBag:
+    """bc_bag_open / bc_bag_get_many / bc_bag_close through ctypes (ctypes
+    releases the GIL around each call)."""
+
+    def __init__(self, lib_path, spec, parallelism):
+        lib = ctypes.CDLL(lib_path)
+        lib.bc_bag_open.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
+                                    ctypes.POINTER(BcReaderOptions)]
+        lib.bc_bag_get_many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                        ctypes.POINTER(BcBuf)]
+        lib.bc_buf_release.argtypes = [ctypes.POINTER(BcBuf)]
+        lib.bc_bag_close.argtypes = [ctypes.c_void_p]
+        lib.bc_errmsg.restype = ctypes.c_char_p
+        self.lib = lib
+        opts = BcReaderOptions()  # zeros = BC_READER_OPTIONS_INIT
+        opts.max_parallelism = parallelism
+        self.bag = ctypes.c_void_p()
+        if lib.bc_bag_open(ctypes.byref(self.bag), spec.encode(), ctypes.byref(opts)) != 0:
+            raise RuntimeError("bc_bag_open: " + lib.bc_errmsg().decode())
+
+    def get_many(self, indices, outs):
+        """indices: a C-contiguous uint64 numpy array."""
+        if self.lib.bc_bag_get_many(self.bag, indices.ctypes.data, len(indices), outs) != 0:
+            raise RuntimeError("bc_bag_get_many: " + self.lib.bc_errmsg().decode())
+
+    def release(self, outs):
+        for k in range(len(outs)):
+            self.lib.bc_buf_release(ctypes.byref(outs[k]))
+
+    def close(self):
+        self.lib.bc_bag_close(self.bag)
+
+
+def ensure_static_tls():
+    """Re-executes with more static TLS for dlopen: the extension and
+    libbagcache.so loaded through ctypes each take a copy of the library's
+    initial-exec TLS block (python_bench.py explains)."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if "glibc.rtld.optional_static_tls" in tunables or not sys.platform.startswith("linux"):
+        return
+    extra = "glibc.rtld.optional_static_tls=16384"
+    os.environ["GLIBC_TUNABLES"] = f"{tunables}:{extra}" if tunables else extra
+    os.execv(sys.executable, [sys.executable] + sys.argv)
+
+
+# ---- loaders ------------------------------------------------------------------------
+
+
+def threaded(fn, batches, workers):
+    """loaderx's scheme: `workers` threads, as many batches in flight,
+    fn(batch) results delivered in order; each dropped when the next
+    arrives.  Returns the last result."""
+    out = None
+    with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+        it = iter(batches)
+        q = collections.deque(ex.submit(fn, b) for _, b in zip(range(workers), it))
+        while q:
+            out = q.popleft().result()
+            nxt = next(it, None)
+            if nxt is not None:
+                q.append(ex.submit(fn, nxt))
+    return out
+
+
+class LoaderxStyle:
+    """A loaderx-style dataset: __getitems__ reads row by row through a
+    Reader and stacks the rows."""
+
+    def __init__(self, np, reader):
+        self.np, self.r = np, reader
+
+    def __getitems__(self, idx):
+        np, r = self.np, self.r
+        return np.stack([np.frombuffer(r[i], np.uint8).reshape(ROW_SHAPE) for i in idx])
+
+
+def torch_loader(a, np, bagcache, spec, batches):
+    import warnings
+
+    import torch.utils.data as tud
+
+    # Rows from np.frombuffer are read-only; default_collate copies them
+    # into the batch's tensor, so torch's warning about it is moot.  The
+    # filter is set before the workers fork, so they inherit it.
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+    class RowDataset(tud.Dataset):
+        """Map-style: r[i] per item, a Reader opened in each process."""
+
+        def __init__(self, spec, n):
+            self.spec, self.n, self.r, self.pid = spec, n, None, None
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, i):
+            if self.pid != os.getpid():
+                self.r, self.pid = bagcache.Reader(self.spec), os.getpid()
+            return np.frombuffer(self.r[i], np.uint8).reshape(ROW_SHAPE)
+
+    flat = [int(i) for b in batches for i in b]
+    return tud.DataLoader(RowDataset(spec, a.rows), batch_size=a.batch_size, sampler=flat,
+                          num_workers=a.torch_workers,
+                          persistent_workers=a.torch_workers > 0)
+
+
+# ---- timing and the table -----------------------------------------------------------
+
+
+def measure_all(repeat, runs):
+    """runs: {name: fn}; every fn once per round, in turn, `repeat` rounds.
+    Medians of (wall, process CPU) per name."""
+    times = {k: ([], []) for k in runs}
+    for _ in range(repeat):
+        for k, fn in runs.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            keep = fn()
+            times[k][0].append(time.perf_counter() - w0)
+            times[k][1].append(time.process_time() - c0)
+            del keep
+    return {k: (statistics.median(w), statistics.median(c)) for k, (w, c) in times.items()}
+
+
+def main():
+    a = parse_args()
+    ensure_static_tls()
+    build = os.path.abspath(a.build)
+    pkg = os.path.join(build, "python", "pkg")
+    if os.path.isdir(pkg):
+        sys.path.insert(0, pkg)
+    lib_path = os.path.join(build, ".libs", "libbagcache.so")
+    try:
+        import numpy as np
+
+        import bagcache
+        from bagcache.train import ARDataset, DataLoader, Sampler, converter
+    except ImportError as e:
+        print(f"train_bench: {e} (run from the build tree, or --build DIR)", file=sys.stderr)
+        return 2
+    if not os.path.exists(lib_path):
+        print(f"train_bench: {lib_path} is missing (--build DIR)", file=sys.stderr)
+        return 2
+    torch_why = None
+    if a.no_torch:
+        torch_why = "n/a (--no-torch)"
+    elif a.torch_workers == 0:
+        torch_why = "n/a (--torch-workers 0)"
+    else:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            torch_why = "n/a (torch not installed)"
+
+    tmp = a.dir or tempfile.mkdtemp(prefix="bagcache-trainbench.")
+    os.makedirs(tmp, exist_ok=True)
+    closers = []
+    try:
+        print(f"train_bench: {a.rows:,} rows of {ROW_BYTES:,} B, {a.batches} batches of "
+              f"{a.batch_size} per run, repeat {a.repeat}, in {tmp}", file=sys.stderr)
+        t0 = time.perf_counter()
+        x = np.random.default_rng(a.seed).integers(0, 256, size=(a.rows,) + ROW_SHAPE,
+                                                   dtype=np.uint8)
+        npy = os.path.join(tmp, "data.npy")
+        np.save(npy, x)
+        dirs = {"bag": os.path.join(tmp, "bag"), "bagz": os.path.join(tmp, "bagz")}
+        converter(x, dirs["bag"], replace=True, compression="none")
+        converter(x, dirs["bagz"], replace=True, compression="zstd")
+        files = [npy] + [os.path.join(d, f) for d in dirs.values() for f in os.listdir(d)]
+        sizes = {}
+        for f in files:  # page cache warm
+            with open(f, "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+            kind = os.path.basename(os.path.dirname(f)) if f != npy else "npy"
+            sizes[kind] = sizes.get(kind, 0) + os.path.getsize(f)
+        print(f"  (data written in {time.perf_counter() - t0:.1f} s: "
+              + ", ".join(f"{k} {v / 1e6:,.1f} MB" for k, v in sizes.items()) + ")",
+              file=sys.stderr)
+
+        sampler = Sampler(a.rows, a.batch_size, mode=Sampler.Mode.IID, seed=a.seed)
+        batches = [next(sampler).astype(np.int64) for _ in range(a.batches)]
+        batches_u64 = [b.astype(np.uint64) for b in batches]
+        xm = np.load(npy, mmap_mode="r")
+        x_mem = np.array(xm)
+        del x
+        want = x_mem[batches[0]]
+        shards = {k: len(os.listdir(d)) - 1 for k, d in dirs.items()}  # less meta.json
+        specs = {k: os.path.join(d, f"data@{shards[k]}.{k}") for k, d in dirs.items()}
+        readers = {k: bagcache.Reader(s) for k, s in specs.items()}
+        closers += [r.close for r in readers.values() if hasattr(r, "close")]
+        parallelism = min(100, 4 * (os.cpu_count() or 1))
+        cbags = {}
+        for k in dirs:
+            cbags[k] = CBag(lib_path, specs[k], parallelism)
+            closers.append(cbags[k].close)
+        all_bufs = []
+        closers.append(lambda: [cbags["bag"].release(o) for o in all_bufs])
+        with open(npy, "rb") as fh:
+            npy_map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        closers.append(npy_map.close)
+        header = len(npy_map) - a.rows * ROW_BYTES
+        offsets = [[header + int(i) * ROW_BYTES for i in b] for b in batches]
+
+        def check(name, got):
+            got = np.asarray(got)
+            if got.shape != want.shape or not np.array_equal(got, want):
+                print(f"train_bench: {name}: the first batch is not numpy's X[idx]",
+                      file=sys.stderr)
+                sys.exit(1)
+
+        # ---- the runs ----
+        def numpy_memmap():
+            out = None
+            for b in batches:
+                out = xm[b]
+            return out
+
+        def numpy_fresh():
+            xf = np.load(npy, mmap_mode="r")
+            out = None
+            for b in batches:
+                out = xf[b]
+            return out
+
+        def numpy_memory():
+            out = None
+            for b in batches:
+                out = x_mem[b]
+            return out
+
+        def bytes_gather():
+            out = None
+            for offs in offsets:
+                out = b"".join([npy_map[o:o + ROW_BYTES] for o in offs])
+            return out
+
+        # W sets of batch-size buffers, filled once before timing so they
+        # hold their capacity: each batch borrows one set.
+        # (The buffers are the caller's: either bag may fill them, and
+        # either library handle may release them.)
+        free = queue.SimpleQueue()
+        for _ in range(a.workers):
+            outs = (BcBuf * a.batch_size)()
+            cbags["bagz"].get_many(batches_u64[0], outs)
+            all_bufs.append(outs)
+            free.put(outs)
+
+        def c_alone(kind):
+            cbag = cbags[kind]
+
+            def batch(b):
+                outs = free.get()
+                try:
+                    cbag.get_many(b, outs)
+                finally:
+                    free.put(outs)
+
+            def run():
+                threaded(batch, batches_u64, a.workers)
+
+            return run
+
+        def dataloader(kind, fresh=False, workers=a.workers):
+            def run():
+                if fresh:
+                    ds = ARDataset(dirs[kind])
+                else:
+                    ds = ARDataset.from_sequence(readers[kind], np.uint8, ROW_SHAPE)
+                with DataLoader(ds, None, num_workers=workers, batch_size=a.batch_size,
+                                mode=Sampler.Mode.IID, seed=a.seed) as dl:
+                    out = None
+                    for _ in range(a.batches):
+                        out = next(dl)
+                return out
+
+            return run
+
+        def loaderx(kind):
+            ds = LoaderxStyle(np, readers[kind])
+
+            def run():
+                return threaded(ds.__getitems__, batches, a.workers)
+
+            return run
+
+        tl = None
+        if torch_why is None:
+            tl = torch_loader(a, np, bagcache, specs["bag"], batches)
+
+            def torch_run():
+                out = None
+                for out in tl:
+                    pass
+                return out
+
+        # Correctness first: every loader's first batch is numpy's.
+        check("numpy memmap", xm[batches[0]])
+        check("bytes gather", np.frombuffer(
+            b"".join([npy_map[o:o + ROW_BYTES] for o in offsets[0]]),
+            np.uint8).reshape(want.shape))
+        for kind in ("bagz", "bag"):
+            outs = all_bufs[0]
+            cbags[kind].get_many(batches_u64[0], outs)
+            check(f"bc_bag_get_many .{kind}",
+                  np.stack([np.frombuffer(ctypes.string_at(o.data, o.size), np.uint8)
+                            for o in outs]).reshape(want.shape))
+        for kind in dirs:
+            with DataLoader(ARDataset(dirs[kind]), None, num_workers=a.workers,
+                            batch_size=a.batch_size, mode=Sampler.Mode.IID,
+                            seed=a.seed) as dl:
+                check(f"DataLoader .{kind}", next(dl)["data"])
+            check(f"loaderx-style .{kind}", LoaderxStyle(np, readers[kind])
+                  .__getitems__(batches[0]))
+        if tl is not None:
+            first = next(iter(tl))  # starts the persistent workers
+            check("torch DataLoader", first.numpy())
+
+        runs = {"numpy memmap": numpy_memmap, "numpy fresh": numpy_fresh,
+                "numpy memory": numpy_memory,
+                "bytes gather": bytes_gather, "zstd alone": c_alone("bagz"),
+                "reader alone": c_alone("bag"),
+                "DataLoader .bag": dataloader("bag"), "DataLoader .bagz": dataloader("bagz"),
+                "DataLoader fresh": dataloader("bag", fresh=True),
+                "DataLoader 2": dataloader("bag", workers=2),
+                "loaderx .bag": loaderx("bag"), "loaderx .bagz": loaderx("bagz")}
+        if tl is not None:
+            runs["torch"] = torch_run
+        res = measure_all(a.repeat, runs)
+        if tl is not None:
+            del tl
+    finally:
+        for c in reversed(closers):
+            try:
+                c()
+            except Exception:  # noqa: BLE001 - cleanup only
+                pass
+        if not a.dir:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    nbytes = a.batches * a.batch_size * ROW_BYTES
+
+    def rate(k):
+        w = res[k][0]
+        return f"{a.batches / w:,.1f}", f"{nbytes / w / 1e6:,.1f}"
+
+    names = {
+        "numpy memmap": "numpy memmap X[idx] (floor)",
+        "numpy fresh": "(numpy memmap, np.load in the run)",
+        "numpy memory": "(numpy in-memory X[idx])",
+        "bytes gather": "(bytes gather: per-row mmap slices, b''.join)",
+        "zstd alone": f"(zstd alone: bc_bag_get_many .bagz, {a.workers} threads)",
+        "reader alone": f"(reader alone: bc_bag_get_many .bag, {a.workers} threads)",
+        "DataLoader .bag": f"DataLoader ARDataset .bag, {a.workers} workers",
+        "DataLoader .bagz": f"DataLoader ARDataset .bagz, {a.workers} workers",
+        "DataLoader fresh": f"(DataLoader .bag, ARDataset(path) in the run, {a.workers} workers)",
+        "DataLoader 2": "(DataLoader .bag, 2 workers)",
+        "loaderx .bag": f"loaderx-style r[i] .bag, {a.workers} threads",
+        "loaderx .bagz": f"loaderx-style r[i] .bagz, {a.workers} threads",
+        "torch": f"torch DataLoader r[i] .bag, {a.torch_workers} workers",
+    }
+    # (subject, baseline, target ratio or None for information)
+    plan = [("numpy memmap", None, None), ("numpy fresh", "numpy memmap", None),
+            ("numpy memory", "numpy memmap", None),
+            ("bytes gather", "numpy memmap", None), ("zstd alone", "numpy memmap", None),
+            ("reader alone", "numpy memmap", None),
+            ("DataLoader .bag", "numpy memmap", 0.8), ("DataLoader .bagz", "zstd alone", 0.8),
+            ("DataLoader .bag", "loaderx .bag", 3.0), ("DataLoader .bagz", "loaderx .bagz", 3.0),
+            ("DataLoader .bag", "torch", 3.0),
+            ("DataLoader fresh", "numpy fresh", None), ("DataLoader 2", "numpy memmap", None)]
+    head = ("row", "batches/s", "MB/s", "baseline", "batches/s", "MB/s", "ratio",
+            "CPU ratio", "target", "ok")
+    table = []
+    for sub, base, target in plan:
+        if base == "torch" and torch_why is not None:
+            table.append((names[sub], *rate(sub), names[base], "", "", torch_why, "",
+                          f">= {target:g}x", ""))
+            continue
+        if base is None:
+            table.append((names[sub], *rate(sub), "-", "", "", "-", "-", "-", ""))
+            continue
+        ratio = res[base][0] / res[sub][0]
+        cpu = "n/a" if base == "torch" else f"{res[base][1] / res[sub][1]:.2f}x"
+        table.append((names[sub], *rate(sub), names[base], *rate(base), f"{ratio:.2f}x",
+                      cpu, f">= {target:g}x" if target else "-",
+                      ("ok" if ratio >= target else "below") if target else ""))
+    print(f"bagcache {bagcache.__version__}, Python {sys.version.split()[0]}, numpy "
+          f"{np.__version__}, {os.cpu_count()} CPUs; {a.rows:,} rows of {ROW_BYTES:,} B, "
+          f"IID batches of {a.batch_size}, {a.batches} per run; medians of {a.repeat}")
+    print()
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in table:
+        print("| " + " | ".join(r) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
