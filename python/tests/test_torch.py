@@ -310,3 +310,21 @@ def test_two_gloo_ranks(tmp_path):
                 assert len(r0) == len(r1) == n // 2
             orders.append(r0 + r1)
         assert orders[0] != orders[1] != orders[2]
+
+
+def test_doc_example(tmp_path, monkeypatch):
+    """doc/python.md's torch example (a ```py block, which the doc tests
+    that need no torch leave alone), run as written."""
+    import re
+
+    srcdir = os.environ.get("BC_SRCDIR",
+                            os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    with open(os.path.join(srcdir, "doc", "python.md"), encoding="utf-8") as f:
+        text = f.read()
+    found = [b for b in re.findall(r"^```py\n(.*?)^```$", text, flags=re.M | re.S)
+             if "bagcache.torch" in b]
+    assert len(found) == 1
+    monkeypatch.chdir(tmp_path)
+    namespace = {"__name__": "__doc_example__"}
+    exec(compile(found[0], "doc/python.md (torch example)", "exec"), namespace)
+    assert namespace["batch"].shape == (100, 4) and namespace["batch"].dtype == torch.float32
