@@ -62,7 +62,7 @@ case "$mode" in
     make -j"$jobs" check
     # Tests pytest skipped, with the reason (e.g. the bagcache.torch tests
     # without torch): the log has them, the terminal would not.
-    log=python/run-pytest.sh.log
+    log=python/run-pytest.log
     if [ -f "$log" ] && grep -q '^SKIPPED' "$log"; then
       grep '^SKIPPED' "$log" | sed 's/^/bootstrap: pytest /'
     fi ;;

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -279,14 +280,28 @@ def test_two_gloo_ranks(tmp_path):
     result = tmp_path / "out.json"
     for attempt in range(3):  # another process may take the free port first
         port = free_port()
-        procs = []
+        procs, logs = [], []
         for rank in range(2):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                        RANK=str(rank), WORLD_SIZE="2", GLOO_SOCKET_IFNAME="lo")
+            logs.append(open(tmp_path / f"rank{rank}.log", "w+"))
             procs.append(subprocess.Popen([sys.executable, str(script), str(result)], env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True))
-        outs = [p.communicate(timeout=180)[0] for p in procs]
+                                          stdout=logs[-1], stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 240
+        # A rank that fails makes the other one wait for it: stop it then.
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if any(p.returncode not in (None, 0) for p in procs):
+                break
+            time.sleep(0.05)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        outs = []
+        for f in logs:
+            f.seek(0)
+            outs.append(f.read())
+            f.close()
         if all(p.returncode == 0 for p in procs):
             break
         if not any("address already in use" in o.lower() for o in outs):
