@@ -65,7 +65,10 @@ class Dataset(_torch_data.Dataset):
     def __init__(self, seq, transform=None):
         if transform is not None and not callable(transform):
             raise TypeError("transform must be callable")
-        len(seq)  # a TypeError now rather than in a worker
+        # A TypeError now rather than in a worker (len() itself may be
+        # costly, as a LoadIt's first one, so it is left to the sampler).
+        if not (hasattr(seq, "__len__") and hasattr(seq, "__getitem__")):
+            raise TypeError(f"{type(seq).__name__} is no sequence (len and [i])")
         self.seq = seq
         self.transform = transform
 
@@ -129,10 +132,7 @@ class DistributedSampler(_torch_data.Sampler):
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
                  drop_last=False):
-        if isinstance(dataset, int) and not isinstance(dataset, bool):
-            n = dataset
-        else:
-            n = len(dataset)
+        n = len(dataset) if hasattr(dataset, "__len__") else dataset
         self.length = _train._int(n, "length")
         dist = _torch.distributed
         initialized = dist.is_available() and dist.is_initialized()
@@ -173,7 +173,7 @@ class DistributedSampler(_torch_data.Sampler):
         position loaded by :meth:`load_state_dict`."""
         epoch = _train._int(epoch, "epoch")
         if epoch != self.epoch:
-            self._start = 0
+            self._start = self._iter_start = self._yielded = 0
         self.epoch = epoch
 
     def indices(self):

@@ -231,6 +231,13 @@ def test_state_matches_the_loader():
         r.load_state_dict(s.state_dict(samples=20))
         rest += list(r)
     assert sorted(head + rest) == list(range(n)) and len(head + rest) == n
+    # Another epoch than the loaded one starts at its beginning.
+    r = DistributedSampler(np.int64(n), num_replicas=1, rank=0, seed=seed)
+    r.load_state_dict(state)
+    assert r.state_dict() == state
+    r.set_epoch(2)
+    assert r.state_dict() == {"mode": EPOCH, "seed": seed, "epoch": 2, "consumed": 0}
+    assert list(r) == model_order(n, seed, 2)
     # Bad states change nothing.
     with pytest.raises(ValueError, match="mode"):
         DistributedSampler(n, shuffle=False).load_state_dict(s.state_dict())
