@@ -61,7 +61,8 @@ BC_PY_TEST_FILES = \
 BC_PY_TRAIN_TEST_FILES = \
 	python/tests/test_train_loaderx.py \
 	python/tests/test_train_sampler.py \
-	python/tests/test_train_loader.py
+	python/tests/test_train_loader.py \
+	python/tests/test_torch.py
 
 # The loadit-compatible views: their tests and the Python documentation.
 BC_PY_VIEWS_TEST_FILES = \
@@ -90,6 +91,7 @@ EXTRA_DIST += \
 	python/bagcache/loadit.py \
 	python/bagcache/_progress.py \
 	python/bagcache/train.py \
+	python/bagcache/torch.py \
 	python/bagcache/__init__.pyi \
 	python/bagcache/py.typed \
 	python/pyproject.toml \
@@ -111,7 +113,7 @@ python__bagcache_la_LDFLAGS = -module -avoid-version -shared \
 	-export-symbols-regex '^PyInit__bagcache$$'
 bagcachepyexec_PYTHON = python/bagcache/__init__.py python/bagcache/views.py \
 	python/bagcache/loadit.py python/bagcache/_progress.py \
-	python/bagcache/train.py
+	python/bagcache/train.py python/bagcache/torch.py
 bagcachepyexec_DATA = python/bagcache/__init__.pyi python/bagcache/py.typed
 
 # ---- the build tree's importable package ------------------------------------
@@ -124,6 +126,7 @@ BC_PY_PKG_FILES = \
 	$(BC_PY_PKG)/loadit.py \
 	$(BC_PY_PKG)/_progress.py \
 	$(BC_PY_PKG)/train.py \
+	$(BC_PY_PKG)/torch.py \
 	$(BC_PY_PKG)/__init__.pyi \
 	$(BC_PY_PKG)/py.typed
 noinst_DATA = $(BC_PY_PKG_FILES)
@@ -142,6 +145,8 @@ $(BC_PY_PKG)/_progress.py: $(srcdir)/python/bagcache/_progress.py
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/_progress.py $@
 $(BC_PY_PKG)/train.py: $(srcdir)/python/bagcache/train.py
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/train.py $@
+$(BC_PY_PKG)/torch.py: $(srcdir)/python/bagcache/torch.py
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/torch.py $@
 $(BC_PY_PKG)/__init__.pyi: $(srcdir)/python/bagcache/__init__.pyi
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && cp -f $(srcdir)/python/bagcache/__init__.pyi $@
 $(BC_PY_PKG)/py.typed: $(srcdir)/python/bagcache/py.typed
