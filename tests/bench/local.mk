@@ -22,7 +22,9 @@ EXTRA_DIST += tests/bench/run_quick.sh
 #   cd build && PYTHONPATH=python/pkg python3 ../tests/bench/python_bench.py
 # make check runs it once with --quick from the pytest suite
 # (python/tests/test_bench_quick.py), as run_quick.sh does for bag_read.
-EXTRA_DIST += tests/bench/python_bench.py
+# bench_clib.py: the C library through ctypes, shared by python_bench.py
+# and train_bench.py.
+EXTRA_DIST += tests/bench/python_bench.py tests/bench/bench_clib.py
 
 # A disk limit smaller than the data: regeneration with parked passes and
 # seekable create_iter(start), against a loop restarting the generator
