@@ -27,8 +27,8 @@ def test_cache_demo_runs_and_says_what_happened(tmp_path):
         rf"warm read       loader\[233\]{t}   \(median of 200, the same shard\)",
         r"all shards read once: \d+ evicted; on disk now (\d+) KiB <= limit (\d+) KiB, "
         r"shards \[.*\]",
-        rf"regenerated     loader\[233\]{t}   \(its shard had been evicted; "
-        r"shards regenerated: 1\)",
+        rf"regenerated     loader\[(\d+)\]{t}   \(its shard had been evicted; "
+        r"shards regenerated: 1, records produced: (\d+)\)",
         rf"second process  loader\[\d+\]{t}   \(pid \d+, shards filled here: 0\)",
         r"the cache stays in .*/slow-cache \(shards/\*\.bag are Bagz files: "
         r"bagcache bag info .*\.bag\)",
@@ -38,5 +38,10 @@ def test_cache_demo_runs_and_says_what_happened(tmp_path):
         assert re.fullmatch(pattern, line), (pattern, line)
     used, limit = map(int, re.search(r"now (\d+) KiB <= limit (\d+)", lines[3]).groups())
     assert used <= limit
+    # The regenerated record's shard is not among those left on disk, and
+    # producing it took at least that shard and at most the whole source.
+    again, produced = map(int, re.fullmatch(patterns[4], lines[4]).groups())
+    assert f"({again - again % 100}, {again - again % 100 + 100})" not in lines[3]
+    assert 100 <= produced <= 400
     shard = re.search(r"bag info (\S+\.bag)", lines[-1]).group(1)
     assert os.path.isfile(shard)
