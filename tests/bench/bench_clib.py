@@ -76,3 +76,13 @@ def ensure_static_tls():
     extra = "glibc.rtld.optional_static_tls=16384"
     os.environ["GLIBC_TUNABLES"] = f"{tunables}:{extra}" if tunables else extra
     os.execv(sys.executable, [sys.executable] + sys.argv)
+
+
+def use_build(build):
+    """Makes the build tree's package importable (BUILD/python/pkg, first on
+    sys.path) and returns the path of its libbagcache.so."""
+    build = os.path.abspath(build)
+    pkg = os.path.join(build, "python", "pkg")
+    if os.path.isdir(pkg):
+        sys.path.insert(0, pkg)
+    return os.path.join(build, ".libs", "libbagcache.so")

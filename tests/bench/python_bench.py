@@ -103,7 +103,7 @@ import sys
 import tempfile
 import time
 
-from bench_clib import BcBuf, CBag, ensure_static_tls
+from bench_clib import BcBuf, CBag, ensure_static_tls, use_build
 
 WORDS = (
     "the record between through because another example important different "
@@ -878,11 +878,7 @@ def device_writer(path, total):
 def main():
     a = parse_args()
     ensure_static_tls()
-    build = os.path.abspath(a.build)
-    pkg = os.path.join(build, "python", "pkg")
-    if os.path.isdir(pkg):
-        sys.path.insert(0, pkg)
-    lib_path = os.path.join(build, ".libs", "libbagcache.so")
+    lib_path = use_build(a.build)
     try:
         import numpy as np
 

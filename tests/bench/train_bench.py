@@ -95,7 +95,7 @@ import tempfile
 import queue
 import time
 
-from bench_clib import BcBuf, CBag, ensure_static_tls
+from bench_clib import BcBuf, CBag, ensure_static_tls, use_build
 
 ROW_SHAPE = (32, 32, 3)
 ROW_BYTES = 32 * 32 * 3
@@ -203,11 +203,7 @@ def measure_all(repeat, runs):
 def main():
     a = parse_args()
     ensure_static_tls()
-    build = os.path.abspath(a.build)
-    pkg = os.path.join(build, "python", "pkg")
-    if os.path.isdir(pkg):
-        sys.path.insert(0, pkg)
-    lib_path = os.path.join(build, ".libs", "libbagcache.so")
+    lib_path = use_build(a.build)
     try:
         import numpy as np
 
