@@ -18,22 +18,22 @@
 # against an installed libbagcache found with pkg-config.
 
 BC_PY_C_SOURCES = \
-	python/src/bcpy.h \
 	python/src/module.c \
-	python/src/scratch.c \
-	python/src/seq.c \
-	python/src/bulk.c \
-	python/src/iterator.c \
-	python/src/writer.c \
-	python/src/index.c \
-	python/src/views.c \
-	python/src/indices.c \
-	python/src/loadit.h \
-	python/src/loadit.c \
-	python/src/loadit_source.c \
-	python/src/loadit_tee.c \
-	python/src/loadit_runner.c \
-	python/src/train.c
+	python/src/core/bcpy.h \
+	python/src/core/scratch.c \
+	python/src/core/indices.c \
+	python/src/core/seq.c \
+	python/src/core/bulk.c \
+	python/src/core/iterator.c \
+	python/src/bagz/writer.c \
+	python/src/bagz/index.c \
+	python/src/views/views.c \
+	python/src/loadit/loadit.h \
+	python/src/loadit/loadit.c \
+	python/src/loadit/source.c \
+	python/src/loadit/tee.c \
+	python/src/loadit/runner.c \
+	python/src/train/train.c
 
 BC_PY_TEST_FILES = \
 	python/tests/conftest.py \
@@ -107,7 +107,7 @@ BC_DEMO_INTERP = $(PYTHON)
 bagcachepyexecdir = $(pyexecdir)/bagcache
 bagcachepyexec_LTLIBRARIES = python/_bagcache.la
 python__bagcache_la_SOURCES = $(BC_PY_C_SOURCES)
-python__bagcache_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CFLAGS)
+python__bagcache_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/python/src $(PYTHON_CFLAGS)
 python__bagcache_la_LIBADD = libbagcache_core.la $(BC_DEP_LIBS)
 python__bagcache_la_LDFLAGS = -module -avoid-version -shared \
 	-export-symbols-regex '^PyInit__bagcache$$'

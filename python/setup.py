@@ -38,16 +38,21 @@ libdir = pkg_config("--variable=libdir")
 rpath = [] if libdir in ("/usr/lib", "/usr/lib64", "/lib", "/lib64") else [
     "-Wl,-rpath," + libdir]
 
+# python/src is layered in folders (module.c on top of core/, bagz/, views/,
+# loadit/, train/); every file includes its headers from python/src.
 sources = sorted(
-    os.path.join("src", name)
-    for name in os.listdir(os.path.join(HERE, "src")) if name.endswith(".c"))
+    os.path.relpath(os.path.join(folder, name), HERE)
+    for folder, _, names in os.walk(os.path.join(HERE, "src"))
+    for name in names if name.endswith(".c"))
 
 setup(
     ext_modules=[
         Extension(
             "bagcache._bagcache",
             sources=sources,
-            depends=[os.path.join("src", "bcpy.h")],
+            include_dirs=["src"],
+            depends=[os.path.join("src", "core", "bcpy.h"),
+                     os.path.join("src", "loadit", "loadit.h")],
             # Only PyInit__bagcache is exported (as in the autotools build).
             extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-fvisibility=hidden"] + cflags,
             extra_link_args=libs + rpath,

@@ -4,7 +4,7 @@
  */
 #include <errno.h>
 
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 PyObject *bcpy_InvalidSliceError;
 PyObject *bcpy_CorruptError;

@@ -1,5 +1,5 @@
 /*
- * scratch.c - one reusable read buffer per thread for single-record reads
+ * core/scratch.c - one reusable read buffer per thread for single-record reads
  * (r[i], loader[i]): the record is read into it with the GIL released and
  * copied into the bytes object (or unpickled) with the GIL held, so no
  * malloc/free per record.  Freed when the thread ends (a pthread key
@@ -19,7 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 #define SCRATCH_KEEP ((size_t)1 << 20)
 #define BCPY_STAGE_BYTES ((size_t)256 << 10)

@@ -1,5 +1,5 @@
 /*
- * seq.c - _SeqBase (a read-only view of any bc_seq) and _ReaderBase (a
+ * core/seq.c - _SeqBase (a read-only view of any bc_seq) and _ReaderBase (a
  * _SeqBase over a bag set opened from a file spec).
  *
  * Invariant of an open object: seq is root itself (start 0, step 1, len =
@@ -9,7 +9,7 @@
  * slice of a slice is exact for every step (the coordinates are also what
  * pickling stores).  Views share root and `meta`; they are immutable.
  */
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 #include <unistd.h>
 

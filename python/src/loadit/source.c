@@ -1,11 +1,11 @@
 /*
- * loadit_source.c - a bc_source over a Python iterator factory:
+ * loadit/source.c - a bc_source over a Python iterator factory:
  * open() calls create_iter() and iter() on the result, next() calls next()
  * on that iterator and serializes the record (dumps, or the record's own
  * bytes), skip() drops records without serializing them, close() closes the
  * iterator (generator.close()).  A pass opened while a first pass runs in
  * a reader's thread reads that pass's records instead, and may be handed
- * its iterator (loadit_tee.c).  Also the prefetch policy of a LoadIt.
+ * its iterator (loadit/tee.c).  Also the prefetch policy of a LoadIt.
  *
  * GIL: every callback is called by the engine with no bagcache lock held,
  * from whichever thread needs the records; it takes the GIL with
@@ -28,7 +28,7 @@
  * refuses new passes (a closed loader fills nothing more, whatever reads
  * of it are still in flight).
  */
-#include "loadit.h"
+#include "loadit/loadit.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -188,7 +188,7 @@ PyObject *bcpy_source_exception(const char *message) {
 
 typedef struct {
   PyObject *it;          /* the pass's iterator (NULL while it reads a tee) */
-  bcpy_tee *tee;         /* the first pass it reads, if any (loadit_tee.c) */
+  bcpy_tee *tee;         /* the first pass it reads, if any (loadit/tee.c) */
   uint64_t pos;          /* records given or skipped so far */
   uint64_t stop_at;      /* no record at or past this (an abandoned tee's) */
   unsigned long generation;
@@ -312,7 +312,7 @@ static int cancelled(void) {
 }
 
 /* A pass from record `start`: create_iter() for 0 (or a first pass's
- * records, see loadit_tee.c), create_iter(start=start) otherwise (a
+ * records, see loadit/tee.c), create_iter(start=start) otherwise (a
  * seekable create_iter, see bcpy_source_seekable). */
 static int open_pass(bcpy_source *s, uint64_t start, void **out) {
   if (finalizing()) return shutting_down();
@@ -374,7 +374,7 @@ static int src_open_at(void *payload, uint64_t start, void **out) {
   return open_pass(payload, start, out);
 }
 
-/* The records of an abandoned first pass end here (see loadit_tee.c). */
+/* The records of an abandoned first pass end here (see loadit/tee.c). */
 static int stopped(void) {
   return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK
                        " the first pass that was filling this shard was abandoned");

@@ -1,5 +1,5 @@
 /*
- * iterator.c - ReaderIterator: records read ahead on worker threads
+ * core/iterator.c - ReaderIterator: records read ahead on worker threads
  * (bc_readahead), over a range of a view or over the indices a Python
  * iterable yields.
  *
@@ -27,7 +27,7 @@
  * inherited from the parent refuses to run there and, when freed there,
  * leaks its window instead of joining threads that are not there.
  */
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * bulk.c - reads of many records: read, read_range, read_indices, and the
+ * core/bulk.c - reads of many records: read, read_range, read_indices, and the
  * linear scans behind `in`, count and index.
  *
  * Reads of records (read, read_range, read_indices) go in rounds through
@@ -14,7 +14,7 @@
  * Indices are checked and made non-negative before anything is read, so an
  * IndexError names the first bad position and returns no records.
  */
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 #include <stdlib.h>
 #include <string.h>

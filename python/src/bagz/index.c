@@ -1,5 +1,5 @@
 /*
- * index.c - Index and MultiIndex: record bytes -> position(s) in a Reader
+ * bagz/index.c - Index and MultiIndex: record bytes -> position(s) in a Reader
  * view, over bc_index.
  *
  * The index borrows the bag, so each object keeps a reference on the
@@ -7,7 +7,7 @@
  * Positions are those of the view the index was built from: view element k
  * is root record start + k * step.
  */
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
 /*
- * loadit_runner.c - blocking calls that Ctrl-C can interrupt.
+ * loadit/runner.c - blocking calls that Ctrl-C can interrupt.
  *
  * Off the main thread a job simply runs with the GIL released (no signal
  * handler could run there anyway).  On the main thread it is queued to a
@@ -18,7 +18,7 @@
  * fork the child starts with an empty pool (the parent's helpers and their
  * jobs do not exist there).
  */
-#include "loadit.h"
+#include "loadit/loadit.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -45,7 +45,7 @@ static pthread_t main_thread;
 bool bcpy_is_main_thread(void) { return pthread_equal(pthread_self(), main_thread); }
 
 /* The threads waiting in bcpy_run now (0: a free entry).  A first pass
- * asks whether its reader's thread is one of them (loadit_tee.c); when the
+ * asks whether its reader's thread is one of them (loadit/tee.c); when the
  * table is full a thread is simply not listed. */
 #define WAITERS 32
 static atomic_ulong waiters[WAITERS];

@@ -1,5 +1,5 @@
 /*
- * bcpy.h - private declarations of the CPython extension bagcache._bagcache.
+ * core/bcpy.h - private declarations of the CPython extension bagcache._bagcache.
  *
  * The extension wraps the public C API only (bagcache.h), so it builds
  * against an installed libbagcache as well as inside the source tree.
@@ -59,7 +59,7 @@ extern PyObject *bcpy_InvalidSliceError;
 /* The number of records a bulk call reads between GIL hand-offs. */
 #define BCPY_CHUNK 8192
 
-/* ---- the thread's read buffer (scratch.c) ------------------------------ */
+/* ---- the thread's read buffer (core/scratch.c) ------------------------------ */
 
 /* Takes the calling thread's reusable buffer (or, out of memory,
  * `fallback`, which must be BC_BUF_INIT); give it back when done.  Taking
@@ -71,7 +71,7 @@ void bcpy_scratch_give(bc_buf *b, bc_buf *fallback);
  * released, a round at a time, then turned into Python objects.  Kept per
  * thread between calls, so a bulk read allocates no record buffers once the
  * thread has read records of that size, and a round's records are still in
- * the CPU cache when they are copied out (scratch.c). */
+ * the CPU cache when they are copied out (core/scratch.c). */
 typedef struct {
   int64_t *idx;   /* the round's view indices */
   bc_buf *bufs;   /* their records */
@@ -95,7 +95,7 @@ size_t bcpy_stage_next(bcpy_stage *s, size_t left, bool whole);
 /* After a round of `n` records has been read: sizes the next round. */
 void bcpy_stage_done(bcpy_stage *s, size_t n);
 
-/* ---- sequences (seq.c) ----------------------------------------------- */
+/* ---- sequences (core/seq.c) ----------------------------------------------- */
 
 typedef struct {
   PyObject_HEAD
@@ -124,7 +124,7 @@ int bcpy_seq_check(bcpy_seq *self);
 /* Fails (ValueError) when the options forbid bulk reads. */
 int bcpy_seq_check_bulk(bcpy_seq *self);
 
-/* ---- bulk reads (bulk.c) --------------------------------------------- */
+/* ---- bulk reads (core/bulk.c) --------------------------------------------- */
 
 PyObject *bcpy_seq_read(bcpy_seq *self, PyObject *unused);
 PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args);
@@ -135,7 +135,7 @@ int bcpy_seq_contains(bcpy_seq *self, PyObject *value);
 PyObject *bcpy_seq_count(bcpy_seq *self, PyObject *value);
 PyObject *bcpy_seq_index(bcpy_seq *self, PyObject *args, PyObject *kwds);
 
-/* ---- iterators (iterator.c) ------------------------------------------ */
+/* ---- iterators (core/iterator.c) ------------------------------------------ */
 
 extern PyTypeObject bcpy_Iterator_Type;
 
@@ -154,7 +154,7 @@ extern PyTypeObject bcpy_WriterBase_Type;
 extern PyTypeObject bcpy_Index_Type;
 extern PyTypeObject bcpy_MultiIndex_Type;
 
-/* ---- loadit-compatible views (views.c) --------------------------------- */
+/* ---- loadit-compatible views (views/views.c) --------------------------------- */
 
 /* _View: a lazy index map over any sequences (Python objects, Readers,
  * other views); ViewIterator iterates one.  A Python object takes part as
@@ -173,10 +173,10 @@ extern const char bcpy_waits_mark[];
  * come from Python code or a decoder. */
 bc_seq *bcpy_record_seq(PyObject *obj);
 
-/* Adds _gather, _epoch_indices and _iid_indices (train.c). */
+/* Adds _gather, _epoch_indices and _iid_indices (train/train.c). */
 int bcpy_train_init(PyObject *mod);
 
-/* ---- LoadIt: caches over Python iterators (loadit*.c, loadit.h) -------- */
+/* ---- LoadIt: caches over Python iterators (loadit/) -------- */
 
 /* Exceptions for BC_ESOURCE without a stored exception, BC_ENOTCACHED
  * (an IndexError) and BC_ENONDET (a ValueError). */
@@ -197,7 +197,7 @@ int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name);
 /* Adds _CacheCore, _CacheSeq, _CacheIter and the exceptions above. */
 int bcpy_loadit_init(PyObject *mod);
 
-/* indices.c: a growable array of int64 indices (free v with PyMem_RawFree). */
+/* core/indices.c: a growable array of int64 indices (free v with PyMem_RawFree). */
 typedef struct bcpy_ivec {
   int64_t *v;
   size_t n, cap;

@@ -1,5 +1,5 @@
 /*
- * loadit_tee.c - the first pass over an empty cache: the reader's thread
+ * loadit/tee.c - the first pass over an empty cache: the reader's thread
  * runs the iterator itself and yields its objects, and the records reach
  * the cache through a ring the fill reads without the GIL.
  *
@@ -12,7 +12,7 @@
  * Parties:
  *   the consumer  the _TeeIter (one thread at a time, GIL held): pulls
  *                 from the iterator, serializes, pushes, yields the object;
- *   the pass      the source pass that attached to the ring (loadit_source.c,
+ *   the pass      the source pass that attached to the ring (loadit/source.c,
  *                 an engine thread, no GIL): reads records in order, so the
  *                 engine writes shard after shard from them;
  *   the driver    a helper job asking the engine for shard 0, 1, 2, ... so
@@ -74,7 +74,7 @@
  * Lock order: GIL -> lock.  `lock` is a leaf: nothing is taken while it
  * is held, and the GIL is never requested with it held.
  */
-#include "loadit.h"
+#include "loadit/loadit.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -4,7 +4,7 @@
  * (lists, tuples, ranges, generators) item by item.  Shared by the views
  * and LoadIt, which take index lists the same way.
  */
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 #include <string.h>
 

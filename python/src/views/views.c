@@ -1,5 +1,5 @@
 /*
- * views.c - _View: loadit-compatible views (take, map, slice, concat,
+ * views/views.c - _View: loadit-compatible views (take, map, slice, concat,
  * interleave, repeat, chunk shuffle) over ANY Python sequence, built on the
  * C views of bagcache/seq.h.
  *
@@ -34,13 +34,13 @@
  * for the element, so an exception fn raises stays in that thread's state
  * and is re-raised as is.
  */
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "loadit.h"
+#include "loadit/loadit.h"
 #include "structmember.h"
 
 /* ---- kinds of leaves in a tree ------------------------------------------------ */

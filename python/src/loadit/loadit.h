@@ -1,7 +1,7 @@
 /*
- * loadit.h - private declarations of the loadit-compatible cache objects
- * (loadit.c), the bc_source over a Python iterator factory
- * (loadit_source.c) and interruptible blocking calls (loadit_runner.c).
+ * loadit/loadit.h - private declarations of the loadit-compatible cache objects
+ * (loadit/loadit.c), the bc_source over a Python iterator factory
+ * (loadit/source.c) and interruptible blocking calls (loadit/runner.c).
  *
  * Threads and the GIL.  The cache engine calls the source from whichever
  * thread needs a shard (the reader itself, a fill worker, a read-ahead or
@@ -23,14 +23,14 @@
 #ifndef BCPY_LOADIT_H
 #define BCPY_LOADIT_H
 
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <time.h>
 
-/* ---- the source (loadit_source.c) --------------------------------------- */
+/* ---- the source (loadit/source.c) --------------------------------------- */
 
 /* Shared by the cache (as its source and prefetch payload) and the Python
  * core object: reference counted; the last unref takes the GIL to release
@@ -129,7 +129,7 @@ static inline uint64_t bcpy_now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* ---- interruptible calls (loadit_runner.c) --------------------------------- */
+/* ---- interruptible calls (loadit/runner.c) --------------------------------- */
 
 typedef struct bcpy_job bcpy_job;
 struct bcpy_job {
@@ -178,7 +178,7 @@ void bcpy_waiter_remove(int entry);
 /* Sets up the helper pool's fork handling and the main thread's identity. */
 int bcpy_runner_init(void);
 
-/* ---- the first pass over an empty cache (loadit_tee.c) ------------------ */
+/* ---- the first pass over an empty cache (loadit/tee.c) ------------------ */
 
 typedef struct bcpy_tee bcpy_tee;
 

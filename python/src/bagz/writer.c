@@ -1,5 +1,5 @@
 /*
- * writer.c - _WriterBase: one Bagz file written through bc_writer.
+ * bagz/writer.c - _WriterBase: one Bagz file written through bc_writer.
  *
  * A bc_writer takes one thread at a time; `lock` serialises the calls of
  * Python threads sharing one Writer.  The lock is always taken after the
@@ -11,7 +11,7 @@
  * closed then, with a ResourceWarning, like an unclosed Python file: the
  * records written are published rather than silently dropped.
  */
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 #include "pythread.h"
 

@@ -1,9 +1,9 @@
 /*
- * loadit.c - the C side of bagcache.LoadIt: a cache over a Python iterator
+ * loadit/loadit.c - the C side of bagcache.LoadIt: a cache over a Python iterator
  * factory, read as a sequence of Python objects.
  *
  *   _CacheCore  one open cache (bc_cache_open over the source of
- *               loadit_source.c): introspection, info, fill_all, close.
+ *               loadit/source.c): introspection, info, fill_all, close.
  *               Shared by the loader and every view of it.
  *   _CacheSeq   a sequence over the cache: the loader itself (the cache's
  *               bc_seq) or a view (a bc_seq_slice / bc_seq_take of another
@@ -23,11 +23,11 @@
  * since and being filled by another thread is waited for through bcpy_run.
  *
  * Errors: bcpy_raise maps codes (module.c): a source failure re-raises the
- * iterator's own exception (loadit_source.c); BC_ENOTCACHED is
+ * iterator's own exception (loadit/source.c); BC_ENOTCACHED is
  * NotCachedError (an IndexError); BC_ENONDET NondeterministicError.  A fill
  * cancelled by an interrupt elsewhere is retried.
  */
-#include "loadit.h"
+#include "loadit/loadit.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -685,7 +685,7 @@ fail:
 
 /* Called by the collector before it clears a garbage cycle holding the
  * core (and by nothing else): closes the cache, so that no engine thread
- * uses the source's objects once they may be cleared (loadit_source.c). */
+ * uses the source's objects once they may be cleared (loadit/source.c). */
 static void core_finalize(bcpy_core *self) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);

@@ -1,5 +1,5 @@
 /*
- * train.c - the C parts of bagcache.train (training-loop loaders):
+ * train/train.c - the C parts of bagcache.train (training-loop loaders):
  *
  *   _gather(seq, indices, out)
  *       reads seq[indices[k]] for every k straight into row k of `out`, a
@@ -22,7 +22,7 @@
  * Everything that touches records or loops over indices runs with the GIL
  * released; only argument parsing holds it.
  */
-#include "bcpy.h"
+#include "core/bcpy.h"
 
 #include <stdlib.h>
 #include <string.h>
