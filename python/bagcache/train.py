@@ -261,12 +261,19 @@ class ARDataset(BaseDataset):
         return np.frombuffer(rec, dtype=self.dtype).reshape(self.row_shape)
 
     def __getitems__(self, idxs):
+        return self._gather(idxs, 0)
+
+    def _gather(self, idxs, max_parallelism):
+        """__getitems__ on at most ``max_parallelism`` threads of the
+        library's pool (0: the sequence's own setting; 1: the calling
+        thread only, for a loader whose workers already build batches at
+        once)."""
         np = _np()
         seq = self._live()
         idx = np.ascontiguousarray(idxs, dtype=np.int64).reshape(-1)
         out = np.empty((len(idx),) + self.row_shape, dtype=self.dtype)
         if len(idx):
-            _bagcache._gather(seq, idx, out.reshape(-1).view(np.uint8))
+            _bagcache._gather(seq, idx, out.reshape(-1).view(np.uint8), max_parallelism)
         return out
 
     def __len__(self):
@@ -672,18 +679,26 @@ class DataLoader:
         self._transform = transform
         self._state = self.sampler.state_dict()
         self._error = None
-        self._pipe = _Pipeline(self.sampler, self._builder(), num_workers, prefetch_size)
+        self._pipe = _Pipeline(self.sampler, self._builder(num_workers), num_workers,
+                               prefetch_size)
         self._pipe.start()
 
-    def _builder(self):
+    def _builder(self, num_workers):
         # A closure over the parts, not over self: worker threads must not
         # keep the loader alive.
         dataset, labelset = self.dataset, self.labelset
         collate, transform = self._collate, self._transform
+        # With two or more workers the batches are already built at once:
+        # each is gathered in its worker's thread alone (fanning one batch
+        # out over the library's pool as well measured slower on 2 CPUs,
+        # doc/performance.md "Training loops").
+        inline = 1 if num_workers >= 2 else 0
 
         def fetch(ds, idx):
             if collate is not None:
                 return collate(_items(ds, idx))
+            if type(ds).__getitems__ is ARDataset.__getitems__:
+                return ds._gather(idx, inline)
             return ds.__getitems__(idx)
 
         def build(idx):

@@ -122,7 +122,8 @@ def test_gather_wrong_sizes(tmp_path):
             w.write(b"x" * (8 if k != 6 else 9))
     ds = ARDataset.from_sequence(bagcache.Reader(str(tmp_path / "v.bag")), np.int64)
     assert ds.__getitems__([0, 5]).shape == (2,)
-    with pytest.raises(ValueError, match="record 6 has 9 bytes"):
+    with pytest.raises(ValueError, match=r"record 6 \(indices\[1\]\) has 9 bytes, not the "
+                       r"row size 8 \(variable-size records need a collate function\)"):
         ds.__getitems__([1, 6])
     # Python objects are no raw records.
     with pytest.raises(TypeError, match="collate"):
