@@ -202,10 +202,20 @@ int bc__decoder_decode(bc__decoder *d, const void *src, size_t size,
 #undef WHAT
 }
 
-int bc__decoder_decode_into(bc__decoder *d, const void *src, size_t size,
-                            void *dst, size_t want, bc_buf *scratch,
-                            uint64_t *actual, const char *path,
-                            uint64_t record) {
+bc__dctx *bc__decoder_take(bc__decoder *d) {
+  bc__dctx *c = (bc__dctx *)dctx_take(d);
+  if (c == NULL) bc__error(BC_ENOMEM, "cannot create a zstd context");
+  return c;
+}
+
+void bc__decoder_give(bc__decoder *d, bc__dctx *c) {
+  if (c != NULL) dctx_give(d, (ZSTD_DCtx *)c);
+}
+
+int bc__decoder_decode_into(bc__decoder *d, bc__dctx *ctx, const void *src,
+                            size_t size, void *dst, size_t want,
+                            bc_buf *scratch, uint64_t *actual,
+                            const char *path, uint64_t record) {
   char what[4200];
 #define WHAT() (snprintf(what, sizeof what, "%s: record %llu", path, \
                          (unsigned long long)record), what)
@@ -230,7 +240,7 @@ int bc__decoder_decode_into(bc__decoder *d, const void *src, size_t size,
   }
   *actual = content;
   if (content != want) return 1; /* nothing written */
-  ZSTD_DCtx *c = dctx_take(d);
+  ZSTD_DCtx *c = ctx != NULL ? (ZSTD_DCtx *)ctx : dctx_take(d);
   if (c == NULL) return bc__error(BC_ENOMEM, "cannot create a zstd context");
   /* dst holds exactly `want` bytes: zstd never writes past its capacity. */
   size_t r = ZSTD_decompressDCtx(c, dst, want, src, size);
@@ -241,7 +251,7 @@ int bc__decoder_decode_into(bc__decoder *d, const void *src, size_t size,
     rc = bc__error(BC_ECORRUPT,
                    "%s: zstd frame holds %zu bytes, header says %llu", WHAT(),
                    r, content);
-  dctx_give(d, c);
+  if (ctx == NULL) dctx_give(d, c);
   return rc;
 #undef WHAT
 }

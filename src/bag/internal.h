@@ -87,17 +87,25 @@ void bc__decoder_free(bc__decoder *d);
 int bc__decoder_decode(bc__decoder *d, const void *src, size_t size,
                        bc_buf *out, const char *path, uint64_t record);
 
+/* A decompression context of the decoder's pool, for a thread decoding
+ * many records: take it once, give it back when done.  NULL (BC_ENOMEM
+ * set) when none can be made. */
+typedef struct bc__dctx bc__dctx;
+bc__dctx *bc__decoder_take(bc__decoder *d);
+void bc__decoder_give(bc__decoder *d, bc__dctx *ctx); /* NULL is fine */
+
 /* Decompresses one stored record straight into dst[0..want), for a caller
- * that knows the size every record must have.  Returns 0 when the record
- * has exactly `want` bytes (all written), 1 with its size in *actual when
- * it has another size (nothing outside dst[0..want) is written, and
- * nothing at all when the frame states its content size), or a BC_E* code
- * (as bc__decoder_decode).  A frame without a content size is decoded into
+ * that knows the size every record must have, with `ctx` (NULL: one of
+ * the pool's for this call).  Returns 0 when the record has exactly `want`
+ * bytes (all written), 1 with its size in *actual when it has another
+ * size (nothing outside dst[0..want) is written, and nothing at all when
+ * the frame states its content size), or a BC_E* code (as
+ * bc__decoder_decode).  A frame without a content size is decoded into
  * `scratch` first (bagz and bagcache always write one). */
-int bc__decoder_decode_into(bc__decoder *d, const void *src, size_t size,
-                            void *dst, size_t want, bc_buf *scratch,
-                            uint64_t *actual, const char *path,
-                            uint64_t record);
+int bc__decoder_decode_into(bc__decoder *d, bc__dctx *ctx, const void *src,
+                            size_t size, void *dst, size_t want,
+                            bc_buf *scratch, uint64_t *actual,
+                            const char *path, uint64_t record);
 
 typedef struct bc__encoder bc__encoder; /* one thread at a time */
 

@@ -20,6 +20,10 @@ struct bc_bag {
   size_t nshards;
   bc__shard *shards;
   uint64_t *ends;   /* CONCATENATED: ends[s] = records in shards 0..s */
+  /* CONCATENATED, when every shard but the last holds exactly this many
+   * records and the last no more (as sharded writers make them): shard s
+   * holds indices [s * uniform, (s + 1) * uniform).  0 otherwise. */
+  uint64_t uniform;
   uint64_t len;
   uint64_t records_bytes;
   bc__decoder *decoder; /* NULL when no shard is zstd */
@@ -31,10 +35,11 @@ struct bc_bag {
   const unsigned char *fast_records, *fast_limits;
   uint64_t fast_records_size;
   bc__crc_table *crcs; /* record checksums (bc__bag_attach_crcs), or NULL */
-  /* Set at open when every non-empty shard is uncompressed and mapped, with
-   * ON_DISK limits in a mapping: reads into caller memory then take the
-   * bounds straight from the mapped limits (into_fast). */
-  bool mapped_raw;
+  /* Set at open when every non-empty shard is mapped (BC_CACHE_SYSTEM),
+   * with ON_DISK limits in a mapping: reads into caller memory then take
+   * the bounds straight from the mapped limits and copy, or decode, from
+   * the mapping (into_fast). */
+  bool mapped;
 };
 
 /* ---- opening ------------------------------------------------------------ */
@@ -142,6 +147,13 @@ static int open_paths(bc_bag **out, const bc__shard_path *paths, size_t npaths,
   if (bag->opts.sharding_layout == BC_LAYOUT_INTERLEAVED &&
       (rc = check_interleaved(bag)) != 0)
     goto cleanup;
+  if (npaths > 1 && bag->opts.sharding_layout == BC_LAYOUT_CONCATENATED) {
+    uint64_t u = bag->shards[0].count;
+    bool uniform = u > 0 && bag->shards[npaths - 1].count <= u;
+    for (size_t i = 1; i + 1 < npaths && uniform; i++)
+      uniform = bag->shards[i].count == u;
+    bag->uniform = uniform ? u : 0;
+  }
   if (npaths == 1) {
     const bc__shard *s0 = &bag->shards[0];
     const bc__file *lf = bc__shard_limits_file(s0);
@@ -153,13 +165,13 @@ static int open_paths(bc_bag **out, const bc__shard_path *paths, size_t npaths,
       bag->fast_records_size = s0->records_size;
     }
   }
-  bag->mapped_raw = true;
+  bag->mapped = true;
   for (size_t i = 0; i < npaths; i++) {
     const bc__shard *s = &bag->shards[i];
     if (s->count > 0 &&
-        (s->zstd || s->limits_in_memory || s->records.policy != BC_CACHE_SYSTEM ||
+        (s->limits_in_memory || s->records.policy != BC_CACHE_SYSTEM ||
          s->records.map == NULL || bc__shard_limits_file(s)->map == NULL))
-      bag->mapped_raw = false;
+      bag->mapped = false;
   }
   if (any_zstd) {
     rc = bc__decoder_new(&bag->decoder, bag->dict, opts->dictionary_size,
@@ -274,6 +286,9 @@ static inline void locate(const bc_bag *bag, uint64_t index, size_t *shard,
   } else if (bag->opts.sharding_layout == BC_LAYOUT_INTERLEAVED) {
     *shard = (size_t)(index % bag->nshards);
     *local = index / bag->nshards;
+  } else if (bag->uniform > 0) {
+    *shard = (size_t)(index / bag->uniform);
+    *local = index % bag->uniform;
   } else {
     /* First shard whose end exceeds index (skips empty shards). */
     size_t lo = 0, hi = bag->nshards - 1;
@@ -577,6 +592,7 @@ typedef struct {
   uint64_t actual;
   bc_buf *packed;   /* compressed bytes of a record read with pread */
   bc_buf *unpacked; /* a frame without a content size, decoded */
+  bc__dctx *ctx;    /* the task's zstd context (taken at its first frame) */
 } into_task;
 
 /* Returned by into_fast for a record it leaves to into_general. */
@@ -591,19 +607,32 @@ static inline unsigned char *into_row(const into_job *j, size_t p) {
  * of a round overlap instead of following one another. */
 #define INTO_ROUND 32
 
-/* The fast path (bag->mapped_raw), over positions t->p.. of the task, run
- * guarded: bounds from the mapped limits, then one copy into the row.
- * Returns 0 when it reached the end, INTO_GENERAL at a record whose limits
- * it does not serve (the general path reads it or reports them), 1 at a
- * record of the wrong size (t->actual), or a BC_E* code; t->p is then the
- * position it stopped at. */
+/* Decodes a mapped record into its row with the task's context. */
+static int into_decode(into_task *t, const bc__shard *s, uint64_t local,
+                       const unsigned char *src, size_t n, unsigned char *row) {
+  const bc_bag *bag = t->job->bag;
+  if (t->ctx == NULL && (t->ctx = bc__decoder_take(bag->decoder)) == NULL)
+    return BC_ENOMEM;
+  return bc__decoder_decode_into(bag->decoder, t->ctx, src, n, row,
+                                 t->job->size, t->unpacked, &t->actual,
+                                 s->records.path, local);
+}
+
+/* The fast path (bag->mapped), over positions t->p.. of the task, run
+ * guarded: bounds from the mapped limits, then one copy (or one zstd
+ * decode) from the mapping into the row.  Returns 0 when it reached the
+ * end, INTO_GENERAL at a record whose limits it does not serve (the
+ * general path reads it or reports them), 1 at a record of the wrong size
+ * (t->actual), or a BC_E* code; t->at is then the position it stopped
+ * at. */
 static int into_fast(void *arg) {
   into_task *t = arg;
   const into_job *j = t->job;
   const bc_bag *bag = j->bag;
   size_t size = j->size;
+  const bc__shard *shard[INTO_ROUND];
   const unsigned char *src[INTO_ROUND];
-  uint64_t len[INTO_ROUND], shard_index[INTO_ROUND];
+  uint64_t len[INTO_ROUND], local[INTO_ROUND];
   int rc = 0;
   t->in_fast = true;
   while (rc == 0 && t->p < t->end) {
@@ -612,9 +641,9 @@ static int into_fast(void *arg) {
     for (; ok < n; ok++) {
       t->at = t->p + ok;
       size_t si;
-      locate(bag, j->indices[t->p + ok], &si, &shard_index[ok]);
-      const bc__shard *s = &bag->shards[si];
-      uint64_t i = shard_index[ok];
+      locate(bag, j->indices[t->p + ok], &si, &local[ok]);
+      const bc__shard *s = shard[ok] = &bag->shards[si];
+      uint64_t i = local[ok];
       const unsigned char *lim =
           bc__shard_limits_file(s)->map + s->limits_offset + 8 * i;
       uint64_t hi = bc__load_u64le(lim);
@@ -628,11 +657,13 @@ static int into_fast(void *arg) {
     for (size_t k = 0; k < ok && rc == 0; k++) {
       t->at = t->p;
       unsigned char *row = into_row(j, t->p);
-      if (len[k] != size) {
+      if (shard[k]->zstd) {
+        rc = into_decode(t, shard[k], local[k], src[k], (size_t)len[k], row);
+      } else if (len[k] != size) {
         t->actual = len[k];
         rc = 1;
       } else if (bag->crcs != NULL) { /* copied and checked in one pass */
-        rc = bc__crc_table_copy(bag->crcs, shard_index[k], row, src[k], size,
+        rc = bc__crc_table_copy(bag->crcs, local[k], row, src[k], size,
                                 bag->shards[0].records.path);
       } else if (size > 0) {
         memcpy(row, src[k], size);
@@ -680,7 +711,7 @@ static int into_general(void *arg) {
       return rc;
     src = t->packed->data;
   }
-  return bc__decoder_decode_into(bag->decoder, src, n, row, j->size,
+  return bc__decoder_decode_into(bag->decoder, NULL, src, n, row, j->size,
                                  t->unpacked, &t->actual, s->records.path,
                                  local);
 }
@@ -695,7 +726,7 @@ static int into_task_run(void *arg, size_t task) {
   t.at = t.p;
   int rc = 0;
   while (rc == 0 && t.p < t.end) {
-    if (bag->mapped_raw) {
+    if (bag->mapped) {
       rc = bc__guarded(into_fast, &t, "a shard");
       if (t.in_fast) { /* a fault in a mapping: name the record's file */
         size_t si;
@@ -733,6 +764,7 @@ static int into_task_run(void *arg, size_t task) {
                           (unsigned long long)j->indices[p], detail);
     }
   }
+  bc__decoder_give(bag->decoder, t.ctx);
   bc_buf_release(&packed);
   bc_buf_release(&unpacked);
   return rc;

@@ -104,9 +104,17 @@ static int read_leaf(bc_seq *leaf, const int64_t *indices, size_t count,
   uint64_t *pos = malloc(count * sizeof *pos);
   if (pos == NULL)
     return bc__error(BC_ENOMEM, "out of memory for a batch of %zu", count);
-  int rc = 0;
-  for (size_t p = 0; p < count && rc == 0; p++)
-    rc = bc__seq_position(leaf, indices[p], &pos[p]);
+  /* Indices inside a known length are their positions; the others (a
+   * negative one, a leaf whose end is not known yet) ask the leaf. */
+  bc_len len;
+  int rc = leaf->ops->length(leaf, false, &len);
+  uint64_t known = rc == 0 && len.kind == BC_LEN_EXACT ? len.value : 0;
+  for (size_t p = 0; p < count && rc == 0; p++) {
+    if (indices[p] >= 0 && (uint64_t)indices[p] < known)
+      pos[p] = (uint64_t)indices[p];
+    else
+      rc = bc__seq_position(leaf, indices[p], &pos[p]);
+  }
   if (rc == 0)
     rc = leaf_read_into(leaf, pos, NULL, count, dst, size, max_parallelism);
   free(pos);

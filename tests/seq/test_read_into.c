@@ -191,6 +191,33 @@ static void test_bag_many_shards(void **state) {
   free(spec);
 }
 
+/* Shards of uneven sizes (an empty one among them, the last the largest):
+ * indices are located by the shards' ends, not by division. */
+static void test_uneven_shards(void **state) {
+  fixture *f = *state;
+  static const size_t sizes[] = {40, 0, 25, 40, 60};
+  const char *exts[] = {".bag", ".bagz"};
+  tu_records all = {0};
+  model_records(&all, 165, SIZE_MAX, 0);
+  for (size_t e = 0; e < 2; e++) {
+    size_t first = 0;
+    for (size_t s = 0; s < 5; s++) {
+      tu_records part = {0};
+      for (size_t i = first; i < first + sizes[s]; i++)
+        tu_records_add(&part, all.data[i], all.size[i]);
+      char *path = tu_format("%s/uneven-%05zu-of-00005%s", f->dir, s, exts[e]);
+      tu_write_bag(path, NULL, &part);
+      free(path);
+      tu_records_free(&part);
+      first += sizes[s];
+    }
+    char *spec = tu_format("%s/uneven@5%s", f->dir, exts[e]);
+    check_bag_batch(open_bag(spec, NULL), 165);
+    free(spec);
+  }
+  tu_records_free(&all);
+}
+
 static void test_bagz(void **state) {
   fixture *f = *state;
   char *spec = write_shards(f, "z", ".bagz", 500, 3, SIZE_MAX, 0);
@@ -664,6 +691,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_bag_one_shard, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bag_many_shards, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_uneven_shards, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bagz, setup, teardown),
       cmocka_unit_test_setup_teardown(test_other_backends, setup, teardown),
       cmocka_unit_test_setup_teardown(test_empty_rows, setup, teardown),
