@@ -679,26 +679,24 @@ class DataLoader:
         self._transform = transform
         self._state = self.sampler.state_dict()
         self._error = None
-        self._pipe = _Pipeline(self.sampler, self._builder(num_workers), num_workers,
-                               prefetch_size)
+        self._pipe = _Pipeline(self.sampler, self._builder(), num_workers, prefetch_size)
         self._pipe.start()
 
-    def _builder(self, num_workers):
+    def _builder(self):
         # A closure over the parts, not over self: worker threads must not
         # keep the loader alive.
         dataset, labelset = self.dataset, self.labelset
         collate, transform = self._collate, self._transform
-        # With two or more workers the batches are already built at once:
-        # each is gathered in its worker's thread alone (fanning one batch
-        # out over the library's pool as well measured slower on 2 CPUs,
-        # doc/performance.md "Training loops").
-        inline = 1 if num_workers >= 2 else 0
 
         def fetch(ds, idx):
             if collate is not None:
                 return collate(_items(ds, idx))
             if type(ds).__getitems__ is ARDataset.__getitems__:
-                return ds._gather(idx, inline)
+                # Each batch is gathered in the thread that builds it:
+                # fanning it out over the library's pool as well cost more
+                # CPU and time on 2 CPUs with any num_workers, 0 included
+                # (doc/performance.md, "Training loops").
+                return ds._gather(idx, 1)
             return ds.__getitems__(idx)
 
         def build(idx):
