@@ -598,7 +598,9 @@ typedef struct {
 /* Returned by into_fast for a record it leaves to into_general. */
 #define INTO_GENERAL 2
 
+/* Row p of dst (dst itself for rows of 0 bytes: dst may then be NULL). */
 static inline unsigned char *into_row(const into_job *j, size_t p) {
+  if (j->size == 0) return j->dst;
   return j->dst + (j->rows != NULL ? j->rows[p] : p) * j->size;
 }
 

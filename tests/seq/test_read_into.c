@@ -38,7 +38,7 @@ static void model_row(uint64_t i, size_t size, unsigned char *out) {
 /* n records of ROW bytes, but record `odd` (if < n) has odd_size bytes. */
 static void model_records(tu_records *recs, size_t n, size_t odd,
                           size_t odd_size) {
-  unsigned char buf[ROW + 64];
+  unsigned char buf[4 * ROW];
   for (size_t i = 0; i < n; i++) {
     size_t size = i == odd ? odd_size : ROW;
     model_row(i, size, buf);
