@@ -217,6 +217,56 @@ def test_failing_iterator_raises_its_exception_then_retries(tmp_path):
     assert list(loader) == model(100)
 
 
+class DatasetGone(Exception):
+    """An iterator's own exception class, with attributes of its own."""
+
+    def __init__(self, shard, reason):
+        super().__init__(f"shard {shard}: {reason}")
+        self.shard = shard
+        self.reason = reason
+
+
+def test_waiting_reader_gets_the_iterators_exception_object(tmp_path):
+    # Thread A fills shard 0; the main thread needs shard 0 too, so it waits
+    # for A's fill; the iterator then raises.  Both readers get the very
+    # exception object the iterator raised (carried from the filling thread
+    # to the waiter as the failure's payload), attributes and all.
+    started, go = threading.Event(), threading.Event()
+
+    def records():
+        for i in range(100):
+            if i == 5:
+                started.set()
+                go.wait(20)
+                raise DatasetGone(0, "the bucket was deleted")
+            yield pickle.dumps(i)
+
+    loader = LoadIt(records, root_dir=str(tmp_path / "c"), max_shard_length=10,
+                    preload_fn=None)
+    in_a = []
+
+    def reader_a():
+        try:
+            loader[1]
+        except DatasetGone as e:
+            in_a.append(e)
+
+    a = threading.Thread(target=reader_a)
+    a.start()
+    assert started.wait(20)
+    timer = threading.Timer(0.3, go.set)  # while the main thread waits below
+    timer.start()
+    with pytest.raises(DatasetGone) as e:
+        loader[3]
+    a.join()
+    timer.cancel()
+    assert len(in_a) == 1
+    assert e.value is in_a[0]
+    assert (e.value.shard, e.value.reason) == (0, "the bucket was deleted")
+    assert loader.stats()["fills"] == 0
+    loader.close()
+
+
 def test_failing_iterator_during_iteration_and_threads(tmp_path):
     flag = tmp_path / "fail"
     flag.write_text("")

@@ -964,6 +964,9 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
     pthread_cond_broadcast(&reg->cond);
     filling_put(reg, f);
     pthread_mutex_unlock(&reg->lock);
+    /* A source whose pass cannot go on says BC_EAGAIN (only a source can,
+     * when this call waits): filled again with a new pass. */
+    if (rc == BC_EAGAIN && mode == BC__WAIT) continue;
     if (rc != 0) return rc;
     if (claimed) continue; /* published: read its state */
     if (rec.state == SHARD_PRESENT) {
