@@ -10,6 +10,8 @@ import pathlib
 import pickle
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -836,6 +838,58 @@ def test_ctrl_c_interrupts_a_wait_for_another_threads_fill(tmp_path, how):
     assert time.time() - start < 2.0  # promptly, not after the fill
     loader.close()
     assert_consistent_after_interrupt(root, n)
+
+
+NO_HELPER_SCRIPT = """
+import os, signal, sys, threading, time
+sys.path.insert(0, sys.argv[2])
+import bagcache
+from loadit_helpers import Source, item
+
+def tasks():
+    return len(os.listdir("/proc/self/task"))
+
+opened = []
+
+def open_and_read():  # off the main thread: its calls need no interrupt
+    ld = bagcache.LoadIt(sys.argv[1], Source(400, delay=0.02, slow_from=200),
+                         max_shard_length=200)
+    assert ld[0] == item(0)  # a worker starts filling shard 1 (4 s)
+    opened.append(ld)
+
+t = threading.Thread(target=open_and_read)
+t.start()
+t.join()
+loader = opened[0]
+time.sleep(0.1)
+before = tasks()
+signal.signal(signal.SIGINT, signal.default_int_handler)
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+start = time.time()
+try:
+    loader[250]  # waits for the worker's fill
+    print("not interrupted")
+except KeyboardInterrupt:
+    took = time.time() - start
+    deadline = time.time() + 5
+    while tasks() > before and time.time() < deadline:  # the timer's thread ends
+        time.sleep(0.01)
+    print("interrupted", took < 2.0, tasks() - before)
+loader.close()
+"""
+
+
+def test_ctrl_c_stops_a_wait_without_a_helper_thread(tmp_path):
+    # The wait runs in the main thread itself, which the interrupt handler
+    # lets run the signal handler: no thread is started for it.  (In a
+    # fresh process, so no thread started earlier could serve.)
+    script = tmp_path / "wait.py"
+    script.write_text(NO_HELPER_SCRIPT)
+    helpers = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "c"), helpers],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["interrupted", "True", "0"]
 
 
 def test_ctrl_c_interrupts_a_wait_for_a_shard_read_before(tmp_path):
