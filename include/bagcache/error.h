@@ -198,8 +198,10 @@ typedef struct {
  * it replaces, to be restored when done. */
 bc_interrupt_handler bc_set_interrupt_handler(bc_interrupt_fn fn, void *ctx);
 
-/* Polls this thread's handler now: 0, or BC_ECANCELED with a message.  For
- * callbacks (a source's next) that run long loops of their own. */
+/* Polls this thread's handler: 0, or BC_ECANCELED with a message.  For
+ * callbacks (a source's next) that run long loops of their own; cheap
+ * enough to call per item: the handler is called at most every 10 ms (at
+ * once after it was set), and a call in between returns 0. */
 int bc_check_interrupt(void);
 
 /* Notices: things a user should know that are not failures (a fallback from
