@@ -118,19 +118,29 @@ typedef struct {
 
 static void box_retain(void *p) { atomic_fetch_add(&((exc_box *)p)->refs, 1); }
 
+/* Drops an exception in the main thread (a pending call: GIL held). */
+static int drop_exception(void *exc) {
+  Py_DECREF((PyObject *)exc);
+  return 0;
+}
+
 /* The last release drops the exception with the GIL taken.  It may run in
- * an engine thread holding engine locks: as inside a source callback
- * (bcpy_gil_enter), a loader that dies with the exception hands its
- * teardown to another thread. */
+ * an engine thread holding engine locks, so it never waits for the GIL
+ * there: a thread without the GIL hands the reference to the main thread
+ * (Py_AddPendingCall, which takes no lock a GIL holder could hold), and
+ * takes the GIL itself only when that queue is full.  As inside a source
+ * callback (bcpy_gil_enter), a loader that dies with the exception hands
+ * its teardown to another thread. */
 static void box_release(void *p) {
   exc_box *box = p;
   if (atomic_fetch_sub(&box->refs, 1) != 1) return;
-  if (!finalizing()) { /* at shutdown the object is left to the runtime */
-    PyGILState_STATE gil = bcpy_gil_enter();
-    Py_DECREF(box->exc);
-    bcpy_gil_leave(gil);
-  }
+  PyObject *exc = box->exc;
   PyMem_RawFree(box);
+  if (finalizing()) return; /* at shutdown the object is left to the runtime */
+  if (!PyGILState_Check() && Py_AddPendingCall(drop_exception, exc) == 0) return;
+  PyGILState_STATE gil = bcpy_gil_enter();
+  Py_DECREF(exc);
+  bcpy_gil_leave(gil);
 }
 
 int bcpy_keep_exception(const char *what) {
