@@ -11,6 +11,7 @@
  *   - a source failure's payload reaches the filler and every thread that
  *     waited for that fill, counted so that every reference is released;
  *   - a handler ends bc_cache_get_many's wait for the worker pool;
+ *   - a deadline ends the polling of another process's claim;
  *   - bc_cache_close interrupted while it waits for a worker stuck in the
  *     source abandons that fill and completes.
  *
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -452,6 +454,43 @@ static void test_interrupted_close_abandons_a_stuck_worker(void **state) {
   assert_int_equal(cu_dir_count(f->scratch), 0);
 }
 
+static void test_deadline_ends_a_wait_for_another_process(void **state) {
+  fixture *f = *state;
+  cfg_init(&f->cfg, 300, 5000); /* 0.5 s a shard */
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) { /* the child fills shard 0, slowly */
+    open_cache(f, 1, -1);
+    bc_buf buf = BC_BUF_INIT;
+    int rc = bc_cache_get(f->c, 0, &buf);
+    bc_buf_release(&buf);
+    bc_cache_close(f->c);
+    _exit(rc == 0 ? 0 : 1);
+  }
+  double until = now() + 10;
+  while (cu_dir_count(f->scratch) == 0 && now() < until) usleep(1000);
+  assert_true(cu_dir_count(f->scratch) > 0); /* its claim is made */
+  open_cache(f, 1, -1);
+  double start = now();
+  deadline d = {start + 0.1, 0};
+  bc_set_interrupt_handler(past_deadline, &d);
+  bc_buf buf = BC_BUF_INIT;
+  int rc = bc_cache_get(f->c, 50, &buf);
+  bc_set_interrupt_handler(NULL, NULL);
+  double took = now() - start;
+  CU_RC(rc, BC_ECANCELED);
+  assert_true(took < 0.4); /* before the child's fill ended */
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  check_record(f->c, 50); /* the child's shard */
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  assert_int_equal(st.fills, 0);
+  assert_int_equal(atomic_load(&f->cfg.produced), 0);
+  bc_buf_release(&buf);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_deadline_ends_a_wait_for_another_threads_fill,
@@ -467,6 +506,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_handler_ends_a_wait_for_the_pool, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_interrupted_close_abandons_a_stuck_worker,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_deadline_ends_a_wait_for_another_process,
                                       setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
