@@ -754,12 +754,9 @@ static int into_task_run(void *arg, size_t task) {
                      "size %zu",
                      (unsigned long long)j->indices[p], p,
                      (unsigned long long)t.actual, j->size);
-    } else {
-      /* Say which request failed, keeping the record's own detail. */
-      char detail[1024];
-      snprintf(detail, sizeof detail, "%s", bc_errmsg());
+    } else { /* say which request failed, keeping the record's own detail */
       rc = bc__error_wrap(rc, "indices[%zu] = %llu: %s", p,
-                          (unsigned long long)j->indices[p], detail);
+                          (unsigned long long)j->indices[p], bc_errmsg());
     }
   }
   bc__decoder_give(bag->decoder, t.ctx);

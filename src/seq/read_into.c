@@ -16,7 +16,6 @@
  */
 #include "config.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,9 +66,10 @@ static int leaf_read_into(bc_seq *leaf, const uint64_t *indices,
 
 static int first_failure(bc_seq *seq, const int64_t *indices, size_t count,
                          size_t size, int batch_rc) {
-  char saved[1024];
-  snprintf(saved, sizeof saved, "%s", bc_errmsg());
-  int saved_errno = bc_errno();
+  /* The batch's error, its payload included (a source's exception), for
+   * when every element alone reads fine. */
+  bc_error_state batch = BC_ERROR_STATE_INIT;
+  bc_error_save(&batch, batch_rc);
   bc_buf buf = BC_BUF_INIT;
   int rc = 0;
   bool wrong_size = false;
@@ -80,18 +80,17 @@ static int first_failure(bc_seq *seq, const int64_t *indices, size_t count,
   }
   p--; /* the position that failed, when one did */
   if (rc == 0 && !wrong_size) { /* each alone reads fine: the batch's error */
-    rc = bc_set_error(batch_rc, saved_errno, "%s", saved);
+    rc = bc_error_restore(&batch);
   } else if (wrong_size) {
     rc = bc__error(BC_EINVAL,
                    "record %lld (indices[%zu]) has %zu bytes, not the row "
                    "size %zu",
                    (long long)indices[p], p, buf.size, size);
   } else {
-    char detail[1024];
-    snprintf(detail, sizeof detail, "%s", bc_errmsg());
     rc = bc__error_wrap(rc, "indices[%zu] = %lld: %s", p,
-                        (long long)indices[p], detail);
+                        (long long)indices[p], bc_errmsg());
   }
+  bc_error_state_clear(&batch);
   bc_buf_release(&buf);
   return rc;
 }

@@ -90,6 +90,7 @@ static PyObject *train_gather(PyObject *mod, PyObject *args) {
      * is not one row: the message names it. */
     PyErr_Format(PyExc_ValueError, "%s (variable-size records need a collate function)",
                  bc_errmsg());
+    bc_error_clear();
   } else if (rc != 0) {
     bcpy_raise(rc, NULL);
   } else {
