@@ -263,10 +263,12 @@ int bc_cache_finalize(bc_cache *cache);
  *   waits for that filler, then checks its records against the published
  *   shard, or publishes its own if the other fill failed or died (a dead
  *   claimant's claim is taken over).
- * - Readers: a record of the shard being appended waits for its publish
- *   (as for any fill in progress); a record of a later shard is filled
- *   from the source if the cache has one (claims decide, as above), and is
- *   BC_ENOTCACHED ("... the cache has no source") if it has none.
+ * - Readers: with a source, a record of the shard being appended waits
+ *   for its publish (as for any fill in progress), and a record of a later
+ *   shard is filled from the source (claims decide, as above).  Without a
+ *   source, a record not published yet is BC_ENOTCACHED at once ("...
+ *   not cached and the cache has no source"), also one of the shard being
+ *   appended: nothing waits for an appender that may never come.
  *
  * An appender is used by one thread at a time.  It keeps a reference to
  * the cache's sequence, so it stays usable after bc_cache_close (but not
