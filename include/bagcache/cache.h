@@ -275,10 +275,29 @@ int bc_cache_finalize(bc_cache *cache);
  * in a child after fork()). */
 typedef struct bc_appender bc_appender;
 
-/* Starts appending at record 0.  BC_EINVAL when the cache's shard length
- * is not decided yet (a new root opened without a source and without
- * shard_records: see bc_cache_estimate_shard_records). */
-int bc_cache_appender_open(bc_cache *cache, bc_appender **out);
+#define BC_APPENDER_OPTIONS_VERSION 1
+
+typedef struct bc_appender_options {
+  unsigned version; /* BC_APPENDER_OPTIONS_VERSION */
+  /* Claim each shard only when its last record has been appended (or at
+   * close), instead of when its first one is.  Until then nobody waits
+   * for the appender: a reader of the shard in progress fills it from the
+   * source (without a source: BC_ENOTCACHED), and the appender checks its
+   * records against that shard at the end.  For a producer that readers
+   * of the cache may themselves be waiting on (a loop whose body reads the
+   * shard it is producing, a thread the producer waits for): no deadlock,
+   * at the cost of a second pass over the source for such a read. */
+  bool claim_late;
+} bc_appender_options;
+
+#define BC_APPENDER_OPTIONS_INIT {BC_APPENDER_OPTIONS_VERSION, false}
+
+/* Starts appending at record 0 (opts NULL: the defaults).  BC_EINVAL when
+ * the cache's shard length is not decided yet (a new root opened without
+ * a source and without shard_records: see
+ * bc_cache_estimate_shard_records), or for options of an unknown version. */
+int bc_cache_appender_open(bc_appender **out, bc_cache *cache,
+                           const bc_appender_options *opts);
 
 /* Appends the next record (copied).  When it completes a shard, the shard
  * is published before this returns (evicting under the disk limit).

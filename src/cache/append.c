@@ -10,7 +10,8 @@
  * bc__clean_scratch removes and a claim the next claimant takes over), and
  * publishes it with fill.c's publish: checksum check, eviction under the
  * disk limit, length.  The modes of a shard, decided when its first record
- * is appended:
+ * is appended (with claim_late, never WRITE: the claim is tried at the
+ * shard's end, as STANDBY does after its wait):
  *   WRITE   we hold the claim: the records go to scratch/, and the shard is
  *           published when its last one arrives;
  *   STANDBY another thread or process holds the claim: the records go to
@@ -44,6 +45,7 @@ struct bc_appender {
   bc_cache *c;      /* a reference of the cache's sequence */
   uint64_t R;
   uint64_t count;   /* records appended */
+  bool late;        /* claim_late: STANDBY until the shard's end */
   /* the shard in progress (mode != MODE_NONE): records [count - n, count) */
   int mode;
   uint64_t shard, n, sum, token;
@@ -72,9 +74,16 @@ static int fail(bc_appender *a, int rc) {
   return rc;
 }
 
-int bc_cache_appender_open(bc_cache *c, bc_appender **out) {
+int bc_cache_appender_open(bc_appender **out, bc_cache *c,
+                           const bc_appender_options *opts) {
+  static const bc_appender_options defaults = BC_APPENDER_OPTIONS_INIT;
+  if (opts == NULL) opts = &defaults;
   if (c == NULL || out == NULL)
     return bc__error(BC_EINVAL, "bc_cache_appender_open: NULL argument");
+  if (opts->version != BC_APPENDER_OPTIONS_VERSION)
+    return bc__error(BC_EINVAL, "bc_cache_appender_open: options of version %u "
+                     "(this library knows %u)", opts->version,
+                     BC_APPENDER_OPTIONS_VERSION);
   if (c->R == 0)
     return bc__error(BC_EINVAL,
                      "%s: the cache's shard length is not decided yet: open it "
@@ -85,6 +94,7 @@ int bc_cache_appender_open(bc_cache *c, bc_appender **out) {
   a->c = c;
   bc_seq_ref(&c->base);
   a->R = c->R;
+  a->late = opts->claim_late;
   a->crcs = (bc_buf)BC_BUF_INIT;
   *out = a;
   return 0;
@@ -165,8 +175,21 @@ static int shard_begin(bc_appender *a) {
   a->n = 0;
   a->sum = BC__SUM_INIT;
   a->crcs.size = 0;
-  int rc = try_take(a, &claimed, &other, &rec);
-  if (rc != 0) return rc;
+  int rc;
+  if (a->late) {
+    /* No claim and no registration yet: only whether it is there. */
+    bool found = false;
+    MDB_txn *t;
+    claimed = false;
+    a->token = next_token(); /* names the scratch file */
+    if ((rc = bc__txn_begin(c->env, false, &t)) != 0) return rc;
+    rc = bc__rec_get(t, bc__dbi_shard(c->env), a->shard, &rec, &found);
+    mdb_txn_abort(t);
+    if (rc != 0) return rc;
+    if (!found) rec.state = SHARD_FILLING; /* (not PRESENT: STANDBY) */
+  } else if ((rc = try_take(a, &claimed, &other, &rec)) != 0) {
+    return rc;
+  }
   a->other = other;
   a->mode = claimed || other != NULL || rec.state != SHARD_PRESENT
                 ? (claimed ? MODE_WRITE : MODE_STANDBY)

@@ -379,7 +379,7 @@ static int fill_stdin(const char *root, fill_command *cmd,
       goto cleanup;
     }
   }
-  if ((rc = bc_cache_appender_open(cache, &a)) != BC_OK) {
+  if ((rc = bc_cache_appender_open(&a, cache, NULL)) != BC_OK) {
     status = cli_fail(rc);
     goto cleanup;
   }

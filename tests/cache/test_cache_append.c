@@ -104,7 +104,7 @@ static void test_append_publishes_and_ends(void **state) {
   fixture *f = *state;
   bc_cache *c = open_cache(f, 0);
   bc_appender *a = NULL;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 5, 0, NULL));
   assert_int_equal(bc_appender_count(a), 5);
   /* Shard 0 is published by its 4th record; shard 1 is in progress. */
@@ -151,7 +151,7 @@ static void test_append_empty_and_boundary(void **state) {
   fixture *f = *state;
   bc_cache *c = open_cache(f, 0);
   bc_appender *a = NULL;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 8, 0, NULL)); /* ends on a shard boundary */
   CU_OK(bc_appender_close(a));
   bc_cache_stats s = stats(c);
@@ -161,7 +161,7 @@ static void test_append_empty_and_boundary(void **state) {
   bc_cache_close(c);
   cu_rm_rf(f->root);
   c = open_cache(f, 0);
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(bc_appender_close(a)); /* an empty stream */
   s = stats(c);
   assert_int_equal(s.shards_present, 0);
@@ -175,7 +175,7 @@ static void test_append_undecided_length(void **state) {
   bc_cache *c = NULL;
   CU_OK(bc_cache_open(&c, f->root, NULL, NULL));
   bc_appender *a = (bc_appender *)1;
-  CU_RC(bc_cache_appender_open(c, &a), BC_EINVAL);
+  CU_RC(bc_cache_appender_open(&a, c, NULL), BC_EINVAL);
   assert_ptr_equal(a, (bc_appender *)1); /* not assigned on failure */
   assert_non_null(strstr(bc_errmsg(), "shard length"));
   bc_cache_close(c);
@@ -202,7 +202,7 @@ static uint64_t shard_size(const fixture *f) {
   bc_cache_options o = options(0);
   CU_OK(bc_cache_open(&c, root, NULL, &o));
   bc_appender *a = NULL;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 8, 0, NULL));
   CU_OK(bc_appender_close(a));
   uint64_t bytes = stats(c).bytes_on_disk;
@@ -217,7 +217,7 @@ static void test_append_under_limit(void **state) {
   uint64_t limit = 3 * shard_size(f);
   bc_cache *c = open_cache(f, limit);
   bc_appender *a = NULL;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 40, 0, NULL));
   CU_OK(bc_appender_close(a));
   bc_cache_stats s = stats(c);
@@ -238,7 +238,7 @@ static void test_append_under_limit(void **state) {
    * checked against their first checksums).  Each rebuilt shard evicts
    * the least recently used one, so 7, 8 and 9 are gone too by the time
    * the stream reaches them: all ten are rebuilt. */
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 40, 0, NULL));
   CU_OK(bc_appender_close(a));
   s = stats(c);
@@ -254,7 +254,7 @@ static void test_append_under_limit(void **state) {
   CU_OK(bc_cache_shards(c, sh, 3, &count));
   uint64_t absent = 0; /* the first shard not present */
   for (size_t k = 0; k < count && sh[k].start == absent * R; k++) absent++;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   uint64_t at = 0;
   CU_RC(append_n(a, 40, absent * R + 2, &at), BC_ENONDET);
   assert_int_equal(at, absent * R + R - 1); /* at the shard's publish */
@@ -270,11 +270,11 @@ static void test_append_verifies_existing(void **state) {
   fixture *f = *state;
   bc_cache *c = open_cache(f, 0);
   bc_appender *a = NULL;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 10, 0, NULL));
   CU_OK(bc_appender_close(a));
   /* The same stream again: verified, nothing written. */
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 10, 0, NULL));
   CU_OK(bc_appender_close(a));
   bc_cache_stats s = stats(c);
@@ -282,19 +282,19 @@ static void test_append_verifies_existing(void **state) {
   assert_int_equal(s.records_written, 10);
   /* A record of shard 1 differs: found at that shard's end. */
   uint64_t at = 0;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_RC(append_n(a, 10, 6, &at), BC_ENONDET);
   assert_int_equal(at, 7);
   assert_non_null(strstr(bc_errmsg(), "shard 1 (records 4..8)"));
   bc_appender_discard(a);
   /* Longer and shorter streams than the final length. */
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 11, 0, NULL));
   CU_RC(bc_appender_close(a), BC_ENONDET);
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 9, 0, NULL));
   CU_RC(bc_appender_close(a), BC_ENONDET);
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 8, 0, NULL));
   CU_RC(bc_appender_close(a), BC_ENONDET);
   assert_non_null(strstr(bc_errmsg(), "not deterministic"));
@@ -309,7 +309,7 @@ static void test_append_discard(void **state) {
   fixture *f = *state;
   bc_cache *c = open_cache(f, 0);
   bc_appender *a = NULL;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 6, 0, NULL));
   assert_int_equal(cu_dir_count(f->scratch), 2); /* shard 1 and its sidecar */
   bc_appender_discard(a);
@@ -319,7 +319,7 @@ static void test_append_discard(void **state) {
   assert_false(s.length_final);
   assert_int_equal(cu_dir_count(f->scratch), 0);
   /* Its claim is gone: the next appender fills shard 1 at once. */
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 10, 0, NULL));
   CU_OK(bc_appender_close(a));
   s = stats(c);
@@ -340,7 +340,7 @@ static void test_append_crash(void **state) {
     bc_cache_options o = options(0);
     bc_appender *a = NULL;
     if (bc_cache_open(&c, f->root, NULL, &o) != 0 ||
-        bc_cache_appender_open(c, &a) != 0 || append_n(a, 10, 0, NULL) != 0)
+        bc_cache_appender_open(&a, c, NULL) != 0 || append_n(a, 10, 0, NULL) != 0)
       _exit(1);
     _exit(0);
   }
@@ -358,7 +358,7 @@ static void test_append_crash(void **state) {
   for (uint64_t i = 0; i < 8; i++) check_record(c, i);
   /* Appending again takes the dead claim over without waiting. */
   bc_appender *a = NULL;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_n(a, 10, 0, NULL));
   CU_OK(bc_appender_close(a));
   s = stats(c);
@@ -379,7 +379,7 @@ typedef struct racer {
 static void *race_main(void *arg) {
   racer *r = arg;
   bc_appender *a = NULL;
-  r->rc = bc_cache_appender_open(r->c, &a);
+  r->rc = bc_cache_appender_open(&a, r->c, NULL);
   if (r->rc == 0) r->rc = append_n(a, 22, 0, NULL);
   if (r->rc == 0) r->rc = bc_appender_close(a);
   else bc_appender_discard(a);
@@ -446,7 +446,7 @@ static void test_append_reader_waits(void **state) {
   ts_shared *sh = NULL;
   bc_cache *c = open_sourced(f, &sh);
   bc_appender *a = NULL;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_model(a, 0, 6, UINT64_MAX)); /* shard 1 in progress */
   reader r = {c, 5, -1, BC_BUF_INIT};
   pthread_t th;
@@ -473,7 +473,7 @@ static void test_append_meets_fill(void **state) {
   ts_shared *sh = NULL;
   bc_cache *c = open_sourced(f, &sh);
   bc_appender *a = NULL;
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_OK(append_model(a, 0, 2, UINT64_MAX));
   /* A reader ahead of the appender fills shard 2 from the source... */
   bc_buf b = BC_BUF_INIT;
@@ -489,7 +489,7 @@ static void test_append_meets_fill(void **state) {
   assert_int_equal(s.length, 12);
   assert_true(s.length_final);
   /* Another stream's records for shard 2 differ from the source's. */
-  CU_OK(bc_cache_appender_open(c, &a));
+  CU_OK(bc_cache_appender_open(&a, c, NULL));
   CU_RC(append_model(a, 0, 12, 9), BC_ENONDET);
   assert_int_equal(bc_appender_count(a), 12); /* the 12th, shard 2's end, failed */
   bc_appender_discard(a);
@@ -498,6 +498,43 @@ static void test_append_meets_fill(void **state) {
     assert_true(ts_matches(i, false, &b));
   }
   bc_buf_release(&b);
+  bc_cache_close(c);
+  ts_shared_free(sh);
+}
+
+static void test_append_claim_late(void **state) {
+  fixture *f = *state;
+  ts_shared *sh = NULL;
+  bc_cache *c = open_sourced(f, &sh);
+  bc_appender_options o = BC_APPENDER_OPTIONS_INIT;
+  o.claim_late = true;
+  bc_appender *a = NULL;
+  CU_OK(bc_cache_appender_open(&a, c, &o));
+  CU_OK(append_model(a, 0, 6, UINT64_MAX)); /* shard 1 in progress */
+  /* The appender's own thread reads the shard in progress: nothing to wait
+   * for, it is filled from the source... */
+  bc_buf b = BC_BUF_INIT;
+  CU_OK(bc_cache_get(c, 5, &b));
+  assert_true(ts_matches(5, false, &b));
+  assert_int_equal(atomic_load(&sh->opens), 1);
+  /* ...and the appender's records are checked against it. */
+  CU_OK(append_model(a, 6, 12, UINT64_MAX));
+  CU_OK(bc_appender_close(a));
+  bc_cache_stats s = stats(c);
+  assert_int_equal(s.fills, 3);
+  assert_int_equal(s.records_written, 4 + 4 + 4); /* 0 and 2 appended, 1 filled */
+  assert_true(s.length_final);
+  for (uint64_t i = 0; i < 12; i++) {
+    CU_OK(bc_cache_get(c, (int64_t)i, &b));
+    assert_true(ts_matches(i, false, &b));
+  }
+  bc_buf_release(&b);
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  /* An unknown options version is refused. */
+  o.version = 99;
+  a = NULL;
+  CU_RC(bc_cache_appender_open(&a, c, &o), BC_EINVAL);
+  assert_null(a);
   bc_cache_close(c);
   ts_shared_free(sh);
 }
@@ -514,6 +551,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_append_race, setup, teardown),
       cmocka_unit_test_setup_teardown(test_append_reader_waits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_append_meets_fill, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_append_claim_late, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
