@@ -53,7 +53,7 @@ struct bc_appender {
   bc__filling *other; /* STANDBY: the in-process filler we wait for */
   bc_writer *w;       /* WRITE, STANDBY */
   bc_buf crcs;
-  char scratch[4200];
+  char *scratch;      /* WRITE, STANDBY: its file (malloc'd); else NULL */
   int failed;         /* a failure is final: its code, message below */
   int failed_errno;
   char failed_msg[1024];
@@ -106,12 +106,13 @@ uint64_t bc_appender_count(const bc_appender *a) { return a ? a->count : 0; }
 static void drop_scratch(bc_appender *a) {
   bc_writer_free(a->w);
   a->w = NULL;
-  if (a->scratch[0] != '\0') {
-    char crc[4200];
-    bc__fill_scratch_crc(a->scratch, crc, sizeof crc);
+  if (a->scratch != NULL) {
+    char *crc = bc__fill_scratch_crc(a->scratch);
     unlink(a->scratch);
-    if (a->c->crc) unlink(crc);
-    a->scratch[0] = '\0';
+    if (a->c->crc && crc != NULL) unlink(crc);
+    free(crc);
+    free(a->scratch);
+    a->scratch = NULL;
   }
   a->crcs.size = 0;
 }
@@ -120,8 +121,14 @@ static void drop_scratch(bc_appender *a) {
  * its own (SHARD-PID-START.TOKEN.EXT: bc__clean_scratch knows the owner). */
 static int open_scratch(bc_appender *a) {
   bc_cache *c = a->c;
-  snprintf(a->scratch, sizeof a->scratch, "%s/%llu-%d-%llu.%llu.%s",
-           c->scratch_dir, (unsigned long long)a->shard, (int)c->self.pid,
+#define SCRATCH_NAME "%s/%llu-%d-%llu.%llu.%s"
+  int n = snprintf(NULL, 0, SCRATCH_NAME, c->scratch_dir, (unsigned long long)a->shard,
+                   (int)c->self.pid, (unsigned long long)c->self.start_time,
+                   (unsigned long long)a->token, c->zstd ? "bagz" : "bag");
+  if (n < 0 || (a->scratch = malloc((size_t)n + 1)) == NULL)
+    return bc__error(BC_ENOMEM, "out of memory");
+  snprintf(a->scratch, (size_t)n + 1, SCRATCH_NAME, c->scratch_dir,
+           (unsigned long long)a->shard, (int)c->self.pid,
            (unsigned long long)c->self.start_time, (unsigned long long)a->token,
            c->zstd ? "bagz" : "bag");
   bc_writer_options wo = BC_WRITER_OPTIONS_INIT;
@@ -129,11 +136,8 @@ static int open_scratch(bc_appender *a) {
   wo.zstd_level = c->zstd ? c->level : 0;
   wo.file_mode = c->mode;
   int rc = bc_writer_open(&a->w, a->scratch, &wo);
-  if (rc != 0) {
-    a->w = NULL;
-    a->scratch[0] = '\0';
-    return rc;
-  }
+  if (rc != 0) a->w = NULL; /* (the caller drops the name) */
+  if (rc != 0) return rc;
   /* As a fill: zstd frames carry checksums, .bag records get CRCs. */
   if (c->zstd) rc = bc__writer_checksum_frames(a->w);
   return rc;
@@ -264,7 +268,8 @@ static int publish_ours(bc_appender *a, bool ended) {
     rc = bc__fill_publish(c, a->shard, a->token, a->scratch, a->n, a->sum, ended,
                           &regenerated);
   if (rc == 0) {
-    a->scratch[0] = '\0'; /* renamed into shards/ */
+    free(a->scratch); /* renamed into shards/ */
+    a->scratch = NULL;
     atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
     atomic_fetch_add(&c->stats.records_written, a->n);
   } else {

@@ -1286,8 +1286,11 @@ int bc__fill_wait(bc_cache *c, bc__filling *f) {
   return rc ? bc_set_error(rc, err, "%s", msg) : 0;
 }
 
-void bc__fill_scratch_crc(const char *scratch, char *out, size_t size) {
-  scratch_crc_file(scratch, out, size);
+char *bc__fill_scratch_crc(const char *scratch) {
+  size_t n = strlen(scratch) + 5;
+  char *out = malloc(n);
+  if (out != NULL) scratch_crc_file(scratch, out, n);
+  return out;
 }
 
 int bc__fill_crc_append(bc_buf *crcs, const void *data, size_t size) {

@@ -39,9 +39,9 @@ int bc__fill_wait(bc_cache *c, bc__filling *other);
 void bc__fill_put(bc_cache *c, bc__filling *f);
 
 /* The record checksums of .bag shards (format version 2): the sidecar of
- * a scratch file, a record's CRC appended to the table, the table written
- * and fsynced next to the scratch file. */
-void bc__fill_scratch_crc(const char *scratch, char *out, size_t size);
+ * a scratch file (malloc'd; NULL: out of memory), a record's CRC appended
+ * to the table, the table written and fsynced next to the scratch file. */
+char *bc__fill_scratch_crc(const char *scratch);
 int bc__fill_crc_append(bc_buf *crcs, const void *data, size_t size);
 int bc__fill_write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
                            uint64_t records, uint64_t records_bytes);
