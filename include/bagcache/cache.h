@@ -288,9 +288,16 @@ typedef struct bc_appender_options {
    * shard it is producing, a thread the producer waits for): no deadlock,
    * at the cost of a second pass over the source for such a read. */
   bool claim_late;
+  /* Publish each completed shard on a thread of its own while the next
+   * one is appended (one at a time: the append that completes the next
+   * shard first waits for it), so that the producer does not wait for the
+   * syncs of a publish.  A publish's failure is returned by the next
+   * append that completes a shard, or by close; close and discard wait
+   * for it (a complete shard is published also by discard). */
+  bool publish_behind;
 } bc_appender_options;
 
-#define BC_APPENDER_OPTIONS_INIT {BC_APPENDER_OPTIONS_VERSION, false}
+#define BC_APPENDER_OPTIONS_INIT {BC_APPENDER_OPTIONS_VERSION, false, false}
 
 /* Starts appending at record 0 (opts NULL: the defaults).  BC_EINVAL when
  * the cache's shard length is not decided yet (a new root opened without
@@ -300,7 +307,8 @@ int bc_cache_appender_open(bc_appender **out, bc_cache *cache,
                            const bc_appender_options *opts);
 
 /* Appends the next record (copied).  When it completes a shard, the shard
- * is published before this returns (evicting under the disk limit).
+ * is published before this returns (evicting under the disk limit), or
+ * with publish_behind handed to a thread that publishes it.
  * A failure (BC_ENONDET, BC_ENOSPC, BC_EIO, BC_ECLOSED when the fill was
  * abandoned ...) is final: the appender then only discards (close returns
  * the failure again, publishing nothing more). */

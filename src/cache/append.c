@@ -29,6 +29,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,13 @@ struct bc_appender {
   uint64_t R;
   uint64_t count;   /* records appended */
   bool late;        /* claim_late: STANDBY until the shard's end */
+  bool behind;      /* publish_behind */
+  /* publish_behind: the completed shard being published on thread
+   * `publisher` (a copy of this struct holding that shard's state), or
+   * NULL.  Joined before the next shard is handed over, and by close and
+   * discard. */
+  struct bc_appender *publishing;
+  pthread_t publisher;
   /* the shard in progress (mode != MODE_NONE): records [count - n, count) */
   int mode;
   uint64_t shard, n, sum, token;
@@ -95,6 +103,7 @@ int bc_cache_appender_open(bc_appender **out, bc_cache *c,
   bc_seq_ref(&c->base);
   a->R = c->R;
   a->late = opts->claim_late;
+  a->behind = opts->publish_behind;
   a->crcs = (bc_buf)BC_BUF_INIT;
   *out = a;
   return 0;
@@ -332,6 +341,61 @@ static int shard_end(bc_appender *a, bool ended) {
   return rc;
 }
 
+/* The publisher thread: ends the shard its copy of the appender holds,
+ * keeping a failure's message in the copy (the message is per-thread). */
+static void *publish_main(void *arg) {
+  bc_appender *job = arg;
+  int rc = shard_end(job, false);
+  if (rc != 0) {
+    job->failed = rc;
+    job->failed_errno = bc_errno();
+    snprintf(job->failed_msg, sizeof job->failed_msg, "%s", bc_errmsg());
+  }
+  return NULL;
+}
+
+/* Waits for the shard being published behind, if any: 0, or its failure
+ * (then final for the appender too). */
+static int join_publisher(bc_appender *a) {
+  bc_appender *job = a->publishing;
+  if (job == NULL) return 0;
+  pthread_join(a->publisher, NULL);
+  a->publishing = NULL;
+  int rc = job->failed;
+  if (rc != 0) {
+    bc_set_error(rc, job->failed_errno, "%s", job->failed_msg);
+    fail(a, rc);
+  }
+  bc_buf_release(&job->crcs);
+  free(job);
+  return rc;
+}
+
+/* The shard in progress is complete: published now, or (publish_behind)
+ * handed to a publisher thread once the previous one is done, the
+ * appender going on with a fresh shard state. */
+static int shard_complete(bc_appender *a) {
+  if (!a->behind) return shard_end(a, false);
+  int rc = join_publisher(a);
+  if (rc != 0) return rc;
+  bc_appender *job = malloc(sizeof *job);
+  if (job == NULL) return shard_end(a, false); /* inline, then */
+  memcpy(job, a, sizeof *job);
+  a->mode = MODE_NONE;
+  a->mine = a->other = NULL;
+  a->w = NULL;
+  a->scratch = NULL;
+  a->crcs = (bc_buf)BC_BUF_INIT;
+  if (pthread_create(&a->publisher, NULL, publish_main, job) != 0) {
+    rc = shard_end(job, false); /* no thread: inline */
+    bc_buf_release(&job->crcs);
+    free(job);
+    return rc;
+  }
+  a->publishing = job;
+  return 0;
+}
+
 int bc_appender_append(bc_appender *a, const void *data, size_t size) {
   if (a == NULL || (data == NULL && size > 0))
     return bc__error(BC_EINVAL, "bc_appender_append: NULL argument");
@@ -349,7 +413,7 @@ int bc_appender_append(bc_appender *a, const void *data, size_t size) {
     return fail(a, rc);
   a->n++;
   a->count++;
-  if (a->n == a->R && (rc = shard_end(a, false)) != 0) return fail(a, rc);
+  if (a->n == a->R && (rc = shard_complete(a)) != 0) return fail(a, rc);
   return 0;
 }
 
@@ -378,6 +442,7 @@ static void appender_free(bc_appender *a) {
 int bc_appender_close(bc_appender *a) {
   if (a == NULL) return 0;
   int rc;
+  join_publisher(a); /* (its failure is the appender's) */
   if (a->failed) {
     rc = bc_set_error(a->failed, a->failed_errno, "%s", a->failed_msg);
     shard_abort(a);
@@ -397,6 +462,7 @@ void bc_appender_discard(bc_appender *a) {
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", bc_errmsg());
   int err = bc_errno();
+  join_publisher(a); /* a complete shard is published all the same */
   shard_abort(a);
   appender_free(a);
   bc_set_error(0, err, "%s", msg);

@@ -539,6 +539,44 @@ static void test_append_claim_late(void **state) {
   ts_shared_free(sh);
 }
 
+static void test_append_publish_behind(void **state) {
+  fixture *f = *state;
+  bc_cache *c = open_cache(f, 0);
+  bc_appender_options o = BC_APPENDER_OPTIONS_INIT;
+  o.publish_behind = true;
+  bc_appender *a = NULL;
+  CU_OK(bc_cache_appender_open(&a, c, &o));
+  CU_OK(append_n(a, 22, 0, NULL));
+  CU_OK(bc_appender_close(a)); /* waits for the publishes */
+  bc_cache_stats s = stats(c);
+  assert_int_equal(s.fills, 6);
+  assert_int_equal(s.shards_present, 6);
+  assert_int_equal(s.length, 22);
+  assert_true(s.length_final);
+  for (uint64_t i = 0; i < 22; i++) check_record(c, i);
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  /* A shard found different behind: its failure comes with the next
+   * completed shard, here with close. */
+  CU_OK(bc_cache_appender_open(&a, c, &o));
+  CU_OK(append_n(a, 10, 6, NULL));
+  CU_RC(bc_appender_close(a), BC_ENONDET);
+  assert_non_null(strstr(bc_errmsg(), "shard 1 (records 4..8)"));
+  /* A complete shard handed over is published by discard too. */
+  bc_cache_close(c);
+  cu_rm_rf(f->root);
+  c = open_cache(f, 0);
+  CU_OK(bc_cache_appender_open(&a, c, &o));
+  CU_OK(append_n(a, 9, 0, NULL));
+  bc_appender_discard(a);
+  s = stats(c);
+  assert_int_equal(s.shards_present, 2);
+  assert_int_equal(s.length, 8);
+  assert_false(s.length_final);
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  for (uint64_t i = 0; i < 8; i++) check_record(c, i);
+  bc_cache_close(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_append_publishes_and_ends, setup, teardown),
@@ -552,6 +590,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_append_reader_waits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_append_meets_fill, setup, teardown),
       cmocka_unit_test_setup_teardown(test_append_claim_late, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_append_publish_behind, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,9 +30,14 @@
  * the cache, and the iterator still runs once.  Once the loop has pulled
  * records, such a pass makes an iterator of its own.
  *
+ * A completed shard is published by a thread of the appender while the
+ * loop goes on (publish_behind): the loop waits only when it completes
+ * the next shard before that publish is done, and at its end.
+ *
  * GIL: held throughout, except around an append that completes a shard
- * (its publish syncs files and may wait for another filler of the shard)
- * or copies a large record, and around the appender's close.  `in_next`
+ * (it may wait for the previous publish, which may wait for another
+ * filler of the shard) or copies a large record, and around the
+ * appender's close and discard.  `in_next`
  * keeps other threads out of the iterator meanwhile.  Waits for another
  * filler of the shard are not interruptible (they last one fill).
  *
@@ -80,9 +85,23 @@ typedef struct {
 
 /* ---- the tee -------------------------------------------------------------------- */
 
+/* Discards the appender, if any (GIL held, released meanwhile: it waits
+ * for a shard being published, which may wait for a fill that needs the
+ * GIL). */
+static void discard(bcpy_tee *t) {
+  bc_appender *a = t->a;
+  t->a = NULL;
+  if (a == NULL) return;
+  Py_BEGIN_ALLOW_THREADS
+  bc_appender_discard(a);
+  Py_END_ALLOW_THREADS
+}
+
 static void tee_free(bcpy_tee *t) {
   if (t == NULL) return;
-  bc_appender_discard(t->a);
+  /* In a child after fork() the appender is the parent's (its publisher
+   * thread, if any, is not here): left alone. */
+  if (t->pid == getpid()) discard(t);
   Py_XDECREF(t->it);
   Py_XDECREF(t->root);
   bcpy_source_unref(t->src);
@@ -102,8 +121,7 @@ static void unregister(bcpy_tee *t) {
 static void cache_failed(bcpy_tee *t, int rc) {
   t->fill_rc = rc;
   snprintf(t->fill_msg, sizeof t->fill_msg, "%s", bc_errmsg());
-  bc_appender_discard(t->a);
-  t->a = NULL;
+  discard(t);
   t->alone = true;
 }
 
@@ -254,8 +272,7 @@ static int break_off(bcpy_tee *t) {
     append(t, PyBytes_AS_STRING(record), (size_t)PyBytes_GET_SIZE(record));
     Py_DECREF(record);
   }
-  bc_appender_discard(t->a); /* at a shard's start: nothing to drop */
-  t->a = NULL;
+  discard(t); /* at a shard's start: nothing to drop */
   iterator_over(t);
   t->in_next = false;
   unregister(t);
@@ -271,8 +288,7 @@ PyObject *bcpy_tee_take(bcpy_source *s) {
     return NULL;
   PyObject *it = t->it;
   t->it = NULL;
-  bc_appender_discard(t->a);
-  t->a = NULL;
+  discard(t);
   t->given = true;
   unregister(t);
   return it;
@@ -329,8 +345,7 @@ static void end_of_pass(bcpy_teeiter *self) {
   if (value == NULL && type == NULL) {
     close_appender(t);
   } else {
-    bc_appender_discard(t->a);
-    t->a = NULL;
+    discard(t);
   }
   finish(self);
   int rc = warn_fill_failed(t);
@@ -378,8 +393,7 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
   }
   if (atomic_load(&s->closed) || t->it == NULL) {
     /* (the close settled it already: nothing to discard) */
-    bc_appender_discard(t->a);
-    t->a = NULL;
+    discard(t);
     finish(self);
     PyErr_SetString(PyExc_ValueError, "the LoadIt is closed");
     return NULL;
@@ -483,9 +497,10 @@ PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *s, bc_seq *seq, uint64_t
   t->src = s;
   Py_INCREF(root);
   t->root = root;
-  /* Claimed late: see the header. */
+  /* Claimed late, published behind: see the header. */
   bc_appender_options opts = BC_APPENDER_OPTIONS_INIT;
   opts.claim_late = true;
+  opts.publish_behind = true;
   int rc;
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_appender_open(&t->a, cache, &opts);
