@@ -379,7 +379,11 @@ static int fill_stdin(const char *root, fill_command *cmd,
       goto cleanup;
     }
   }
-  if ((rc = bc_cache_appender_open(&a, cache, NULL)) != BC_OK) {
+  /* Each shard is published on a thread of its own while the input goes
+   * on (a reader of the input never waits for a publish's syncs). */
+  bc_appender_options ao = BC_APPENDER_OPTIONS_INIT;
+  ao.publish_behind = true;
+  if ((rc = bc_cache_appender_open(&a, cache, &ao)) != BC_OK) {
     status = cli_fail(rc);
     goto cleanup;
   }
