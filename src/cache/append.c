@@ -210,7 +210,7 @@ static int shard_begin(bc_appender *a) {
   if (a->mode != MODE_VERIFY && (rc = open_scratch(a)) != 0) {
     drop_scratch(a);
     if (a->mine != NULL) {
-      bc__fill_release_claim(c, a->shard, a->token);
+      bc__fill_release_claim(c, a->shard, a->token, rc);
       bc__fill_leave(c, a->mine, rc);
       a->mine = NULL;
     }
@@ -282,7 +282,7 @@ static int publish_ours(bc_appender *a, bool ended) {
     atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
     atomic_fetch_add(&c->stats.records_written, a->n);
   } else {
-    bc__fill_release_claim(c, a->shard, a->token);
+    bc__fill_release_claim(c, a->shard, a->token, rc);
   }
   bc__fill_leave(c, a->mine, rc);
   a->mine = NULL;
@@ -312,8 +312,9 @@ static int shard_end(bc_appender *a, bool ended) {
      * the shard over if that fill went away. */
     for (;;) {
       if (a->other != NULL) {
-        bc__fill_wait(c, a->other); /* its failure is not ours: retry */
+        rc = bc__fill_wait(c, a->other); /* its failure is not ours: retry */
         a->other = NULL;
+        if (rc != 0) break; /* interrupted */
       }
       bool claimed;
       bc__shard_rec rec;
@@ -330,6 +331,7 @@ static int shard_end(bc_appender *a, bool ended) {
       }
       /* FILLING by another live process: poll, as bc__obtain does. */
       atomic_fetch_add(&c->stats.waits, 1);
+      if ((rc = bc__interrupt_poll()) != 0) break;
       struct timespec ts = {0, (long)(backoff * 1e9)};
       nanosleep(&ts, NULL);
       if (backoff < 0.05) backoff *= 2;
@@ -422,9 +424,9 @@ static void shard_abort(bc_appender *a) {
   bc_cache *c = a->c;
   drop_scratch(a);
   if (a->mine != NULL) {
-    bc__fill_release_claim(c, a->shard, a->token);
     bc__error(BC_EAGAIN, "%s: the appender of shard %llu was discarded", c->root,
               (unsigned long long)a->shard);
+    bc__fill_release_claim(c, a->shard, a->token, BC_EAGAIN);
     bc__fill_leave(c, a->mine, BC_EAGAIN); /* its waiters retry */
     a->mine = NULL;
   }

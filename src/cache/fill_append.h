@@ -13,8 +13,10 @@
  * *claimed, or *rec is its state (PRESENT, or FILLING by a live owner). */
 int bc__fill_claim(bc_cache *c, uint64_t shard, uint64_t token,
                    bc__shard_rec *rec, bool *claimed);
-/* Drops the claim of fill `token` on `shard` (release_claim). */
-void bc__fill_release_claim(bc_cache *c, uint64_t shard, uint64_t token);
+/* Drops the claim of fill `token` on `shard` (release_claim), keeping the
+ * thread's error of the failure `code` being reported. */
+void bc__fill_release_claim(bc_cache *c, uint64_t shard, uint64_t token,
+                            int code);
 /* Publishes scratch file `scratch` (and its sidecar) as shard `shard`,
  * evicting under the disk limit and checking the checksum recorded at an
  * earlier publish (publish). */
@@ -28,10 +30,12 @@ int bc__fill_record_end(bc_cache *c, uint64_t end);
 /* The root's in-process registry of fills (bc__fill_registry).  enter:
  * registers fill `token` of `shard` as *mine, unless another thread of
  * this process fills it: then *other gets a reference to that fill.
- * leave: reports *mine done with `rc` (0, or the failure with
- * bc_errmsg(); BC_EAGAIN makes waiters retry) and drops it.  wait: waits
- * for `other` to be done and drops the reference: 0 or its failure.
- * put: drops a reference without waiting. */
+ * leave: reports *mine done with `rc` (0, or the thread's failure `rc`,
+ * saved for the waiters; BC_EAGAIN makes them retry) and drops it.  wait:
+ * waits for `other` to be done and drops the reference: 0 (whatever the
+ * fill's result: the caller looks at the shard again), or BC_ECANCELED
+ * when this thread's interrupt hook stopped the wait.  put: drops a
+ * reference without waiting. */
 int bc__fill_enter(bc_cache *c, uint64_t shard, uint64_t token,
                    bc__filling **mine, bc__filling **other);
 void bc__fill_leave(bc_cache *c, bc__filling *f, int rc);

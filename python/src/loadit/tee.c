@@ -70,6 +70,8 @@ struct bcpy_tee {
   bool given;        /* a pass of the source took the iterator before its
                         first record: the loop reads the cache */
   bool warned;       /* the CacheWarning was given */
+  bool interrupted;  /* an append's wait was stopped by the interrupt
+                        handler (Ctrl-C): the loop gets KeyboardInterrupt */
   int fill_rc;       /* the cache's failure (not the iterator's) */
   char fill_msg[1024];
 };
@@ -138,7 +140,12 @@ static void append(bcpy_tee *t, const char *data, size_t n) {
   } else {
     rc = bc_appender_append(t->a, data, n);
   }
-  if (rc != 0) cache_failed(t, rc);
+  if (rc == BC_ECANCELED) { /* Ctrl-C: not the cache's failure */
+    discard(t);
+    t->alone = t->interrupted = true;
+  } else if (rc != 0) {
+    cache_failed(t, rc);
+  }
 }
 
 /* The iterator ended: publishes the rest, makes the length final. */
@@ -414,6 +421,14 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
   }
   if (!t->alone) {
     append(t, PyBytes_AS_STRING(record), (size_t)PyBytes_GET_SIZE(record));
+    if (t->interrupted) { /* the pending KeyboardInterrupt ends the loop */
+      Py_DECREF(item);
+      Py_DECREF(record);
+      finish(self);
+      t->in_next = false;
+      if (PyErr_CheckSignals() == 0) PyErr_SetNone(PyExc_KeyboardInterrupt);
+      return NULL;
+    }
     if (t->alone && warn_fill_failed(t) < 0) { /* the warning made an error */
       Py_DECREF(item);
       Py_DECREF(record);
