@@ -246,6 +246,103 @@ int bc_cache_fill_all(bc_cache *cache);
  * Nothing happens when the length is final already. */
 int bc_cache_finalize(bc_cache *cache);
 
+/* ---- appending (write-through) ------------------------------------------ */
+
+/* An appender hands a stream's records to the cache once, in order, as
+ * they are produced (a producer that cannot be re-run: a pipe, a loop's
+ * first pass), and publishes each shard as soon as its last record is
+ * appended, through the same claim, publish, determinism and disk-limit
+ * rules as a fill from the source (doc/cache.md, "Appending").
+ *
+ * - It always starts at record 0.  A shard the root holds already is not
+ *   written again: the records appended for it are checked against the
+ *   checksum recorded at its first publish (or against the file, where no
+ *   checksum was recorded); a difference, or a stream that ends before or
+ *   goes past a known end, is BC_ENONDET.  So appending the same stream to
+ *   a complete root only verifies it, and appending to a root filled in
+ *   part (or evicted in part) fills in what is missing.
+ * - Claims decide between writers: a shard another thread or process is
+ *   filling (another appender, a fill from the source) is written to
+ *   scratch/ all the same; when its last record is appended the appender
+ *   waits for that filler, then checks its records against the published
+ *   shard, or publishes its own if the other fill failed or died (a dead
+ *   claimant's claim is taken over).
+ * - Readers: with a source, a record of the shard being appended waits
+ *   for its publish (as for any fill in progress), and a record of a later
+ *   shard is filled from the source (claims decide, as above).  Without a
+ *   source, a record not published yet is BC_ENOTCACHED at once ("...
+ *   not cached and the cache has no source"), also one of the shard being
+ *   appended: nothing waits for an appender that may never come.
+ *
+ * An appender is used by one thread at a time.  It keeps a reference to
+ * the cache's sequence, so it stays usable after bc_cache_close (but not
+ * in a child after fork()). */
+typedef struct bc_appender bc_appender;
+
+#define BC_APPENDER_OPTIONS_VERSION 1
+
+typedef struct bc_appender_options {
+  unsigned version; /* BC_APPENDER_OPTIONS_VERSION */
+  /* Claim each shard only when its last record has been appended (or at
+   * close), instead of when its first one is.  Until then nobody waits
+   * for the appender: a reader of the shard in progress fills it from the
+   * source (without a source: BC_ENOTCACHED), and the appender checks its
+   * records against that shard at the end.  For a producer that readers
+   * of the cache may themselves be waiting on (a loop whose body reads the
+   * shard it is producing, a thread the producer waits for): no deadlock,
+   * at the cost of a second pass over the source for such a read. */
+  bool claim_late;
+  /* Publish each completed shard on a thread of its own while the next
+   * one is appended (one at a time: the append that completes the next
+   * shard first waits for it), so that the producer does not wait for the
+   * syncs of a publish.  A publish's failure is returned by the next
+   * append that completes a shard, or by close; close and discard wait
+   * for it (a complete shard is published also by discard). */
+  bool publish_behind;
+} bc_appender_options;
+
+#define BC_APPENDER_OPTIONS_INIT {BC_APPENDER_OPTIONS_VERSION, false, false}
+
+/* Starts appending at record 0 (opts NULL: the defaults).  BC_EINVAL when
+ * the cache's shard length is not decided yet (a new root opened without
+ * a source and without shard_records: see
+ * bc_cache_estimate_shard_records), or for options of an unknown version. */
+int bc_cache_appender_open(bc_appender **out, bc_cache *cache,
+                           const bc_appender_options *opts);
+
+/* Appends the next record (copied).  When it completes a shard, the shard
+ * is published before this returns (evicting under the disk limit), or
+ * with publish_behind handed to a thread that publishes it.
+ * A failure (BC_ENONDET, BC_ENOSPC, BC_EIO, BC_ECLOSED when the fill was
+ * abandoned ...) is final: the appender then only discards (close returns
+ * the failure again, publishing nothing more). */
+int bc_appender_append(bc_appender *a, const void *data, size_t size);
+
+/* The stream has ended: publishes the partial last shard, makes the length
+ * final (bc_appender_count()), and frees the appender (also on failure).
+ * When it returns 0 everything appended is on disk (under the limit: what
+ * the limit kept) and the cache's length is final, for every process; a
+ * process may exit right after.  NULL is fine (0). */
+int bc_appender_close(bc_appender *a);
+
+/* The producer failed: publishes nothing of the shard in progress (its
+ * scratch file goes, its claim is dropped so that others may fill it),
+ * leaves the length as it is, and frees the appender.  What was published
+ * stays.  NULL is fine. */
+void bc_appender_discard(bc_appender *a);
+
+/* Records appended so far (including those of the shard in progress). */
+uint64_t bc_appender_count(const bc_appender *a);
+
+/* The shard length a cache with options `opts` (shard_bytes,
+ * compression, zstd_level) would derive from the sample records[0..n),
+ * the way bc_cache_open estimates it from a source's first records: for
+ * opening a new root (shard_records) before appending to it.  n may be 0
+ * (records then cost 8 bytes each). */
+int bc_cache_estimate_shard_records(const bc_cache_options *opts,
+                                    const bc_buf *records, size_t n,
+                                    uint64_t *shard_records);
+
 /* ---- introspection ---------------------------------------------------- */
 
 typedef struct bc_cache_stats {

@@ -592,3 +592,42 @@ def test_a_full_tmpfs_warns_once_and_the_loop_goes_on(tmp_path):
     finally:
         if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+# ---- the first pass checks its records against shards filled meanwhile ----------
+
+
+def test_records_checked_against_a_shard_filled_meanwhile(tmp_path):
+    # Nobody waits for the loop: loader[7] inside it fills shard 0 with a
+    # second pass, which (a nondeterministic iterator) differs at record 5.
+    # The loop goes on with its own items; the appender finds shard 0
+    # different from what the loop produced and warns once.
+    import warnings
+
+    from bagcache import CacheWarning
+
+    passes = []
+
+    def create():
+        passes.append(1)
+        second = len(passes) > 1
+        for i in range(30):
+            yield {"i": i, "pass": 2} if second and i == 5 else item(i)
+
+    loader = LoadIt(str(tmp_path / "c"), create, max_shard_length=10, preload_fn=None)
+    got, side = [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i, x in enumerate(loader):
+            got.append(x)
+            if i == 2:
+                side.append(loader[7])
+        loader.close()
+    assert got == model(30)
+    assert side == [item(7)]
+    assert len(passes) == 2
+    mine = [w for w in caught if issubclass(w.category, CacheWarning)]
+    assert len(mine) == 1
+    assert "not the one the cache holds" in str(mine[0].message)
+    cached = reopen(str(tmp_path / "c"))
+    assert cached[5] == {"i": 5, "pass": 2}  # the shard the other pass filled

@@ -42,6 +42,7 @@
 
 #include "bag/internal.h"
 #include "cache/internal.h"
+#include "cache/fill_append.h"
 #include "common/crc32c.h"
 
 /* ---- the pass pool ------------------------------------------------------------ */
@@ -301,7 +302,8 @@ static int commit_final_length(bc_cache *c, MDB_txn *t, int rc, uint64_t end) {
   return rc;
 }
 
-/* Records that the source ends at `end` (no records from there on). */
+/* Records that the source ends at `end` (no records from there on), and
+ * drops the claim on `shard` (UINT64_MAX: none). */
 static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
   MDB_txn *t;
   int rc = bc__txn_begin(c->env, true, &t);
@@ -316,7 +318,7 @@ static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
                    "seen before: the iterator is not deterministic", c->root,
                    (unsigned long long)end, (unsigned long long)known);
   if (rc == 0) rc = put_final_length(c, t, end);
-  if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
+  if (rc == 0 && shard != UINT64_MAX) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
   return commit_final_length(c, t, rc, end);
 }
 
@@ -1221,4 +1223,98 @@ int bc_cache_abandon_fills(bc_cache *c, int wait_ms) {
   pthread_cond_broadcast(&c->cond);
   pthread_mutex_unlock(&c->lock);
   return (int)n;
+}
+
+/* ---- the appender's entry points (append.c) --------------------------------------- */
+
+int bc__fill_claim(bc_cache *c, uint64_t shard, uint64_t token,
+                   bc__shard_rec *rec, bool *claimed) {
+  return try_claim(c, shard, token, rec, claimed);
+}
+
+void bc__fill_release_claim(bc_cache *c, uint64_t shard, uint64_t token,
+                            int code) {
+  release_claim(c, shard, token, code);
+}
+
+int bc__fill_publish(bc_cache *c, uint64_t shard, uint64_t token,
+                     const char *scratch, uint64_t records, uint64_t checksum,
+                     bool ended, bool *regenerated) {
+  return publish(c, shard, token, scratch, records, checksum, ended, "",
+                 regenerated);
+}
+
+int bc__fill_record_end(bc_cache *c, uint64_t end) {
+  return record_end(c, UINT64_MAX, end);
+}
+
+int bc__fill_enter(bc_cache *c, uint64_t shard, uint64_t token,
+                   bc__filling **mine, bc__filling **other) {
+  bc__fill_registry *reg = bc__env_fills(c->env);
+  int rc = 0;
+  *mine = *other = NULL;
+  pthread_mutex_lock(&reg->lock);
+  bc__filling *f = filling_find(reg, shard);
+  if (f != NULL) {
+    f->refs++;
+    *other = f;
+  } else if ((f = calloc(1, sizeof *f)) == NULL) {
+    rc = bc__error(BC_ENOMEM, "out of memory");
+  } else {
+    f->shard = shard;
+    f->cache = c;
+    f->token = token;
+    atomic_init(&f->abandoned, false);
+    f->refs = 1;
+    f->next = reg->list;
+    reg->list = f;
+    *mine = f;
+  }
+  pthread_mutex_unlock(&reg->lock);
+  return rc;
+}
+
+void bc__fill_leave(bc_cache *c, bc__filling *f, int rc) {
+  bc__fill_registry *reg = bc__env_fills(c->env);
+  pthread_mutex_lock(&reg->lock);
+  if (!f->done) {
+    f->done = true;
+    if (rc != 0) bc_error_save(&f->err, rc);
+  }
+  pthread_cond_broadcast(&reg->cond);
+  filling_put(reg, f);
+  pthread_mutex_unlock(&reg->lock);
+}
+
+void bc__fill_put(bc_cache *c, bc__filling *f) {
+  bc__fill_registry *reg = bc__env_fills(c->env);
+  pthread_mutex_lock(&reg->lock);
+  filling_put(reg, f);
+  pthread_mutex_unlock(&reg->lock);
+}
+
+int bc__fill_wait(bc_cache *c, bc__filling *f) {
+  bc__fill_registry *reg = bc__env_fills(c->env);
+  int rc = 0;
+  pthread_mutex_lock(&reg->lock);
+  while (!f->done && rc == 0) rc = bc__cond_wait(&reg->cond, &reg->lock);
+  filling_put(reg, f);
+  pthread_mutex_unlock(&reg->lock);
+  return rc; /* (the fill's own result: the caller looks again) */
+}
+
+char *bc__fill_scratch_crc(const char *scratch) {
+  size_t n = strlen(scratch) + 5;
+  char *out = malloc(n);
+  if (out != NULL) scratch_crc_file(scratch, out, n);
+  return out;
+}
+
+int bc__fill_crc_append(bc_buf *crcs, const void *data, size_t size) {
+  return crc_append(crcs, data, size);
+}
+
+int bc__fill_write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
+                           uint64_t records, uint64_t records_bytes) {
+  return write_sidecar(c, scratch, crcs, records, records_bytes);
 }

@@ -12,5 +12,7 @@ BC_CACHE_SOURCES = \
 	src/cache/readers.c \
 	src/cache/access.c \
 	src/cache/fill.c \
+	src/cache/fill_append.h \
+	src/cache/append.c \
 	src/cache/maint.c \
 	src/cache/prefetch.c

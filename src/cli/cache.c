@@ -28,7 +28,7 @@ static const cli_command cache_commands[] = {
      cli_cache_count},
     {"get", "print cached records by index (negative counts from the end)",
      cli_cache_get},
-    {"fill", "cache the output of a command, record by record",
+    {"fill", "cache a command's output or standard input, record by record",
      cli_cache_fill},
     {"verify", "check every shard against its recorded size and checksum",
      cli_cache_verify},

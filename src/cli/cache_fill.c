@@ -1,7 +1,9 @@
 /*
  * cache_fill.c - `cache fill`: run a command and cache its output, record
  * by record (the source is in cache_source.c), then wait until the whole
- * output is cached.
+ * output is cached.  `cache fill ROOT -` reads the records from standard
+ * input instead, once, through the cache's appender (write-through; with
+ * --tee copying them to standard output as they are cached).
  *
  * While it runs, a progress line on standard error (when that is a
  * terminal, or with --progress) is rewritten in place by a thread of its
@@ -12,6 +14,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -30,7 +34,7 @@
 
 typedef struct fill_command {
   bc_cache_options opts;
-  bool records_given, size_given, level_given, seek_arg;
+  bool records_given, size_given, level_given, seek_arg, tee;
   cli_framing from;
   int progress; /* -1: when stderr is a terminal; 0: never; 1: always */
   bool verbose;
@@ -38,6 +42,7 @@ typedef struct fill_command {
 
 static const char fill_usage[] =
     "Usage: bagcache cache fill [OPTIONS] ROOT -- COMMAND [ARGS...]\n"
+    "       bagcache cache fill [OPTIONS] [--tee] ROOT -\n"
     "\n"
     "Run COMMAND (looked up in PATH, no shell; standard input /dev/null) and\n"
     "cache the records it prints in ROOT, creating the cache if needed, until\n"
@@ -48,6 +53,19 @@ static const char fill_usage[] =
     "filled in part, to rebuild evicted shards.  It must\n"
     "print the same records every time.  A run that is no longer needed is\n"
     "stopped with SIGTERM.  The '--' is required.\n"
+    "\n"
+    "With '-' instead of a command, the records are read from standard\n"
+    "input, once, and cached as they arrive (each shard is published when\n"
+    "its last record has been read); the input's end makes the length\n"
+    "final.  Nothing is re-run: shards the limit evicts later cannot be\n"
+    "rebuilt (reading them says the cache has no source), and a cache that\n"
+    "holds records already is checked against the input (a difference\n"
+    "fails).  With --tee the input is copied to standard output, byte for\n"
+    "byte, as it is cached, so that `producer | bagcache cache fill --tee\n"
+    "ROOT - | consumer` caches a pipeline's stream.  When the consumer exits\n"
+    "early (a broken pipe) the fill stops reading: the shards completed so\n"
+    "far stay cached, the length is not made final, and the exit status is\n"
+    "141 (as for a process killed by SIGPIPE).\n"
     "\n"
     "Options:\n"
     "      --from FORMAT         how the output is cut into records: lines\n"
@@ -82,7 +100,9 @@ static const char fill_usage[] =
     "      --progress            show progress on standard error even when\n"
     "                            it is not a terminal\n"
     "      --no-progress         never show progress\n"
-    "  -v, --verbose             print a summary line when done\n"
+    "      --tee                 with '-': copy the input to standard output\n"
+    "  -v, --verbose             print a summary line when done (on standard\n"
+    "                            error with --tee)\n"
     "  -h, --help                show this help\n"
     "\n"
     "SIZE is a number of bytes with an optional suffix K, M, G or T (powers\n"
@@ -102,6 +122,7 @@ static const struct option fill_options[] = {
     {"progress", no_argument, NULL, CLI_OPT_PROGRESS},
     {"no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS},
     {"seek-arg", no_argument, NULL, CLI_OPT_SEEK_ARG},
+    {"tee", no_argument, NULL, CLI_OPT_TEE},
     {NULL, 0, NULL, 0},
 };
 
@@ -174,6 +195,9 @@ static int fill_option(void *ctx, int option, const char *arg) {
       return CLI_OK;
     case CLI_OPT_SEEK_ARG:
       cmd->seek_arg = true;
+      return CLI_OK;
+    case CLI_OPT_TEE:
+      cmd->tee = true;
       return CLI_OK;
     default:
       return CLI_USAGE; /* getopt_long only returns values from the table */
@@ -267,14 +291,25 @@ static void progress_stop(progress *p) {
 
 /* ---- cache fill ------------------------------------------------------------ */
 
-static int print_summary(bc_cache *cache, const char *root) {
+static int summary_stderr(const char *fmt, ...) CLI_PRINTF(1, 2);
+static int summary_stderr(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  return n;
+}
+
+/* The -v line, on standard output (standard error when that carries the
+ * records: `to_stderr`). */
+static int print_summary(bc_cache *cache, const char *root, bool to_stderr) {
   bc_cache_stats s;
   char limit[40] = "";
   int rc = bc_cache_stats_get(cache, &s);
   if (rc != BC_OK) return cli_fail(rc);
   if (s.disk_limit)
     snprintf(limit, sizeof limit, ", limit %" PRIu64, s.disk_limit);
-  cli_printf("%s: %" PRIu64 " records, %" PRIu64 " shard%s present (%" PRIu64
+  (to_stderr ? summary_stderr : cli_printf)("%s: %" PRIu64 " records, %" PRIu64 " shard%s present (%" PRIu64
              " bytes%s); this run: %" PRIu64 " filled, %" PRIu64
              " regenerated, %" PRIu64 " evicted, %" PRIu64 " pass%s\n",
              root, s.length, s.shards_present,
@@ -282,6 +317,122 @@ static int print_summary(bc_cache *cache, const char *root) {
              s.fills, s.regenerations, s.evictions, s.passes_opened,
              s.passes_opened == 1 ? "" : "es");
   return cli_out_finish();
+}
+
+/* The exit status of a fill whose --tee reader went away: a process
+ * killed by SIGPIPE, as the shell reports it. */
+#define STATUS_BROKEN_PIPE (128 + SIGPIPE)
+
+/* Records of the first SAMPLE records decide a new root's shard length. */
+#define SAMPLE 16
+
+/* `cache fill ROOT -`: standard input, read once, through the appender.
+ * A new root without --shard-records gets its shard length from the
+ * first SAMPLE records (as a source's first records decide it).  Errors:
+ * the input's (a frame cut short) or the cache's discard the shard in
+ * progress (complete ones stay) and fail; a --tee reader that went away
+ * stops the fill the same way, with STATUS_BROKEN_PIPE. */
+static int fill_stdin(const char *root, fill_command *cmd,
+                      cli_source_counters *counters) {
+  bc_cache *cache = NULL;
+  bc_appender *a = NULL;
+  cli_stream *in = NULL;
+  bc_buf sample[SAMPLE], rec = BC_BUF_INIT;
+  bool sample_nl[SAMPLE], nl = false;
+  size_t nsample = 0;
+  int status = CLI_OK, got = 1, rc;
+  progress prog;
+  bool show_progress = false;
+  memset(sample, 0, sizeof sample);
+  /* A reader that went away is EPIPE, handled below, not a silent death. */
+  if (cmd->tee) signal(SIGPIPE, SIG_IGN);
+  rc = cli_stream_open(&in, STDIN_FILENO, "standard input", cmd->from, counters,
+                       cmd->tee ? STDOUT_FILENO : -1);
+  if (rc == BC_OK) rc = bc_cache_open(&cache, root, NULL, &cmd->opts);
+  if (rc != BC_OK) {
+    cache = NULL;
+    status = cli_fail(rc);
+    goto cleanup;
+  }
+  bc_cache_stats st;
+  if ((rc = bc_cache_stats_get(cache, &st)) != BC_OK) {
+    status = cli_fail(rc);
+    goto cleanup;
+  }
+  if (st.shard_records == 0) {
+    /* Read the sample (appended first, below), then reopen the root with
+     * the shard length it gives. */
+    while (nsample < SAMPLE && (got = cli_stream_next(in, &sample[nsample], &sample_nl[nsample])) == 1)
+      nsample++;
+    if (got < 0) {
+      status = cli_fail(got);
+      goto cleanup;
+    }
+    rc = bc_cache_estimate_shard_records(&cmd->opts, sample, nsample,
+                                         &cmd->opts.shard_records);
+    bc_cache_close(cache);
+    cache = NULL;
+    if (rc == BC_OK) rc = bc_cache_open(&cache, root, NULL, &cmd->opts);
+    if (rc != BC_OK) {
+      cache = NULL;
+      status = cli_fail(rc);
+      goto cleanup;
+    }
+  }
+  /* Each shard is published on a thread of its own while the input goes
+   * on (a reader of the input never waits for a publish's syncs). */
+  bc_appender_options ao = BC_APPENDER_OPTIONS_INIT;
+  ao.publish_behind = true;
+  if ((rc = bc_cache_appender_open(&a, cache, &ao)) != BC_OK) {
+    status = cli_fail(rc);
+    goto cleanup;
+  }
+  show_progress = cmd->progress == 1 || (cmd->progress < 0 && isatty(2));
+  if (show_progress) progress_start(&prog, counters);
+  for (size_t i = 0; rc == BC_OK && i < nsample; i++) {
+    rc = bc_appender_append(a, sample[i].data, sample[i].size);
+    if (rc == BC_OK) rc = cli_stream_tee(in, &sample[i], sample_nl[i]);
+  }
+  while (rc == BC_OK && got == 1 && (got = cli_stream_next(in, &rec, &nl)) == 1) {
+    rc = bc_appender_append(a, rec.data, rec.size);
+    if (rc == BC_OK) rc = cli_stream_tee(in, &rec, nl);
+  }
+  if (rc == BC_OK && got < 0) rc = got; /* the input's error */
+  if (rc == BC_OK) {
+    /* The end of the input: the rest is published, the length final. */
+    rc = bc_appender_close(a);
+    a = NULL;
+    if (rc == BC_OK) rc = cli_stream_flush(in);
+  }
+  if (show_progress) progress_stop(&prog);
+  if (rc != BC_OK && cli_stream_broken_pipe(in)) {
+    uint64_t count = bc_appender_count(a);
+    bc_appender_discard(a); /* (NULL after a close: the input had ended) */
+    a = NULL;
+    if ((rc = bc_cache_stats_get(cache, &st)) != BC_OK) {
+      status = cli_fail(rc);
+      goto cleanup;
+    }
+    fprintf(stderr, "bagcache: cache fill: standard output was closed (broken "
+            "pipe)%s%" PRIu64 " records; %s holds %" PRIu64 " records%s\n",
+            count ? " after " : ": all ", count ? count : st.length, root,
+            st.length, st.length_final ? " (complete)" : " (its complete "
+            "shards; the length is not final)");
+    status = STATUS_BROKEN_PIPE;
+    goto cleanup;
+  }
+  if (rc != BC_OK) {
+    status = cli_fail(rc);
+    goto cleanup;
+  }
+  status = cmd->verbose ? print_summary(cache, root, cmd->tee) : cli_out_finish();
+cleanup:
+  bc_appender_discard(a);
+  bc_cache_close(cache);
+  cli_stream_close(in);
+  for (size_t i = 0; i < SAMPLE; i++) bc_buf_release(&sample[i]);
+  bc_buf_release(&rec);
+  return status;
 }
 
 /* The index of the first "--" in argv[1..argc), or argc. */
@@ -307,6 +458,28 @@ int cli_cache_fill(int argc, char **argv) {
   int status = cli_parse(sep, argv, "hvp", fill_options, false, fill_option,
                          &cmd, fill_usage, &done, &args);
   if (status != CLI_OK || done) goto cleanup;
+  if (args.noperands == 2 && strcmp(args.operands[1], "-") == 0) {
+    if (sep < argc)
+      status = cli_usage_error("'-' reads the records from standard input: "
+                               "no COMMAND after '--'");
+    else if (cmd.seek_arg)
+      status = cli_usage_error("--seek-arg needs a COMMAND, not '-'");
+    else if (cmd.records_given && cmd.size_given)
+      status = cli_usage_error(
+          "--shard-records and --shard-size cannot be used together");
+    else {
+      /* Nothing reads while it fills: no prefetching, so the smallest
+       * workable limit is two shards (as for a COMMAND). */
+      cmd.opts.prefetch_shards = -1;
+      status = fill_stdin(args.operands[0], &cmd, &counters);
+    }
+    goto cleanup;
+  }
+  if (cmd.tee) {
+    status = cli_usage_error("--tee needs '-' (the records from standard "
+                             "input) instead of a COMMAND");
+    goto cleanup;
+  }
   if (args.noperands != 1) {
     status = args.noperands == 0
                  ? cli_usage_error("missing ROOT")
@@ -353,7 +526,7 @@ int cli_cache_fill(int argc, char **argv) {
     status = cli_fail(rc);
     goto cleanup;
   }
-  status = cmd.verbose ? print_summary(cache, root) : cli_out_finish();
+  status = cmd.verbose ? print_summary(cache, root, false) : cli_out_finish();
 cleanup:
   bc_cache_close(cache);
   cli_args_free(&args);

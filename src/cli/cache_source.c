@@ -57,6 +57,12 @@ typedef struct command_pass {
   unsigned char *buf; /* READ_SIZE bytes */
   size_t start, end;  /* unconsumed bytes: buf[start..end) */
   uint64_t records;   /* records read in this pass (for messages) */
+  bool newline;       /* lines: the last line read ended with '\n' */
+  /* A stream with --tee: records copied to tee_fd, buffered in tee
+   * (flushed when full and before each read that may block). */
+  int tee_fd;         /* -1: none */
+  bc_buf tee;
+  bool tee_broken;    /* tee_fd's reader went away (EPIPE) */
   /* Once `ended` (the output ended, the child was reaped) every later read
    * gives the same answer: end_rc, 0 or an error described by end_msg. */
   bool ended;
@@ -102,6 +108,8 @@ static int finish(const command_payload *p, command_pass *pass) {
   close(pass->fd);
   pass->fd = -1;
   int rc = BC_OK;
+  if (pass->pid < 0) /* a stream (standard input): no child */
+    return end_with(pass, rc);
   if (!reap(pass, &status))
     rc = bc_set_errmsg(BC_ESOURCE, "%s: waitpid: %s", p->argv[0],
                        strerror(errno));
@@ -255,9 +263,14 @@ cleanup:
 
 /* Makes bytes available when none are: returns 1 (some), 0 (end of the
  * output) or BC_ESOURCE. */
+static int tee_flush(command_pass *pass);
+
 static int refill(const command_payload *p, command_pass *pass) {
   if (pass->start < pass->end) return 1;
   if (pass->fd < 0) return 0;
+  /* The records copied so far go out before a read that may block. */
+  int trc = tee_flush(pass);
+  if (trc < 0) return trc;
   ssize_t got;
   do {
     got = read(pass->fd, pass->buf, READ_SIZE);
@@ -317,6 +330,7 @@ static int read_line(const command_payload *p, command_pass *pass,
                      bc_buf *out, uint64_t *size) {
   bool any = false;
   *size = 0;
+  pass->newline = false;
   for (;;) {
     int rc = refill(p, pass);
     if (rc < 0) return rc;
@@ -332,6 +346,7 @@ static int read_line(const command_payload *p, command_pass *pass,
     pass->start += n;
     if (nl) {
       pass->start++; /* the newline is not part of the record */
+      pass->newline = true;
       return 1;
     }
   }
@@ -405,6 +420,7 @@ static int source_open_at(void *payload, uint64_t start, void **out) {
   }
   pass->pid = -1;
   pass->fd = -1;
+  pass->tee_fd = -1;
   rc = spawn(p, pass, start);
   if (rc != BC_OK) goto cleanup;
   *out = pass;
@@ -477,4 +493,94 @@ int cli_command_source_seekable(bc_source *source) {
   p->seek = true;
   source->open_at = source_open_at;
   return CLI_OK;
+}
+
+/* ---- a stream: records read once from a descriptor ------------------------ */
+
+struct cli_stream {
+  command_payload p;
+  command_pass pass;
+  char *names[2]; /* p.argv: the stream's name (malloc'd), for messages */
+};
+
+/* Writes the copied records out (a stream with --tee).  BC_EIO with
+ * tee_broken set when the reader went away. */
+static int tee_flush(command_pass *pass) {
+  size_t done = 0;
+  int rc = BC_OK;
+  while (pass->tee_fd >= 0 && done < pass->tee.size) {
+    ssize_t n = write(pass->tee_fd, pass->tee.data + done, pass->tee.size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      pass->tee_broken = errno == EPIPE;
+      rc = bc_set_error(BC_EIO, errno, "standard output: %s", strerror(errno));
+      break;
+    }
+    done += (size_t)n;
+  }
+  pass->tee.size = 0;
+  return rc;
+}
+
+int cli_stream_open(cli_stream **out, int fd, const char *name,
+                    cli_framing framing, cli_source_counters *counters,
+                    int tee_fd) {
+  cli_stream *s = calloc(1, sizeof *s);
+  unsigned char *buf = malloc(READ_SIZE);
+  char *copy = strdup(name);
+  if (!s || !buf || !copy) {
+    free(s);
+    free(buf);
+    free(copy);
+    return bc_set_errmsg(BC_ENOMEM, "out of memory: reading %s", name);
+  }
+  s->names[0] = copy; /* names[1] stays NULL */
+  s->p.argv = s->names;
+  s->p.framing = framing;
+  s->p.counters = counters;
+  s->pass.pid = -1; /* no child: the end is the end of the input */
+  s->pass.fd = fd;
+  s->pass.buf = buf;
+  s->pass.tee_fd = tee_fd;
+  *out = s;
+  return BC_OK;
+}
+
+int cli_stream_next(cli_stream *s, bc_buf *out, bool *newline) {
+  out->size = 0;
+  int rc = read_record(&s->p, &s->pass, out);
+  *newline = s->pass.newline;
+  return rc;
+}
+
+int cli_stream_tee(cli_stream *s, const bc_buf *record, bool newline) {
+  command_pass *pass = &s->pass;
+  if (pass->tee_fd < 0) return BC_OK;
+  /* The input's own bytes: the line and its newline (a last line without
+   * one gets none), or the frame's header and bytes. */
+  unsigned char header[4];
+  size_t hn = 0;
+  if (s->p.framing == CLI_FRAMING_FRAMES) {
+    for (int i = 0; i < 4; i++) header[i] = (unsigned char)(record->size >> (8 * i));
+    hn = 4;
+  }
+  int rc = append(&pass->tee, header, hn);
+  if (rc == BC_OK) rc = append(&pass->tee, record->data, record->size);
+  if (rc == BC_OK && s->p.framing == CLI_FRAMING_LINES && newline)
+    rc = append(&pass->tee, (const unsigned char *)"\n", 1);
+  if (rc == BC_OK && pass->tee.size >= READ_SIZE) rc = tee_flush(pass);
+  return rc;
+}
+
+int cli_stream_flush(cli_stream *s) { return tee_flush(&s->pass); }
+
+bool cli_stream_broken_pipe(const cli_stream *s) { return s->pass.tee_broken; }
+
+void cli_stream_close(cli_stream *s) {
+  if (!s) return;
+  /* The descriptor is the caller's (standard input): not closed here. */
+  free(s->pass.buf);
+  free(s->pass.tee.data);
+  free(s->names[0]);
+  free(s);
 }

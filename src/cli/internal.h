@@ -109,7 +109,8 @@ enum {
   CLI_OPT_INFO,
   CLI_OPT_PROGRESS,
   CLI_OPT_NO_PROGRESS,
-  CLI_OPT_SEEK_ARG
+  CLI_OPT_SEEK_ARG,
+  CLI_OPT_TEE
 };
 
 /* The reader options every reading command accepts, for splicing into a
@@ -295,5 +296,25 @@ int cli_command_source(bc_source *source, char *const *argv,
  * the start gets 0 and 1.  Returns CLI_USAGE (with a message) when no
  * argument holds either. */
 int cli_command_source_seekable(bc_source *source);
+
+/* Records read once from descriptor `fd` (standard input), cut as
+ * `framing` (counted in `counters`, may be NULL); `name` names it in
+ * messages.  next also says whether a line ended with a newline (false
+ * for a last line without one, and for frames).  With tee_fd >= 0,
+ * cli_stream_tee copies a record's input bytes (byte for byte: a line
+ * with its newline if it had one, a frame with its header) to tee_fd, buffered and written out before each read
+ * that may block and by cli_stream_flush.  next: 1 (a record), 0 (the
+ * end), or an error; a failed write to tee_fd is BC_EIO, and
+ * cli_stream_broken_pipe tells whether its reader went away (EPIPE).
+ * close does not close fd. */
+typedef struct cli_stream cli_stream;
+int cli_stream_open(cli_stream **out, int fd, const char *name,
+                    cli_framing framing, cli_source_counters *counters,
+                    int tee_fd);
+int cli_stream_next(cli_stream *s, bc_buf *out, bool *newline);
+int cli_stream_tee(cli_stream *s, const bc_buf *record, bool newline);
+int cli_stream_flush(cli_stream *s);
+bool cli_stream_broken_pipe(const cli_stream *s);
+void cli_stream_close(cli_stream *s);
 
 #endif /* BC_CLI_INTERNAL_H */

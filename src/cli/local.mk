@@ -37,6 +37,7 @@ BC_CLI_TESTS = \
 	tests/cli/verify.sh \
 	tests/cli/cache.sh \
 	tests/cli/cache_fill.sh \
+	tests/cli/cache_stdin.sh \
 	tests/cli/cache_usage.sh
 TESTS += $(BC_CLI_TESTS)
 EXTRA_DIST += $(BC_CLI_TESTS) \

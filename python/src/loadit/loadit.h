@@ -57,8 +57,9 @@ typedef struct bcpy_source {
   PyObject *loader;      /* weak reference to the loader passed to it */
   atomic_int passes;     /* passes open now */
   struct bcpy_tee *tee;  /* the first pass in progress, if any (GIL) */
-  struct bcpy_tee *unwarned; /* a first pass whose driver failed after its
-                                loop: warned about by the close (GIL) */
+  struct bcpy_tee *unwarned; /* a first pass whose cache failed as its
+                                iterator was dropped: warned about by the
+                                close (GIL) */
   atomic_bool tee_active; /* tee != NULL: no prefetch meanwhile */
   uint64_t bytes_read;   /* bytes of the records passes pulled from the
                             iterator, serialized (GIL): for progress */
@@ -159,25 +160,17 @@ typedef struct bcpy_tee bcpy_tee;
  * (a pass is open, one runs already): the caller then iterates the cache. */
 PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *src, bc_seq *seq, uint64_t R,
                          PyObject *root);
-/* A pass being opened reads the first pass's records (GIL held): the tee,
- * with a reference for the pass, or NULL. */
-bcpy_tee *bcpy_tee_attach(bcpy_source *s);
-/* The attached pass's next record (no GIL held): 1 with the record in *out
- * (out NULL: skipped), 0 at the end, < 0 an error, or BCPY_TEE_GIVEN: the
- * records are through and the iterator is the pass's now (*it, a new
- * reference), to be read up to position *stop_at. */
-#define BCPY_TEE_GIVEN 2
-int bcpy_tee_next(bcpy_tee *t, const bcpy_source *s, unsigned long generation,
-                  bc_buf *out, PyObject **it, uint64_t *stop_at);
-/* The attached pass closes (GIL held); drops its reference. */
-void bcpy_tee_detach(bcpy_tee *t);
-/* Called before the loader closes (GIL held, released meanwhile): a first
- * pass that met its end, or was broken off (an OPEN one is broken off
- * now, unless its thread is inside the iterator), has its shards written
- * first: waits until its driver is done.  Then warns (CacheWarning) about
- * a driver failure nobody warned about.  0, or -1 with an exception: a
- * signal handler raised while waiting (only when `interruptible`), or the
- * warning was made an error. */
+/* A pass of the source being opened at record 0 (GIL held): the first
+ * pass's iterator (a new reference), when the loop has not pulled any
+ * record from it yet; the loop then reads the cache.  NULL otherwise. */
+PyObject *bcpy_tee_take(bcpy_source *s);
+/* Called before the loader closes (GIL held): a first pass still held
+ * mid-way is broken off (unless its thread is inside the iterator now):
+ * the shard it was in is completed with its iterator, nothing after it is
+ * generated.  Then warns (CacheWarning) about a failure of the cache
+ * nobody warned about.  0, or -1 with an exception: an interrupt raised
+ * by the iterator while completing the shard (only when `interruptible`),
+ * or the warning was made an error. */
 int bcpy_tee_settle(bcpy_source *s, bool interruptible);
 /* Drops s->unwarned (GIL held). */
 void bcpy_tee_forget(bcpy_source *s);

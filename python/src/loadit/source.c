@@ -196,10 +196,8 @@ PyObject *bcpy_payload_exception(void) {
 #define BATCH_NS 1000000
 
 typedef struct {
-  PyObject *it;          /* the pass's iterator (NULL while it reads a tee) */
-  bcpy_tee *tee;         /* the first pass it reads, if any (loadit/tee.c) */
+  PyObject *it;          /* the pass's iterator */
   uint64_t pos;          /* records given or skipped so far */
-  uint64_t stop_at;      /* no record at or past this (an abandoned tee's) */
   unsigned long generation;
   bc_buf queue[BATCH];   /* records serialized ahead, [head, count) */
   size_t head, count;
@@ -322,9 +320,8 @@ static int cancelled(void) {
   return bc_set_errmsg(BC_ECLOSED, "the fill was stopped: its LoadIt was closed");
 }
 
-/* A pass from record `start`: create_iter() for 0 (or a first pass's
- * records, see loadit/tee.c), create_iter(start=start) otherwise (a
- * seekable create_iter, see bcpy_source_seekable). */
+/* A pass from record `start`: create_iter() for 0, create_iter(start=start)
+ * otherwise (a seekable create_iter, see bcpy_source_seekable). */
 static int open_pass(bcpy_source *s, uint64_t start, void **out) {
   if (finalizing()) return shutting_down();
   if (atomic_load(&s->closed))
@@ -333,15 +330,14 @@ static int open_pass(bcpy_source *s, uint64_t start, void **out) {
   if (p == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
   p->generation = atomic_load(&s->generation);
   p->end_rc = 1;
-  p->stop_at = UINT64_MAX;
   int rc = 0;
   PyGILState_STATE gil = bcpy_gil_enter();
   if (atomic_load(&s->closed) || s->create_iter == NULL) { /* closed meanwhile */
     rc = bc_set_errmsg(BC_ECLOSED, "the LoadIt was closed");
     goto done;
   }
-  if (start == 0 && (p->tee = bcpy_tee_attach(s)) != NULL)
-    goto done; /* a first pass's records */
+  if (start == 0 && (p->it = bcpy_tee_take(s)) != NULL)
+    goto done; /* the first pass's iterator, before its first record */
   /* A reference of our own for the call: the collector must never take
    * an object in use here for garbage (see bcpy_source_traverse). */
   PyObject *create = s->create_iter;
@@ -383,23 +379,6 @@ static int src_open(void *payload, void **out) { return open_pass(payload, 0, ou
 
 static int src_open_at(void *payload, uint64_t start, void **out) {
   return open_pass(payload, start, out);
-}
-
-/* The records of an abandoned first pass end here (see loadit/tee.c):
- * BC_EAGAIN, on which the engine fills the shard again with a new pass. */
-static int stopped(void) {
-  return bc_set_errmsg(BC_EAGAIN, "the first pass that was filling this shard "
-                       "was abandoned");
-}
-
-/* A pass reading a tee: its next record, or the iterator handed over (then
- * 2 is returned and the pass reads p->it from now on). */
-static int tee_step(bcpy_source *s, pass *p, bc_buf *out) {
-  PyObject *it = NULL;
-  int rc = bcpy_tee_next(p->tee, s, p->generation, out, &it, &p->stop_at);
-  if (rc == BCPY_TEE_GIVEN) p->it = it;
-  else if (rc == 1) p->pos++;
-  return rc;
 }
 
 /* Copies a bytes-like object into out (GIL held).  -1 with an exception. */
@@ -477,8 +456,7 @@ static void refill(bcpy_source *s, pass *p) {
   p->head = p->count = 0;
   PyGILState_STATE gil = bcpy_gil_enter();
   uint64_t start = bcpy_now_ns();
-  uint64_t limit = p->stop_at - p->pos < BATCH ? p->stop_at - p->pos : BATCH;
-  while (p->count < limit) {
+  while (p->count < BATCH) {
     if (p->generation != atomic_load(&s->generation)) { /* cancelled */
       p->end_rc = cancelled();
       break;
@@ -500,14 +478,7 @@ static int src_next(void *payload, void *pass_, bc_buf *out) {
   pass *p = pass_;
   if (finalizing()) return shutting_down();
   if (p->generation != atomic_load(&s->generation)) return cancelled();
-  if (p->it == NULL) { /* reading a tee */
-    int rc = tee_step(s, p, out);
-    if (rc != BCPY_TEE_GIVEN) return rc;
-  }
-  if (p->head == p->count && p->end_rc == 1) {
-    if (p->pos >= p->stop_at) return stopped();
-    refill(s, p);
-  }
+  if (p->head == p->count && p->end_rc == 1) refill(s, p);
   if (p->head < p->count) {
     /* Hand over the queued buffer; the queue keeps the caller's old one. */
     bc_buf tmp = *out;
@@ -526,18 +497,6 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
   if (finalizing()) return shutting_down();
   uint64_t k = 0;
   int rc = 0;
-  while (k < n && p->it == NULL) { /* reading a tee */
-    if (p->generation != atomic_load(&s->generation)) return cancelled();
-    rc = tee_step(s, p, NULL);
-    if (rc == BCPY_TEE_GIVEN) break;
-    if (rc < 0) return rc;
-    if (rc == 0) { /* the end */
-      *skipped = k;
-      return 0;
-    }
-    k++;
-  }
-  rc = 0;
   while (k < n && p->head < p->count) { /* the queue first */
     p->head++;
     p->pos++;
@@ -550,9 +509,8 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
   }
   /* The GIL is held across the records; the interpreter still hands it to
    * other threads while the iterator's own Python code runs. */
-  bool ended = false;
   PyGILState_STATE gil = bcpy_gil_enter();
-  while (k < n && p->pos < p->stop_at) {
+  while (k < n) {
     if (p->generation != atomic_load(&s->generation)) {
       rc = cancelled();
       break;
@@ -560,7 +518,6 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
     PyObject *item = PyIter_Next(p->it);
     if (item == NULL) {
       if (PyErr_Occurred()) rc = bcpy_keep_exception("iterator");
-      ended = true;
       break;
     }
     Py_DECREF(item);
@@ -568,7 +525,6 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
     k++;
   }
   bcpy_gil_leave(gil);
-  if (rc == 0 && k < n && !ended) rc = stopped();
   if (rc == 0) *skipped = k;
   return rc;
 }
@@ -582,7 +538,6 @@ static void src_close(void *payload, void *pass_) {
     PyGILState_STATE gil = bcpy_gil_enter();
     PyObject *saved_type, *saved_value, *saved_tb;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
-    bcpy_tee_detach(p->tee);
     if (p->it != NULL) {
       /* A generator is closed now (its finally blocks run) rather than
        * whenever it is collected; an error there is nobody's to handle. */

@@ -1,0 +1,502 @@
+/*
+ * append.c - the appender: records handed over in order, once, become
+ * shards as they complete (write-through; include/bagcache/cache.h,
+ * doc/cache.md "Appending").
+ *
+ * Each shard goes through fill.c's rules (fill_append.h): the appender
+ * registers itself as this process's filler of the shard (so the process's
+ * readers wait for it), claims it in the shared state, writes its records
+ * into scratch/ under the same name a fill uses (so a crash leaves a file
+ * bc__clean_scratch removes and a claim the next claimant takes over), and
+ * publishes it with fill.c's publish: checksum check, eviction under the
+ * disk limit, length.  The modes of a shard, decided when its first record
+ * is appended (with claim_late, never WRITE: the claim is tried at the
+ * shard's end, as STANDBY does after its wait):
+ *   WRITE   we hold the claim: the records go to scratch/, and the shard is
+ *           published when its last one arrives;
+ *   STANDBY another thread or process holds the claim: the records go to
+ *           scratch/ too, and at the shard's end the appender waits for
+ *           that filler, then checks against what it published, or claims
+ *           and publishes its own file if the other fill went away;
+ *   VERIFY  the shard is PRESENT: only its checksum is computed, and
+ *           compared at the end with the one recorded at its first publish
+ *           (or with the file's records, where none was recorded).
+ *
+ * Locking: none of its own (one thread at a time uses an appender); the
+ * registry lock and LMDB write transactions are taken inside fill.c's
+ * functions, never together with anything here.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bag/internal.h"
+#include "cache/internal.h"
+#include "cache/fill_append.h"
+
+enum { MODE_NONE, MODE_WRITE, MODE_STANDBY, MODE_VERIFY };
+
+struct bc_appender {
+  bc_cache *c;      /* a reference of the cache's sequence */
+  uint64_t R;
+  uint64_t count;   /* records appended */
+  bool late;        /* claim_late: STANDBY until the shard's end */
+  bool behind;      /* publish_behind */
+  /* publish_behind: the completed shard being published on thread
+   * `publisher` (a copy of this struct holding that shard's state), or
+   * NULL.  Joined before the next shard is handed over, and by close and
+   * discard. */
+  struct bc_appender *publishing;
+  pthread_t publisher;
+  /* the shard in progress (mode != MODE_NONE): records [count - n, count) */
+  int mode;
+  uint64_t shard, n, sum, token;
+  bc__filling *mine;  /* WRITE: our registry record */
+  bc__filling *other; /* STANDBY: the in-process filler we wait for */
+  bc_writer *w;       /* WRITE, STANDBY */
+  bc_buf crcs;
+  char *scratch;      /* WRITE, STANDBY: its file (malloc'd); else NULL */
+  int failed;         /* a failure is final: its code, message below */
+  int failed_errno;
+  char failed_msg[1024];
+};
+
+/* Appender tokens have the top bit set, so they never equal a token of
+ * bc__obtain's fills (its counter counts up from 1). */
+static uint64_t next_token(void) {
+  static _Atomic uint64_t counter = 1;
+  return (UINT64_C(1) << 63) | atomic_fetch_add(&counter, 1);
+}
+
+/* Remembers failure rc (with bc_errmsg()) and returns it. */
+static int fail(bc_appender *a, int rc) {
+  a->failed = rc;
+  a->failed_errno = bc_errno();
+  snprintf(a->failed_msg, sizeof a->failed_msg, "%s", bc_errmsg());
+  return rc;
+}
+
+int bc_cache_appender_open(bc_appender **out, bc_cache *c,
+                           const bc_appender_options *opts) {
+  static const bc_appender_options defaults = BC_APPENDER_OPTIONS_INIT;
+  if (opts == NULL) opts = &defaults;
+  if (c == NULL || out == NULL)
+    return bc__error(BC_EINVAL, "bc_cache_appender_open: NULL argument");
+  if (opts->version != BC_APPENDER_OPTIONS_VERSION)
+    return bc__error(BC_EINVAL, "bc_cache_appender_open: options of version %u "
+                     "(this library knows %u)", opts->version,
+                     BC_APPENDER_OPTIONS_VERSION);
+  if (c->R == 0)
+    return bc__error(BC_EINVAL,
+                     "%s: the cache's shard length is not decided yet: open it "
+                     "with shard_records (bc_cache_estimate_shard_records "
+                     "derives one from the first records)", c->root);
+  bc_appender *a = calloc(1, sizeof *a);
+  if (a == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  a->c = c;
+  bc_seq_ref(&c->base);
+  a->R = c->R;
+  a->late = opts->claim_late;
+  a->behind = opts->publish_behind;
+  a->crcs = (bc_buf)BC_BUF_INIT;
+  *out = a;
+  return 0;
+}
+
+uint64_t bc_appender_count(const bc_appender *a) { return a ? a->count : 0; }
+
+/* Removes the scratch file of the shard in progress and its sidecar. */
+static void drop_scratch(bc_appender *a) {
+  bc_writer_free(a->w);
+  a->w = NULL;
+  if (a->scratch != NULL) {
+    char *crc = bc__fill_scratch_crc(a->scratch);
+    unlink(a->scratch);
+    if (a->c->crc && crc != NULL) unlink(crc);
+    free(crc);
+    free(a->scratch);
+    a->scratch = NULL;
+  }
+  a->crcs.size = 0;
+}
+
+/* Opens the scratch file of the shard in progress, named as fill.c names
+ * its own (SHARD-PID-START.TOKEN.EXT: bc__clean_scratch knows the owner). */
+static int open_scratch(bc_appender *a) {
+  bc_cache *c = a->c;
+#define SCRATCH_NAME "%s/%llu-%d-%llu.%llu.%s"
+  int n = snprintf(NULL, 0, SCRATCH_NAME, c->scratch_dir, (unsigned long long)a->shard,
+                   (int)c->self.pid, (unsigned long long)c->self.start_time,
+                   (unsigned long long)a->token, c->zstd ? "bagz" : "bag");
+  if (n < 0 || (a->scratch = malloc((size_t)n + 1)) == NULL)
+    return bc__error(BC_ENOMEM, "out of memory");
+  snprintf(a->scratch, (size_t)n + 1, SCRATCH_NAME, c->scratch_dir,
+           (unsigned long long)a->shard, (int)c->self.pid,
+           (unsigned long long)c->self.start_time, (unsigned long long)a->token,
+           c->zstd ? "bagz" : "bag");
+  bc_writer_options wo = BC_WRITER_OPTIONS_INIT;
+  wo.compression = c->zstd ? BC_COMPRESSION_ZSTD : BC_COMPRESSION_NONE;
+  wo.zstd_level = c->zstd ? c->level : 0;
+  wo.file_mode = c->mode;
+  int rc = bc_writer_open(&a->w, a->scratch, &wo);
+  if (rc != 0) a->w = NULL; /* (the caller drops the name) */
+  if (rc != 0) return rc;
+  /* As a fill: zstd frames carry checksums, .bag records get CRCs. */
+  if (c->zstd) rc = bc__writer_checksum_frames(a->w);
+  return rc;
+}
+
+/* Tries to become the shard's filler: registers (or finds another thread
+ * of this process filling it: *other), then claims it in the shared state.
+ * On return exactly one holds: *claimed (a->mine set), *other set, or *rec
+ * is the shard's state (PRESENT, or FILLING by another live process). */
+static int try_take(bc_appender *a, bool *claimed, bc__filling **other,
+                    bc__shard_rec *rec) {
+  bc_cache *c = a->c;
+  bc__filling *mine = NULL;
+  *claimed = false;
+  a->token = next_token();
+  int rc = bc__fill_enter(c, a->shard, a->token, &mine, other);
+  if (rc != 0 || *other != NULL) return rc;
+  rc = bc__fill_claim(c, a->shard, a->token, rec, claimed);
+  if (rc == 0 && *claimed) {
+    a->mine = mine;
+  } else {
+    /* Not ours: this process's waiters (if any came) retry. */
+    int saved = rc;
+    if (rc == 0) bc__error(BC_EAGAIN, "%s: shard %llu is filled elsewhere",
+                           c->root, (unsigned long long)a->shard);
+    bc__fill_leave(c, mine, rc ? rc : BC_EAGAIN);
+    rc = saved;
+  }
+  return rc;
+}
+
+/* Starts the shard of record a->count. */
+static int shard_begin(bc_appender *a) {
+  bc_cache *c = a->c;
+  bool claimed;
+  bc__filling *other = NULL;
+  bc__shard_rec rec = {0};
+  a->shard = a->count / a->R;
+  a->n = 0;
+  a->sum = BC__SUM_INIT;
+  a->crcs.size = 0;
+  int rc;
+  if (a->late) {
+    /* No claim and no registration yet: only whether it is there. */
+    bool found = false;
+    MDB_txn *t;
+    claimed = false;
+    a->token = next_token(); /* names the scratch file */
+    if ((rc = bc__txn_begin(c->env, false, &t)) != 0) return rc;
+    rc = bc__rec_get(t, bc__dbi_shard(c->env), a->shard, &rec, &found);
+    mdb_txn_abort(t);
+    if (rc != 0) return rc;
+    if (!found) rec.state = SHARD_FILLING; /* (not PRESENT: STANDBY) */
+  } else if ((rc = try_take(a, &claimed, &other, &rec)) != 0) {
+    return rc;
+  }
+  a->other = other;
+  a->mode = claimed || other != NULL || rec.state != SHARD_PRESENT
+                ? (claimed ? MODE_WRITE : MODE_STANDBY)
+                : MODE_VERIFY;
+  if (a->mode != MODE_VERIFY && (rc = open_scratch(a)) != 0) {
+    drop_scratch(a);
+    if (a->mine != NULL) {
+      bc__fill_release_claim(c, a->shard, a->token, rc);
+      bc__fill_leave(c, a->mine, rc);
+      a->mine = NULL;
+    }
+    if (a->other != NULL) bc__fill_put(c, a->other);
+    a->other = NULL;
+    a->mode = MODE_NONE;
+  }
+  return rc;
+}
+
+/* BC_ENONDET for shard records that differ from those cached. */
+static int differ(bc_appender *a, const char *how) {
+  uint64_t start = a->shard * a->R;
+  return bc__error(BC_ENONDET,
+                   "%s: shard %llu (records %llu..%llu): the records appended "
+                   "%s those cached: the stream is not the one the cache "
+                   "holds", a->c->root, (unsigned long long)a->shard,
+                   (unsigned long long)start,
+                   (unsigned long long)(start + a->n), how);
+}
+
+/* Checks the shard's records against the published shard `rec` (its state
+ * when found; `present` false when it is gone): its recorded checksum, or
+ * else its file's records. */
+static int verify(bc_appender *a, const bc__shard_rec *rec, bool present) {
+  bc_cache *c = a->c;
+  MDB_txn *t;
+  uint64_t want = 0;
+  bool found = false;
+  int rc = bc__txn_begin(c->env, false, &t);
+  if (rc != 0) return rc;
+  rc = bc__sum_get(t, bc__dbi_sum(c->env), a->shard, &want, &found);
+  mdb_txn_abort(t);
+  if (rc != 0) return rc;
+  if (present && rec->records != a->n)
+    return differ(a, rec->records < a->n ? "go on past" : "end before");
+  if (found) return want == a->sum ? 0 : differ(a, "differ from");
+  if (!present) return 0; /* evicted, and no checksum to compare with */
+  /* No checksum recorded (a state rebuilt from the files): the file. */
+  char path[4200];
+  bc__cache_shard_file(c, a->shard, rec->records, rec->zstd, path, sizeof path);
+  bc_bag *bag = NULL;
+  bc_buf buf = BC_BUF_INIT;
+  uint64_t sum = BC__SUM_INIT;
+  rc = bc__cache_open_shard(c, path, &bag);
+  for (uint64_t i = 0; rc == 0 && i < rec->records; i++)
+    if ((rc = bc_bag_get(bag, i, &buf)) == 0) sum = bc__sum_add(sum, buf.data, buf.size);
+  bc_bag_close(bag);
+  bc_buf_release(&buf);
+  if (rc == BC_ENOTFOUND) return 0; /* evicted meanwhile */
+  if (rc != 0) return rc;
+  return sum == a->sum ? 0 : differ(a, "differ from");
+}
+
+/* Publishes our scratch file; we hold the claim (a->mine). */
+static int publish_ours(bc_appender *a, bool ended) {
+  bc_cache *c = a->c;
+  bool regenerated = false;
+  int rc = bc_writer_close(a->w);
+  if (rc == 0 && c->crc)
+    rc = bc__fill_write_sidecar(c, a->scratch, &a->crcs, a->n,
+                                bc_writer_records_bytes(a->w));
+  if (rc == 0)
+    rc = bc__fill_publish(c, a->shard, a->token, a->scratch, a->n, a->sum, ended,
+                          &regenerated);
+  if (rc == 0) {
+    free(a->scratch); /* renamed into shards/ */
+    a->scratch = NULL;
+    atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
+    atomic_fetch_add(&c->stats.records_written, a->n);
+  } else {
+    bc__fill_release_claim(c, a->shard, a->token, rc);
+  }
+  bc__fill_leave(c, a->mine, rc);
+  a->mine = NULL;
+  return rc;
+}
+
+/* Ends the shard in progress (ended: the stream ends with it). */
+static int shard_end(bc_appender *a, bool ended) {
+  bc_cache *c = a->c;
+  int rc = 0;
+  bool published_end = false;
+  double backoff = 0.001;
+  if (a->mode == MODE_WRITE) {
+    rc = publish_ours(a, ended);
+    published_end = rc == 0;
+  } else if (a->mode == MODE_VERIFY) {
+    bc__shard_rec rec;
+    bool found = false;
+    MDB_txn *t;
+    if ((rc = bc__txn_begin(c->env, false, &t)) == 0) {
+      rc = bc__rec_get(t, bc__dbi_shard(c->env), a->shard, &rec, &found);
+      mdb_txn_abort(t);
+    }
+    if (rc == 0) rc = verify(a, &rec, found && rec.state == SHARD_PRESENT);
+  } else {
+    /* STANDBY: wait for the filler, then check against its shard, or take
+     * the shard over if that fill went away. */
+    for (;;) {
+      if (a->other != NULL) {
+        rc = bc__fill_wait(c, a->other); /* its failure is not ours: retry */
+        a->other = NULL;
+        if (rc != 0) break; /* interrupted */
+      }
+      bool claimed;
+      bc__shard_rec rec;
+      if ((rc = try_take(a, &claimed, &a->other, &rec)) != 0) break;
+      if (a->other != NULL) continue;
+      if (claimed) {
+        rc = publish_ours(a, ended);
+        published_end = rc == 0;
+        break;
+      }
+      if (rec.state == SHARD_PRESENT) {
+        rc = verify(a, &rec, true);
+        break;
+      }
+      /* FILLING by another live process: poll, as bc__obtain does. */
+      atomic_fetch_add(&c->stats.waits, 1);
+      if ((rc = bc__interrupt_poll()) != 0) break;
+      struct timespec ts = {0, (long)(backoff * 1e9)};
+      nanosleep(&ts, NULL);
+      if (backoff < 0.05) backoff *= 2;
+    }
+  }
+  drop_scratch(a);
+  a->mode = MODE_NONE;
+  if (rc == 0 && ended && !published_end) rc = bc__fill_record_end(c, a->count);
+  return rc;
+}
+
+/* The publisher thread: ends the shard its copy of the appender holds,
+ * keeping a failure's message in the copy (the message is per-thread). */
+static void *publish_main(void *arg) {
+  bc_appender *job = arg;
+  int rc = shard_end(job, false);
+  if (rc != 0) {
+    job->failed = rc;
+    job->failed_errno = bc_errno();
+    snprintf(job->failed_msg, sizeof job->failed_msg, "%s", bc_errmsg());
+  }
+  return NULL;
+}
+
+/* Waits for the shard being published behind, if any: 0, or its failure
+ * (then final for the appender too). */
+static int join_publisher(bc_appender *a) {
+  bc_appender *job = a->publishing;
+  if (job == NULL) return 0;
+  pthread_join(a->publisher, NULL);
+  a->publishing = NULL;
+  int rc = job->failed;
+  if (rc != 0) {
+    bc_set_error(rc, job->failed_errno, "%s", job->failed_msg);
+    fail(a, rc);
+  }
+  bc_buf_release(&job->crcs);
+  free(job);
+  return rc;
+}
+
+/* The shard in progress is complete: published now, or (publish_behind)
+ * handed to a publisher thread once the previous one is done, the
+ * appender going on with a fresh shard state. */
+static int shard_complete(bc_appender *a) {
+  if (!a->behind) return shard_end(a, false);
+  int rc = join_publisher(a);
+  if (rc != 0) return rc;
+  bc_appender *job = malloc(sizeof *job);
+  if (job == NULL) return shard_end(a, false); /* inline, then */
+  memcpy(job, a, sizeof *job);
+  a->mode = MODE_NONE;
+  a->mine = a->other = NULL;
+  a->w = NULL;
+  a->scratch = NULL;
+  a->crcs = (bc_buf)BC_BUF_INIT;
+  if (pthread_create(&a->publisher, NULL, publish_main, job) != 0) {
+    rc = shard_end(job, false); /* no thread: inline */
+    bc_buf_release(&job->crcs);
+    free(job);
+    return rc;
+  }
+  a->publishing = job;
+  return 0;
+}
+
+int bc_appender_append(bc_appender *a, const void *data, size_t size) {
+  if (a == NULL || (data == NULL && size > 0))
+    return bc__error(BC_EINVAL, "bc_appender_append: NULL argument");
+  if (a->failed)
+    return bc_set_error(a->failed, a->failed_errno, "%s", a->failed_msg);
+  bc_cache *c = a->c;
+  int rc = 0;
+  if (a->mode == MODE_NONE && (rc = shard_begin(a)) != 0) return fail(a, rc);
+  if (a->mine != NULL && atomic_load(&a->mine->abandoned))
+    return fail(a, bc__error(BC_ECLOSED, "%s: shard %llu: the fill was abandoned",
+                             c->root, (unsigned long long)a->shard));
+  a->sum = bc__sum_add(a->sum, data, size);
+  if (a->w != NULL && (rc = bc_writer_write(a->w, data, size)) != 0) return fail(a, rc);
+  if (a->w != NULL && c->crc && (rc = bc__fill_crc_append(&a->crcs, data, size)) != 0)
+    return fail(a, rc);
+  a->n++;
+  a->count++;
+  if (a->n == a->R && (rc = shard_complete(a)) != 0) return fail(a, rc);
+  return 0;
+}
+
+/* Gives up the shard in progress: nothing of it is published. */
+static void shard_abort(bc_appender *a) {
+  bc_cache *c = a->c;
+  drop_scratch(a);
+  if (a->mine != NULL) {
+    bc__error(BC_EAGAIN, "%s: the appender of shard %llu was discarded", c->root,
+              (unsigned long long)a->shard);
+    bc__fill_release_claim(c, a->shard, a->token, BC_EAGAIN);
+    bc__fill_leave(c, a->mine, BC_EAGAIN); /* its waiters retry */
+    a->mine = NULL;
+  }
+  if (a->other != NULL) bc__fill_put(c, a->other);
+  a->other = NULL;
+  a->mode = MODE_NONE;
+}
+
+static void appender_free(bc_appender *a) {
+  bc_buf_release(&a->crcs);
+  bc_seq_unref(&a->c->base);
+  free(a);
+}
+
+int bc_appender_close(bc_appender *a) {
+  if (a == NULL) return 0;
+  int rc;
+  join_publisher(a); /* (its failure is the appender's) */
+  if (a->failed) {
+    rc = bc_set_error(a->failed, a->failed_errno, "%s", a->failed_msg);
+    shard_abort(a);
+  } else if (a->mode != MODE_NONE) {
+    rc = shard_end(a, true);
+    if (rc != 0) shard_abort(a);
+  } else {
+    rc = bc__fill_record_end(a->c, a->count);
+  }
+  appender_free(a);
+  return rc;
+}
+
+void bc_appender_discard(bc_appender *a) {
+  if (a == NULL) return;
+  /* Keep the caller's error message: discarding is what a failure does. */
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", bc_errmsg());
+  int err = bc_errno();
+  join_publisher(a); /* a complete shard is published all the same */
+  shard_abort(a);
+  appender_free(a);
+  bc_set_error(0, err, "%s", msg);
+}
+
+int bc_cache_estimate_shard_records(const bc_cache_options *opts,
+                                    const bc_buf *records, size_t n,
+                                    uint64_t *shard_records) {
+  static const bc_cache_options defaults = BC_CACHE_OPTIONS_INIT;
+  if (opts == NULL) opts = &defaults;
+  if (shard_records == NULL || (records == NULL && n > 0))
+    return bc__error(BC_EINVAL, "bc_cache_estimate_shard_records: NULL argument");
+  /* As bc__estimate_shard_records (maint.c): stored bytes (compressed as
+   * the shards will be) plus the 8-byte limit each record adds. */
+  bool zstd = opts->compression == BC_COMPRESSION_ZSTD;
+  bc__encoder *enc = NULL;
+  bc_buf packed = BC_BUF_INIT;
+  int rc = zstd ? bc__encoder_new(&enc, opts->zstd_level, NULL, 0) : 0;
+  uint64_t total = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    uint64_t stored = records[i].size;
+    if (zstd && records[i].size > 0 &&
+        (rc = bc__encoder_encode(enc, records[i].data, records[i].size, &packed)) == 0)
+      stored = packed.size;
+    total += stored + 8;
+  }
+  bc__encoder_free(enc);
+  bc_buf_release(&packed);
+  if (rc != 0) return rc;
+  uint64_t target = opts->shard_bytes ? opts->shard_bytes : (uint64_t)64 << 20;
+  uint64_t cost = n ? total / n : 8;
+  if (cost == 0) cost = 8;
+  *shard_records = target / cost ? target / cost : 1;
+  return 0;
+}
