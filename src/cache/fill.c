@@ -579,8 +579,10 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
   if (rc == 0 && limit != 0) rc = reap_dead_claims(c, t, shard);
   /* This process's recent opens count before victims are picked. */
   if (rc == 0 && limit != 0) rc = bc__access_apply(c, t, &clock);
-  uint64_t victims[32];
-  size_t nvictims = 0;
+  /* Every victim, however many: this process's readers of all of them
+   * are dropped below, so no unlinked file stays open. */
+  uint64_t *victims = NULL;
+  size_t nvictims = 0, vcap = 0;
   while (rc == 0 && limit != 0 && bytes + size > limit) {
     uint64_t victim = 0;
     bc__shard_rec vrec = {0};
@@ -592,6 +594,16 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
                      "evict under the disk limit %llu", c->root,
                      (unsigned long long)bytes, (unsigned long long)limit);
       break;
+    }
+    if (nvictims == vcap) { /* room first: an unlinked victim is recorded */
+      size_t cap = vcap ? 2 * vcap : 16;
+      uint64_t *grown = realloc(victims, cap * sizeof *grown);
+      if (grown == NULL) {
+        rc = bc__error(BC_ENOMEM, "out of memory");
+        break;
+      }
+      victims = grown;
+      vcap = cap;
     }
     char vpath[4200];
     bc__cache_shard_file(c, victim, vrec.records, vrec.zstd, vpath, sizeof vpath);
@@ -607,7 +619,7 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
     rc = bc__rec_del(t, sdb, victim);
     bytes = vrec.bytes > bytes ? 0 : bytes - vrec.bytes;
     atomic_fetch_add(&c->stats.evictions, 1);
-    if (nvictims < 32) victims[nvictims++] = victim;
+    victims[nvictims++] = victim;
   }
   if (rc != 0) {
     /* Nothing unlinked yet, or the unlinks are recorded: commit those. */
@@ -615,6 +627,8 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
         bc__u64_put(t, meta, "clock", clock) == 0 && bc__txn_commit(t) == 0)
       t = NULL;
     if (t) mdb_txn_abort(t);
+    bc__readers_forget(c, victims, nvictims);
+    free(victims);
     return rc;
   }
   rec = (bc__shard_rec){.state = SHARD_PRESENT, .zstd = c->zstd,
@@ -636,6 +650,7 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
                                      readers find them missing and refill */
     }
     bc__readers_forget(c, victims, nvictims);
+    free(victims);
     return bc_set_error(prc, derr, "%s", detail);
   }
   rc = bc__txn_commit(t);
@@ -646,6 +661,7 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
     if (c->crc) unlink(final_crc);
   }
   bc__readers_forget(c, victims, nvictims);
+  free(victims);
   if (rc == 0) {
     if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
     if (ended) atomic_store(&c->final, true);

@@ -149,8 +149,6 @@ static inline uint64_t bc__sum_add(uint64_t sum, const void *data, size_t n) {
 }
 #define BC__SUM_INIT 0x6263736d31ULL
 
-#endif /* BC_CACHE_INTERNAL_H */
-
 /* ---- the cache object (cache.c, readers.c, fill.c, maint.c, prefetch.c) -- */
 
 /* A source pass owned by this process.  `busy` is read and written under
@@ -368,3 +366,5 @@ typedef struct bc__worker {
 int bc__workers_start(bc_cache *c);
 void bc__workers_stop(bc_cache *c);
 void bc__prefetch_after(bc_cache *c, uint64_t index);
+
+#endif /* BC_CACHE_INTERNAL_H */
