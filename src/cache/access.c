@@ -48,42 +48,43 @@ static size_t take_pending(bc_cache *c, uint64_t *out) {
 }
 
 /* Bumps shards[0..n) that are still PRESENT, in order, in transaction t. */
-static int bump(bc_cache *c, MDB_txn *t, const uint64_t *shards, size_t n,
-                uint64_t *clock) {
+static int bump(const bc__store *s, bc__store_txn *t, const uint64_t *shards,
+                size_t n, uint64_t *clock) {
   for (size_t i = 0; i < n; i++) {
     bc__shard_rec rec;
     bool found = false;
-    int rc = bc__rec_get(t, bc__dbi_shard(c->env), shards[i], &rec, &found);
+    int rc = s->ops->get(t, shards[i], &rec, &found);
     if (rc == 0 && found && rec.state == SHARD_PRESENT) {
       rec.last_access = ++*clock;
-      rc = bc__rec_put(t, bc__dbi_shard(c->env), shards[i], &rec);
+      rc = s->ops->put(t, shards[i], &rec);
     }
     if (rc != 0) return rc;
   }
   return 0;
 }
 
-int bc__access_apply(bc_cache *c, MDB_txn *t, uint64_t *clock) {
+int bc__access_apply(bc_cache *c, bc__store_txn *t, uint64_t *clock) {
   uint64_t shards[BC__ACCESS_PENDING];
   size_t n = take_pending(c, shards);
-  return bump(c, t, shards, n, clock);
+  return bump(&c->store, t, shards, n, clock);
 }
 
 void bc__access_flush(bc_cache *c) {
   uint64_t shards[BC__ACCESS_PENDING];
   size_t n = take_pending(c, shards);
   if (n == 0) return;
-  MDB_txn *t;
-  if (bc__txn_begin(c->env, true, &t) != 0) return; /* a hint: dropped */
+  const bc__store *s = &c->store;
+  bc__store_txn *t;
+  if (s->ops->begin(s->impl, true, &t) != 0) return; /* a hint: dropped */
   uint64_t clock = 0;
   bool found;
-  if (bc__u64_get(t, bc__dbi_meta(c->env), "clock", &clock, &found) == 0 &&
-      bump(c, t, shards, n, &clock) == 0 &&
-      bc__u64_put(t, bc__dbi_meta(c->env), "clock", clock) == 0) {
-    bc__txn_commit(t);
+  if (s->ops->u64_get(t, BC__KEY_CLOCK, &clock, &found) == 0 &&
+      bump(s, t, shards, n, &clock) == 0 &&
+      s->ops->u64_put(t, BC__KEY_CLOCK, clock) == 0) {
+    s->ops->commit(t);
     return;
   }
-  mdb_txn_abort(t);
+  s->ops->abort(t);
 }
 
 void bc__access_note(bc_cache *c, uint64_t shard) {

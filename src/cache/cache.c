@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,18 +43,28 @@ static char *put_decimal(char *p, uint64_t v) {
   return p;
 }
 
-void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
-                    bool zstd, char *out, size_t size) {
+char *bc__path_printf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (p != NULL) {
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+  }
+  return p;
+}
+
+char *bc__cache_shard_path(const bc_cache *c, uint64_t shard, uint64_t records,
+                           bool zstd) {
   uint64_t start = shard * c->R;
   size_t dir = strlen(c->shards_dir);
   /* By hand: every shard open names its file, and snprintf's %llu costs
    * thousands of instructions (a sixth of a cold read's). */
-  if (dir + sizeof "/.." + 2 * 20 + sizeof "bagz" > size) {
-    snprintf(out, size, "%s/%llu.%llu.%s", c->shards_dir,
-             (unsigned long long)start, (unsigned long long)(start + records),
-             zstd ? "bagz" : "bag"); /* truncated, as the caller allows */
-    return;
-  }
+  char *out = malloc(dir + sizeof "/." + 2 * 20 + sizeof ".bagz");
+  if (out == NULL) return NULL;
   char *p = out;
   memcpy(p, c->shards_dir, dir);
   p += dir;
@@ -62,12 +73,16 @@ void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
   *p++ = '.';
   p = put_decimal(p, start + records);
   memcpy(p, zstd ? ".bagz" : ".bag", zstd ? 6 : 5);
+  return out;
 }
 
-void bc__cache_crc_file(const bc_cache *c, const char *shard_path, char *out,
-                        size_t size) {
+char *bc__cache_crc_path(const bc_cache *c, const char *shard_path) {
   const char *slash = strrchr(shard_path, '/');
-  snprintf(out, size, "%s/%s.crc", c->sums_dir, slash ? slash + 1 : shard_path);
+  return bc__path_printf("%s/%s.crc", c->sums_dir, slash ? slash + 1 : shard_path);
+}
+
+char *bc__scratch_crc_path(const char *scratch) {
+  return bc__path_printf("%s.crc", scratch);
 }
 
 int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out) {
@@ -77,15 +92,15 @@ int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out) {
   /* The literal path: the root's name may hold ',' or '@' (spec syntax). */
   int rc = bc__bag_open_file(&bag, path, &o);
   if (rc == 0 && c->crc && !bc__path_is_bagz(path)) {
-    char crc[4200];
-    bc__cache_crc_file(c, path, crc, sizeof crc);
-    rc = bc__bag_attach_crcs(bag, crc);
+    char *crc = bc__cache_crc_path(c, path);
+    rc = crc ? bc__bag_attach_crcs(bag, crc) : bc__error(BC_ENOMEM, "out of memory");
     struct stat st;
     if (rc == BC_ENOTFOUND && stat(path, &st) == 0)
       /* The shard is there but not its checksums: damaged (an eviction
        * meanwhile removes both, and stays BC_ENOTFOUND). */
       rc = bc__error(BC_ECORRUPT, "%s: damaged shard: its checksum file %s "
                      "is missing", path, crc);
+    free(crc);
   }
   if (rc != 0) {
     bc_bag_close(bag);
@@ -142,6 +157,7 @@ static void after_fork_child(void) {
   bc__envs_after_fork(true);
   for (bc_cache *c = open_caches; c; c = c->next_open) {
     c->self = bc__owner_self();
+    c->store.self = c->self;
     for (size_t i = 0; i < c->max_passes; i++)
       c->passes[i] = (bc__pass){0};
     c->qlen = 0;
@@ -691,6 +707,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
       (rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh)) != 0)
     goto fail;
   if ((rc = load_or_create_meta(c, estimated)) != 0) goto fail;
+  bc__store_lmdb_init(&c->store, c); /* R is known from here */
   if (c->crc && (rc = make_dir(c->sums_dir)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;
   if (opts->disk_limit != 0 && opts->disk_limit != BC_CACHE_NO_LIMIT) {
@@ -916,8 +933,9 @@ int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
       shards[n].end = shard * c->R + r.records;
       shards[n].bytes = r.bytes;
       shards[n].last_access = r.last_access;
-      bc__cache_shard_file(c, shard, r.records, r.zstd, shards[n].path,
-                     sizeof shards[n].path);
+      char *path = bc__cache_shard_path(c, shard, r.records, r.zstd);
+      snprintf(shards[n].path, sizeof shards[n].path, "%s", path ? path : "");
+      free(path);
     }
     n++;
   }

@@ -229,128 +229,32 @@ static void filling_put(bc__fill_registry *r, bc__filling *f) {
   free(f);
 }
 
-/* True when `rec` is the claim of fill `token` of this process. */
-static bool claim_is(const bc_cache *c, const bc__shard_rec *rec, uint64_t token) {
-  return rec->state == SHARD_FILLING && rec->owner.pid == c->self.pid &&
-         rec->owner.start_time == c->self.start_time && rec->bytes == token;
-}
-
 /* Drops the FILLING claim of fill `token` on a shard (after a failed or
  * abandoned fill); a newer claim is left alone.  The message of the
  * failure being reported is kept. */
 static void release_claim(bc_cache *c, uint64_t shard, uint64_t token) {
-  char detail[1024];
-  snprintf(detail, sizeof detail, "%s", bc_errmsg());
-  int derr = bc_errno();
-  MDB_txn *t;
-  if (bc__txn_begin(c->env, true, &t) != 0) goto cleanup;
-  bc__shard_rec rec;
-  bool found;
-  if (bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found) == 0 && found &&
-      claim_is(c, &rec, token) && bc__rec_del(t, bc__dbi_shard(c->env), shard) == 0) {
-    bc__txn_commit(t);
-  } else {
-    mdb_txn_abort(t);
-  }
-cleanup:
-  bc_set_error(0, derr, "%s", detail);
+  bc__store_release(&c->store, shard, token);
 }
 
-/* Updates metadata.json's length (under the caller's write transaction). */
-static int meta_update_length(bc_cache *c, uint64_t length, bool final) {
-  bc__meta m;
-  int rc = bc__meta_read(c->meta_path, &m);
-  if (rc != 0) return rc;
-  if (m.length != length || m.length_final != final) {
-    m.length = length;
-    m.length_final = final;
-    rc = bc__meta_write(c->meta_path, &m, c->mode);
-  }
-  bc__meta_free(&m);
-  return rc;
-}
-
-/* Makes the length final at `end` in the shared state and metadata.json
- * (under the caller's write transaction t). */
-static int put_final_length(bc_cache *c, MDB_txn *t, uint64_t end) {
-  MDB_dbi meta = bc__dbi_meta(c->env);
-  int rc = bc__u64_put(t, meta, "length", end);
-  if (rc == 0) rc = bc__u64_put(t, meta, "final", 1);
-  if (rc == 0) rc = meta_update_length(c, end, true);
-  return rc;
-}
-
-/* Commits t (aborts it when rc != 0); once the final length `end` is
- * committed, this process knows it too. */
-static int commit_final_length(bc_cache *c, MDB_txn *t, int rc, uint64_t end) {
-  if (rc == 0) {
-    rc = bc__txn_commit(t);
-  } else {
-    mdb_txn_abort(t);
-  }
-  if (rc == 0) {
-    atomic_store(&c->known_length, end);
-    atomic_store(&c->final, true);
-  }
-  return rc;
+/* Once the final length `end` is committed, this process knows it too. */
+static void know_final_length(bc_cache *c, uint64_t end) {
+  atomic_store(&c->known_length, end);
+  atomic_store(&c->final, true);
 }
 
 /* Records that the source ends at `end` (no records from there on). */
 static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t);
-  if (rc != 0) return rc;
-  MDB_dbi meta = bc__dbi_meta(c->env);
-  uint64_t known = 0;
-  bool found;
-  rc = bc__u64_get(t, meta, "length", &known, &found);
-  if (rc == 0 && known > end)
-    rc = bc__error(BC_ENONDET,
-                   "%s: the source ended after %llu records, but %llu were "
-                   "seen before: the iterator is not deterministic", c->root,
-                   (unsigned long long)end, (unsigned long long)known);
-  if (rc == 0) rc = put_final_length(c, t, end);
-  if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
-  return commit_final_length(c, t, rc, end);
+  int rc = bc__store_record_end(&c->store, shard, end);
+  if (rc == 0) know_final_length(c, end);
+  return rc;
 }
 
 int bc_cache_finalize(bc_cache *c) {
   if (atomic_load(&c->final)) return 0;
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t); /* serialises length writers */
-  if (rc != 0) return rc;
-  MDB_dbi meta = bc__dbi_meta(c->env);
-  uint64_t fin = 0, end = 0;
-  bool found;
-  rc = bc__u64_get(t, meta, "final", &fin, &found);
-  if (rc == 0 && !(found && fin)) {
-    MDB_cursor *cur;
-    int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
-    if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
-    MDB_val k, v;
-    for (int op = MDB_FIRST; rc == 0 && mdb_cursor_get(cur, &k, &v, op) == 0;
-         op = MDB_NEXT) {
-      bc__shard_rec r;
-      uint64_t shard;
-      if (bc__rec_decode(&k, &v, &shard, &r) && r.state == SHARD_PRESENT &&
-          shard * c->R + r.records > end)
-        end = shard * c->R + r.records;
-    }
-    if (mrc == 0) mdb_cursor_close(cur);
-    if (rc == 0) rc = put_final_length(c, t, end);
-  } else if (rc == 0) {
-    rc = bc__u64_get(t, meta, "length", &end, &found);
-  }
-  return commit_final_length(c, t, rc, end);
-}
-
-/* The sidecar of a scratch file: SCRATCH.crc, in scratch/ (removed with
- * the scratch files of dead processes). */
-static void scratch_crc_file(const char *scratch, char *out, size_t size) {
-  size_t n = strlen(scratch);
-  if (n + 5 > size) n = size - 5; /* never: paths are shorter than PATH_MAX */
-  memcpy(out, scratch, n);
-  memcpy(out + n, ".crc", 5);
+  uint64_t end = 0;
+  int rc = bc__store_finalize(&c->store, &end);
+  if (rc == 0) know_final_length(c, end);
+  return rc;
 }
 
 /* ---- publishing ------------------------------------------------------------------- */
@@ -380,143 +284,18 @@ static void pass_snapshot_take(bc_cache *c, uint64_t next, pass_snapshot *ps) {
   }
 }
 
-/* Records a pass must read and drop before it can rebuild a shard starting
- * at `start`: the distance from the nearest pass at or before it (from
- * record 0 when there is none); 0 for a seekable source. */
-static uint64_t rebuild_skip(const bc_cache *c, const pass_snapshot *ps,
-                             uint64_t start) {
-  if (c->src.open_at != NULL) return 0;
-  uint64_t from = 0;
-  for (size_t i = 0; i < ps->n && ps->pos[i] <= start; i++) from = ps->pos[i];
-  return start - from;
+/* The pending access-clock bumps of this process's opens, applied in the
+ * publish's transaction before victims are picked. */
+static int access_bump(void *arg, const bc__store *s, bc__store_txn *t,
+                       uint64_t *clock) {
+  (void)s;
+  return bc__access_apply(arg, t, clock);
 }
 
-/* Picks the victim among the PRESENT shards other than `keep`: the lowest
- * last_access + present * skip / R, where skip is rebuild_skip(): least
- * recently used, except that a shard which costs k more shards of records
- * to rebuild (from this process's passes) is kept as if it had been read
- * k * present accesses later (a GreedyDual-style weighing of recency and
- * cost; doc/cache.md, "Eviction").  Plain LRU when every shard costs the
- * same (a seekable source, or passes at every shard). */
-static int find_victim(bc_cache *c, MDB_txn *t, uint64_t keep,
-                       const pass_snapshot *ps, uint64_t *victim,
-                       bc__shard_rec *vrec, bool *found) {
-  MDB_cursor *cur;
-  int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
-  if (mrc != 0) return bc__mdb_error(mrc, "cache state");
-  *found = false;
-  MDB_val k, v;
-  double present = 0, best = 0;
-  for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
-    bc__shard_rec r;
-    uint64_t s;
-    if (bc__rec_decode(&k, &v, &s, &r) && r.state == SHARD_PRESENT) present++;
-  }
-  for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
-    bc__shard_rec r;
-    uint64_t s;
-    if (!bc__rec_decode(&k, &v, &s, &r)) continue;
-    if (r.state != SHARD_PRESENT || s == keep) continue;
-    double score = (double)r.last_access +
-                   present * (double)rebuild_skip(c, ps, s * c->R) / (double)c->R;
-    if (!*found || score < best) {
-      *victim = s;
-      *vrec = r;
-      *found = true;
-      best = score;
-    }
-  }
-  mdb_cursor_close(cur);
-  return 0;
-}
-
-/* Removes the claims (and any files) of dead fillers: a claimant killed
- * between its rename and its commit leaves a complete file in shards/ that
- * the state does not count.  Called in publish's transaction, before the
- * eviction decisions, so the limit also covers such files. */
-static int reap_dead_claims(bc_cache *c, MDB_txn *t, uint64_t keep) {
-  MDB_cursor *cur;
-  int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
-  if (mrc != 0) return bc__mdb_error(mrc, "cache state");
-  uint64_t dead[64];
-  size_t n = 0;
-  MDB_val k, v;
-  for (int op = MDB_FIRST; n < 64 && mdb_cursor_get(cur, &k, &v, op) == 0;
-       op = MDB_NEXT) {
-    bc__shard_rec r;
-    uint64_t s;
-    if (!bc__rec_decode(&k, &v, &s, &r)) continue;
-    if (r.state == SHARD_FILLING && s != keep && !bc__owner_alive(r.owner))
-      dead[n++] = s;
-  }
-  mdb_cursor_close(cur);
-  int rc = 0;
-  for (size_t i = 0; rc == 0 && i < n; i++) {
-    bc__unlink_shard_files(c, dead[i]);
-    rc = bc__rec_del(t, bc__dbi_shard(c->env), dead[i]);
-  }
-  return rc;
-}
-
-/* The part of a publish that may fail after victims were unlinked, in a
- * nested transaction: if it fails only it is rolled back, and the
- * evictions (whose files are gone) are still committed by the caller. */
-static int publish_nested(bc_cache *c, MDB_txn *parent, uint64_t shard,
-                          const char *scratch, const char *final_path,
-                          const bc__shard_rec *rec, uint64_t bytes,
-                          uint64_t clock, bool write_sum, uint64_t checksum,
-                          bool grow, uint64_t new_length, bool ended) {
-  MDB_txn *t;
-  int mrc = mdb_txn_begin(mdb_txn_env(parent), parent, 0, &t);
-  if (mrc != 0) return bc__mdb_error(mrc, "cache state");
-  MDB_dbi meta = bc__dbi_meta(c->env);
-  int rc = 0;
-  bool renamed = false, crc_renamed = false;
-  char scratch_crc[4200], final_crc[4200];
-  scratch_crc_file(scratch, scratch_crc, sizeof scratch_crc);
-  bc__cache_crc_file(c, final_path, final_crc, sizeof final_crc);
-  /* The sidecar first, durably: whenever the shard is under its name, so
-   * are its checksums.  A crash before the commit leaves files the state
-   * does not list, removed with the dead claim (bc__unlink_shard_files);
-   * a sidecar alone is replaced by the shard's next publish. */
-  if (c->crc) {
-    if (rename(scratch_crc, final_crc) != 0)
-      rc = bc__error_errno(errno, "%s: rename from %s", final_crc, scratch_crc);
-    else
-      crc_renamed = true;
-    if (rc == 0) rc = bc__fsync_parent_dir(final_crc);
-  }
-  if (rc == 0 && rename(scratch, final_path) != 0)
-    rc = bc__error_errno(errno, "%s: rename from %s", final_path, scratch);
-  else if (rc == 0)
-    renamed = true;
-  if (rc == 0) rc = bc__fsync_parent_dir(final_path);
-  if (rc == 0) rc = bc__rec_put(t, bc__dbi_shard(c->env), shard, rec);
-  if (rc == 0) rc = bc__u64_put(t, meta, "bytes", bytes + rec->bytes);
-  if (rc == 0) rc = bc__u64_put(t, meta, "clock", clock);
-  if (rc == 0 && write_sum) rc = bc__sum_put(t, bc__dbi_sum(c->env), shard, checksum);
-  if (rc == 0 && grow) {
-    rc = bc__u64_put(t, meta, "length", new_length);
-    if (rc == 0 && ended) rc = bc__u64_put(t, meta, "final", 1);
-    /* metadata.json records the end once it is known; the growing lower
-     * bound lives in the shared state (and a rebuild recovers it from the
-     * shard files), which saves a file rewrite and two fsyncs per shard. */
-    if (rc == 0 && ended) rc = meta_update_length(c, new_length, true);
-  }
-  if (rc == 0) {
-    mrc = mdb_txn_commit(t); /* into the parent */
-    if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
-  } else {
-    mdb_txn_abort(t);
-  }
-  /* A file the state does not know must not stay in shards/. */
-  if (rc != 0 && renamed) unlink(final_path);
-  if (rc != 0 && crc_renamed) unlink(final_crc);
-  return rc;
-}
-
-/* `note`: appended to determinism errors (the start a seekable source's
- * pass was opened at), "" when none. */
+/* Publishes the finished shard through the store (store.c has the steps)
+ * and drops this process's readers of every shard it evicted.  `note`:
+ * appended to determinism errors (the start a seekable source's pass was
+ * opened at), "" when none. */
 static int publish(bc_cache *c, uint64_t shard, uint64_t token,
                    const char *scratch, uint64_t records, uint64_t checksum,
                    bool ended, const char *note, bool *regenerated) {
@@ -524,148 +303,22 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
   if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
   pass_snapshot ps; /* taken before the transaction: no lock inside it */
   pass_snapshot_take(c, ended ? UINT64_MAX : shard * c->R + records, &ps);
-  uint64_t size = (uint64_t)st.st_size;
-  MDB_dbi sdb = bc__dbi_shard(c->env), meta = bc__dbi_meta(c->env),
-          sums = bc__dbi_sum(c->env);
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t);
-  if (rc != 0) return rc;
-  bc__shard_rec rec;
-  bool found, have_sum;
-  uint64_t old_sum = 0, bytes = 0, clock = 0, length = 0, final_flag = 0;
-  bool f1 = false, f2 = false, f3 = false, f4 = false, f5 = false;
-  uint64_t start = shard * c->R, end = start + records;
-  char final_path[4200];
-  bc__cache_shard_file(c, shard, records, c->zstd, final_path, sizeof final_path);
-
-  rc = bc__rec_get(t, sdb, shard, &rec, &found);
-  if (rc == 0 && (!found || !claim_is(c, &rec, token)))
-    rc = bc__error(BC_EIO, "%s: shard %llu: our claim was taken over while "
-                   "filling it", c->root, (unsigned long long)shard);
-  if (rc == 0) rc = bc__sum_get(t, sums, shard, &old_sum, &have_sum);
-  if (rc == 0 && have_sum && old_sum != checksum)
-    rc = bc__error(BC_ENONDET,
-                   "%s: shard %llu (records %llu..%llu) came out different "
-                   "when regenerated: the iterator is not deterministic%s",
-                   c->root, (unsigned long long)shard, (unsigned long long)start,
-                   (unsigned long long)end, note);
-  if (rc == 0) rc = bc__u64_get(t, meta, "bytes", &bytes, &f1);
-  if (rc == 0) rc = bc__u64_get(t, meta, "clock", &clock, &f2);
-  if (rc == 0) rc = bc__u64_get(t, meta, "length", &length, &f3);
-  if (rc == 0) rc = bc__u64_get(t, meta, "final", &final_flag, &f5);
-  bool is_final = f5 && final_flag;
-  /* A pass that ends where earlier passes went on, or goes past a known
-   * end, means the source is not deterministic. */
-  if (rc == 0 && ((ended && length > end) || (is_final && end > length) ||
-                  (is_final && ended && end != length)))
-    rc = bc__error(BC_ENONDET,
-                   "%s: shard %llu: the source now %s after %llu records "
-                   "(%s %llu before): the iterator is not deterministic%s",
-                   c->root, (unsigned long long)shard,
-                   ended ? "ends" : "goes on", (unsigned long long)end,
-                   is_final ? "length" : "at least", (unsigned long long)length,
-                   note);
-  /* The limit is shared: the one last set by any process opening the root
-   * with a limit (see bc_cache_open). */
-  uint64_t limit = c->opts.disk_limit;
-  if (rc == 0) rc = bc__u64_get(t, meta, "limit", &limit, &f4);
-  if (rc == 0 && !f4) limit = c->opts.disk_limit;
-  /* A limit that cannot hold the shards at work would thrash: refused
-   * (checked at open already when a shard's size was known then). */
-  unsigned prefetched, need = bc__limit_shards(&c->opts, &prefetched);
-  if (rc == 0 && limit != 0 && (size > limit || (records == c->R && limit / need < size)))
-    rc = bc__limit_error(c->root, limit, need, prefetched, size,
-                         "the size of this shard");
-  if (rc == 0 && limit != 0) rc = reap_dead_claims(c, t, shard);
-  /* This process's recent opens count before victims are picked. */
-  if (rc == 0 && limit != 0) rc = bc__access_apply(c, t, &clock);
-  /* Every victim, however many: this process's readers of all of them
-   * are dropped below, so no unlinked file stays open. */
-  uint64_t *victims = NULL;
-  size_t nvictims = 0, vcap = 0;
-  while (rc == 0 && limit != 0 && bytes + size > limit) {
-    uint64_t victim = 0;
-    bc__shard_rec vrec = {0};
-    bool any = false;
-    rc = find_victim(c, t, shard, &ps, &victim, &vrec, &any);
-    if (rc != 0) break;
-    if (!any) {
-      rc = bc__error(BC_ENOSPC, "%s: %llu bytes in use and nothing left to "
-                     "evict under the disk limit %llu", c->root,
-                     (unsigned long long)bytes, (unsigned long long)limit);
-      break;
-    }
-    if (nvictims == vcap) { /* room first: an unlinked victim is recorded */
-      size_t cap = vcap ? 2 * vcap : 16;
-      uint64_t *grown = realloc(victims, cap * sizeof *grown);
-      if (grown == NULL) {
-        rc = bc__error(BC_ENOMEM, "out of memory");
-        break;
-      }
-      victims = grown;
-      vcap = cap;
-    }
-    char vpath[4200];
-    bc__cache_shard_file(c, victim, vrec.records, vrec.zstd, vpath, sizeof vpath);
-    if (unlink(vpath) != 0 && errno != ENOENT) {
-      rc = bc__error_errno(errno, "%s: evict", vpath);
-      break;
-    }
-    if (!vrec.zstd) { /* its checksums, if the root has them */
-      char vcrc[4200];
-      bc__cache_crc_file(c, vpath, vcrc, sizeof vcrc);
-      unlink(vcrc);
-    }
-    rc = bc__rec_del(t, sdb, victim);
-    bytes = vrec.bytes > bytes ? 0 : bytes - vrec.bytes;
-    atomic_fetch_add(&c->stats.evictions, 1);
-    victims[nvictims++] = victim;
-  }
-  if (rc != 0) {
-    /* Nothing unlinked yet, or the unlinks are recorded: commit those. */
-    if (nvictims > 0 && bc__u64_put(t, meta, "bytes", bytes) == 0 &&
-        bc__u64_put(t, meta, "clock", clock) == 0 && bc__txn_commit(t) == 0)
-      t = NULL;
-    if (t) mdb_txn_abort(t);
-    bc__readers_forget(c, victims, nvictims);
-    free(victims);
-    return rc;
-  }
-  rec = (bc__shard_rec){.state = SHARD_PRESENT, .zstd = c->zstd,
-                        .records = records, .bytes = size,
-                        .last_access = ++clock};
-  bool grow = end > length || ended;
-  uint64_t new_length = ended ? end : (end > length ? end : length);
-  int prc = publish_nested(c, t, shard, scratch, final_path, &rec, bytes, clock,
-                           !have_sum, checksum, grow, new_length, ended);
-  if (prc != 0) {
-    char detail[1024];
-    snprintf(detail, sizeof detail, "%s", bc_errmsg());
-    int derr = bc_errno();
-    /* Keep the evictions (their files are gone) even though the publish
-     * failed: the state then matches shards/. */
-    bc__u64_put(t, meta, "bytes", bytes);
-    bc__u64_put(t, meta, "clock", clock); /* the bumps applied above */
-    if (bc__txn_commit(t) != 0) { /* the state now lists lost files:
-                                     readers find them missing and refill */
-    }
-    bc__readers_forget(c, victims, nvictims);
-    free(victims);
-    return bc_set_error(prc, derr, "%s", detail);
-  }
-  rc = bc__txn_commit(t);
-  if (rc != 0) { /* unknown to the state: take them back */
-    char final_crc[4200];
-    bc__cache_crc_file(c, final_path, final_crc, sizeof final_crc);
-    unlink(final_path);
-    if (c->crc) unlink(final_crc);
-  }
-  bc__readers_forget(c, victims, nvictims);
-  free(victims);
+  bc__publish_req q = {
+      .shard = shard, .token = token, .scratch = scratch, .records = records,
+      .size = (uint64_t)st.st_size, .checksum = checksum, .ended = ended,
+      .zstd = c->zstd, .note = note, .default_limit = c->opts.disk_limit,
+      .passes = ps.pos, .npasses = ps.n, .seekable = c->src.open_at != NULL,
+      .bump = access_bump, .bump_arg = c};
+  q.need = bc__limit_shards(&c->opts, &q.prefetched);
+  bc__victims victims = {0};
+  int rc = bc__store_publish(&c->store, &q, &victims, regenerated);
+  atomic_fetch_add(&c->stats.evictions, victims.n);
+  bc__readers_forget(c, victims.shards, victims.n);
+  bc__victims_free(&victims);
   if (rc == 0) {
+    uint64_t end = shard * c->R + records;
     if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
     if (ended) atomic_store(&c->final, true);
-    *regenerated = have_sum;
   }
   return rc;
 }
@@ -688,17 +341,23 @@ static int crc_append(bc_buf *crcs, const void *data, size_t size) {
  * renames it into sums/ with the shard. */
 static int write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
                          uint64_t records, uint64_t records_bytes) {
-  char path[4200];
-  scratch_crc_file(scratch, path, sizeof path);
-  int rc = bc__buf_reserve(crcs, BC__CRC_HEADER + 4 * records);
-  if (rc != 0) return rc;
+  char *path = bc__scratch_crc_path(scratch);
+  int rc = path ? bc__buf_reserve(crcs, BC__CRC_HEADER + 4 * records)
+                : bc__error(BC_ENOMEM, "out of memory");
+  int fd = -1;
+  if (rc != 0) goto cleanup;
   crcs->size = BC__CRC_HEADER + 4 * records;
   bc__crc_table_header((unsigned char *)crcs->data, records, records_bytes);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)c->mode);
-  if (fd < 0) return bc__error_errno(errno, "%s: create", path);
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)c->mode);
+  if (fd < 0) {
+    rc = bc__error_errno(errno, "%s: create", path);
+    goto cleanup;
+  }
   rc = bc__write_all(fd, crcs->data, crcs->size, path);
   if (rc == 0) rc = bc__fsync(fd, path);
-  close(fd);
+cleanup:
+  if (fd >= 0) close(fd);
+  free(path);
   return rc;
 }
 
@@ -756,13 +415,17 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   if (c->src.open_at != NULL && p->opened_at > 0) /* a pass from 0 is open()'s */
     snprintf(note, sizeof note, " (its pass was opened at record %llu with the "
              "source's open_at)", (unsigned long long)p->opened_at);
-  char scratch[4200];
   /* SHARD-PID-START.TOKEN: the owner for bc__clean_scratch, the token so
    * that two fills of a shard in one process never share a file. */
-  snprintf(scratch, sizeof scratch, "%s/%llu-%d-%llu.%llu.%s", c->scratch_dir,
-           (unsigned long long)shard, (int)c->self.pid,
-           (unsigned long long)c->self.start_time, (unsigned long long)f->token,
-           c->zstd ? "bagz" : "bag");
+  char *scratch = bc__path_printf("%s/%llu-%d-%llu.%llu.%s", c->scratch_dir,
+                                  (unsigned long long)shard, (int)c->self.pid,
+                                  (unsigned long long)c->self.start_time,
+                                  (unsigned long long)f->token,
+                                  c->zstd ? "bagz" : "bag");
+  if (scratch == NULL) {
+    rc = bc__error(BC_ENOMEM, "out of memory");
+    goto cleanup;
+  }
 
   if ((rc = pass_advance(c, p, start, &buf, &ended)) != 0) goto cleanup;
   if (ended) { /* the source has no record `start` */
@@ -835,13 +498,14 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   keep = rc == 0 && !ended;
 cleanup:
   atomic_fetch_add(&c->stats.records_written, n);
-  if (rc != 0 && rc != BC_ERANGE) {
+  if (rc != 0 && rc != BC_ERANGE && scratch != NULL) {
     /* Nothing partial survives: the writer discards, the scratch file goes. */
-    char scratch_crc[4200];
-    scratch_crc_file(scratch, scratch_crc, sizeof scratch_crc);
+    char *scratch_crc = bc__scratch_crc_path(scratch);
     unlink(scratch);
-    if (c->crc) unlink(scratch_crc);
+    if (c->crc && scratch_crc) unlink(scratch_crc);
+    free(scratch_crc);
   }
+  free(scratch);
   bc_writer_free(w);
   bc_buf_release(&buf);
   bc_buf_release(&crcs);
@@ -852,50 +516,28 @@ cleanup:
 }
 
 /* Claims shard `shard` in the shared state.  *claimed: we own it now.
- * Otherwise *rec is its state (PRESENT, or FILLING by a live owner). */
+ * Otherwise *rec is its state (PRESENT, or FILLING by a live owner).  A
+ * claim of our own process with no thread of ours filling it (the caller
+ * holds the process's filling record for this root and shard) is stale:
+ * taken like a dead one's. */
 static int try_claim(bc_cache *c, uint64_t shard, uint64_t token,
                      bc__shard_rec *rec, bool *claimed) {
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t);
-  if (rc != 0) return rc;
-  bool found;
-  *claimed = false;
-  rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, rec, &found);
-  /* A claim of our own process with no thread of ours filling it (the
-   * caller holds the process's filling record for this root and shard) is
-   * stale: take it like a dead one's. */
-  bool ours = found && rec->owner.pid == c->self.pid &&
-              rec->owner.start_time == c->self.start_time;
-  bool free_to_take =
-      rc == 0 && (!found || (rec->state == SHARD_FILLING &&
-                             (ours || !bc__owner_alive(rec->owner))));
-  if (free_to_take) {
-    /* A dead claimant may have left its file in shards/ (a crash between
-     * rename and commit): it is unknown to the state, so remove it. */
-    if (found) bc__unlink_shard_files(c, shard);
-    bc__shard_rec mine = {.state = SHARD_FILLING, .bytes = token, .owner = c->self};
-    rc = bc__rec_put(t, bc__dbi_shard(c->env), shard, &mine);
-    if (rc == 0) rc = bc__txn_commit(t);
-    else mdb_txn_abort(t);
-    if (rc == 0) *claimed = true;
-    return rc;
-  }
-  mdb_txn_abort(t);
-  return rc;
+  return bc__store_claim(&c->store, shard, token, rec, claimed);
 }
 
 int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *out) {
   double backoff = 0.001;
   for (;;) {
-    MDB_txn *t;
     bc__shard_rec rec;
-    bool found;
-    int rc = bc__txn_begin(c->env, false, &t);
+    bool found = false, final = false;
+    /* A final length never changes: then its two lookups are skipped. */
+    bool known = atomic_load(&c->final);
+    uint64_t length = 0;
+    int rc = bc__store_read(&c->store, shard, &rec, &found,
+                            known ? NULL : &length, &final);
     if (rc != 0) return rc;
-    rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
-    if (rc == 0) rc = bc__cache_load_length(c, t);
-    mdb_txn_abort(t);
-    if (rc != 0) return rc;
+    if (!known && length > 0) atomic_store(&c->known_length, length);
+    if (!known && final) atomic_store(&c->final, true);
     if (found && rec.state == SHARD_PRESENT) {
       *out = rec;
       return 0;
@@ -989,30 +631,7 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
 }
 
 int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *seen) {
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t);
-  if (rc != 0) return rc;
-  bc__shard_rec rec;
-  bool found;
-  rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
-  if (rc == 0 && found && rec.state == SHARD_PRESENT &&
-      rec.bytes == seen->bytes && rec.records == seen->records) {
-    char path[4200], crc[4200];
-    bc__cache_shard_file(c, shard, rec.records, rec.zstd, path, sizeof path);
-    bc__cache_crc_file(c, path, crc, sizeof crc);
-    unlink(path);
-    if (!rec.zstd) unlink(crc);
-    uint64_t bytes = 0;
-    bool f;
-    rc = bc__u64_get(t, bc__dbi_meta(c->env), "bytes", &bytes, &f);
-    if (rc == 0)
-      rc = bc__u64_put(t, bc__dbi_meta(c->env), "bytes",
-                       bytes > rec.bytes ? bytes - rec.bytes : 0);
-    if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
-  }
-  if (rc == 0) return bc__txn_commit(t);
-  mdb_txn_abort(t);
-  return rc;
+  return bc__store_forget(&c->store, shard, seen);
 }
 
 int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino) {
@@ -1025,14 +644,19 @@ int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino) {
   rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
   bool drop = false;
   if (rc == 0 && found && rec.state == SHARD_PRESENT) {
-    char path[4200], crc[4200];
-    bc__cache_shard_file(c, shard, rec.records, rec.zstd, path, sizeof path);
-    bc__cache_crc_file(c, path, crc, sizeof crc);
+    char *path = bc__cache_shard_path(c, shard, rec.records, rec.zstd);
+    char *crc = path ? bc__cache_crc_path(c, path) : NULL;
     struct stat st;
-    bool lost = stat(path, &st) != 0; /* its state goes too */
-    drop = lost || ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino);
-    if (drop && !lost) unlink(path);
-    if (drop && !rec.zstd) unlink(crc); /* the shard first, as evictions do */
+    if (crc == NULL) {
+      rc = bc__error(BC_ENOMEM, "out of memory");
+    } else {
+      bool lost = stat(path, &st) != 0; /* its state goes too */
+      drop = lost || ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino);
+      if (drop && !lost) unlink(path);
+      if (drop && !rec.zstd) unlink(crc); /* the shard first, as evictions do */
+    }
+    free(crc);
+    free(path);
   }
   if (rc == 0 && drop) {
     uint64_t bytes = 0;

@@ -84,6 +84,8 @@ typedef struct {
   bc__owner owner;      /* FILLING: who */
 } bc__shard_rec;
 
+#include "cache/store.h" /* the typed store over this state */
+
 /* One LMDB environment per root per process (LMDB forbids opening an
  * environment twice in a process); shared by reference count and reopened
  * after fork. */
@@ -201,6 +203,7 @@ struct bc_cache {
   bc_seq base; /* first: the cache is a sequence leaf */
   char *root, *shards_dir, *sums_dir, *scratch_dir, *locks_dir, *meta_path;
   bc__env *env;
+  bc__store store; /* the shared state, typed (store.h); set once R is */
   bc_source src;
   bool has_source;
   bc_cache_options opts;
@@ -257,15 +260,19 @@ struct bc_cache {
   } stats;
 };
 
+/* Paths, malloc'd (NULL when out of memory): a printf-made one; the file
+ * of shard `shard` of `records` records; the checksum sidecar of shard
+ * file `shard_path` (sums/NAME.crc); that of a scratch file (SCRATCH.crc,
+ * in scratch/, removed with the scratch files of dead processes). */
+char *bc__path_printf(const char *fmt, ...) BC__PRINTF(1, 2);
+char *bc__cache_shard_path(const bc_cache *c, uint64_t shard, uint64_t records,
+                           bool zstd);
+char *bc__cache_crc_path(const bc_cache *c, const char *shard_path);
+char *bc__scratch_crc_path(const char *scratch);
+
 double bc__now(void);
 /* A clock of a few milliseconds' resolution, cheap enough for every hit. */
 double bc__coarse_now(void);
-/* Paths of a shard's file and its records range. */
-void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
-                    bool zstd, char *out, size_t size);
-/* The checksum sidecar of shard file `shard_path`: sums/NAME.crc. */
-void bc__cache_crc_file(const bc_cache *c, const char *shard_path, char *out,
-                        size_t size);
 /* Opens shard file `path` (of `records` records) as this cache reads it:
  * with its checksum sidecar attached when the root has them. */
 int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out);
@@ -315,7 +322,7 @@ void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n);
  * transaction t, whose caller reads and writes the "clock" value *clock;
  * flush: commits them in a transaction of its own. */
 void bc__access_note(bc_cache *c, uint64_t shard);
-int bc__access_apply(bc_cache *c, MDB_txn *t, uint64_t *clock);
+int bc__access_apply(bc_cache *c, bc__store_txn *t, uint64_t *clock);
 void bc__access_flush(bc_cache *c);
 
 /* fill.c: makes shard s PRESENT (filling, waiting for another filler, or

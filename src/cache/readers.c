@@ -153,50 +153,53 @@ static bc__treg *my_reg(bc_cache *c) {
  * bumps of opens (access.c) first.  Returns false when the shard is no
  * longer PRESENT (evicted by someone). */
 static bool touch(bc_cache *c, uint64_t shard) {
-  MDB_txn *t;
-  if (bc__txn_begin(c->env, true, &t) != 0) return true;
+  const bc__store *st = &c->store;
+  bc__store_txn *t;
+  if (st->ops->begin(st->impl, true, &t) != 0) return true;
   bc__shard_rec rec;
-  bool found;
+  bool found = false;
   uint64_t clock = 0;
   bool cf;
-  if (bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found) == 0 && found &&
+  if (st->ops->get(t, shard, &rec, &found) == 0 && found &&
       rec.state == SHARD_PRESENT &&
-      bc__u64_get(t, bc__dbi_meta(c->env), "clock", &clock, &cf) == 0 &&
+      st->ops->u64_get(t, BC__KEY_CLOCK, &clock, &cf) == 0 &&
       bc__access_apply(c, t, &clock) == 0) {
     rec.last_access = ++clock;
-    if (bc__rec_put(t, bc__dbi_shard(c->env), shard, &rec) == 0 &&
-        bc__u64_put(t, bc__dbi_meta(c->env), "clock", clock) == 0) {
-      bc__txn_commit(t);
+    if (st->ops->put(t, shard, &rec) == 0 &&
+        st->ops->u64_put(t, BC__KEY_CLOCK, clock) == 0) {
+      st->ops->commit(t);
       return true;
     }
   }
   bool present = found && rec.state == SHARD_PRESENT;
-  mdb_txn_abort(t);
+  st->ops->abort(t);
   return present;
 }
 
 /* Opens shard `shard` as described by `rec` and checks it. */
 static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
                         bc_bag **out) {
-  char path[4200];
-  bc__cache_shard_file(c, shard, rec->records, rec->zstd, path, sizeof path);
+  char *path = bc__cache_shard_path(c, shard, rec->records, rec->zstd);
+  if (path == NULL) return bc__error(BC_ENOMEM, "out of memory");
   int rc = bc__cache_open_shard(c, path, out);
-  if (rc != 0) return rc;
+  if (rc != 0) goto cleanup;
   bc_shard_info info;
   bc_bag_shard_info(*out, 0, &info);
   uint64_t records = bc_bag_len(*out);
   if (info.file_bytes != rec->bytes || records != rec->records) {
     bc_bag_close(*out);
     *out = NULL;
-    return bc__error(BC_ECORRUPT,
-                     "%s: damaged shard: %llu bytes and %llu records, expected "
-                     "%llu bytes and %llu records", path,
-                     (unsigned long long)info.file_bytes,
-                     (unsigned long long)records,
-                     (unsigned long long)rec->bytes,
-                     (unsigned long long)rec->records);
+    rc = bc__error(BC_ECORRUPT,
+                   "%s: damaged shard: %llu bytes and %llu records, expected "
+                   "%llu bytes and %llu records", path,
+                   (unsigned long long)info.file_bytes,
+                   (unsigned long long)records,
+                   (unsigned long long)rec->bytes,
+                   (unsigned long long)rec->records);
   }
-  return 0;
+cleanup:
+  free(path);
+  return rc;
 }
 
 /* Drops idle readers of shards that are no longer PRESENT (evicted by
