@@ -278,7 +278,7 @@ bool bc_cache_draining(bc_cache *cache);
 
 typedef struct bc_cache_shard {
   uint64_t start, end;    /* records [start, end) */
-  char path[4096];        /* the shard file */
+  bool zstd;              /* the file is .bagz (else .bag) */
   uint64_t bytes;
   uint64_t last_access;   /* shared access clock value (larger = later) */
 } bc_cache_shard;
@@ -287,6 +287,11 @@ typedef struct bc_cache_shard {
  * total count into *count. */
 int bc_cache_shards(bc_cache *cache, bc_cache_shard *shards, size_t max,
                     size_t *count);
+
+/* The file of a shard bc_cache_shards listed (ROOT/shards/START.END.bag or
+ * .bagz), malloc'd into *path: free it. */
+int bc_cache_shard_path(bc_cache *cache, const bc_cache_shard *shard,
+                        char **path);
 
 /* Current positions of this process's source passes, parked or in use (the
  * next record each will read): at most `max` into positions[], their count

@@ -931,17 +931,28 @@ int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
     if (n < max) {
       shards[n].start = shard * c->R;
       shards[n].end = shard * c->R + r.records;
+      shards[n].zstd = r.zstd != 0;
       shards[n].bytes = r.bytes;
       shards[n].last_access = r.last_access;
-      char *path = bc__cache_shard_path(c, shard, r.records, r.zstd);
-      snprintf(shards[n].path, sizeof shards[n].path, "%s", path ? path : "");
-      free(path);
     }
     n++;
   }
   mdb_cursor_close(cur);
   mdb_txn_abort(t);
   *count = n;
+  return 0;
+}
+
+int bc_cache_shard_path(bc_cache *c, const bc_cache_shard *s, char **path) {
+  if (c == NULL || s == NULL || path == NULL || s->end < s->start)
+    return bc__error(BC_EINVAL, "bc_cache_shard_path: NULL argument or a "
+                     "shard ending before its start");
+  if (c->R == 0 || s->start % c->R != 0)
+    return bc__error(BC_EINVAL, "%s: no shard starts at record %llu", c->root,
+                     (unsigned long long)s->start);
+  char *p = bc__cache_shard_path(c, s->start / c->R, s->end - s->start, s->zstd);
+  if (p == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  *path = p;
   return 0;
 }
 
