@@ -23,9 +23,9 @@
  * eviction, not state anyone depends on: a pending list lost with a failed
  * publish (or a killed process) only makes those shards look older.
  *
- * Lock order: c->lock guards the list and is taken alone, briefly, also
- * inside write transactions (allowed: c->lock is never held while waiting
- * for LMDB, see internal.h).
+ * Lock order: the access log's lock guards the list and is taken alone,
+ * briefly, also inside write transactions (allowed: it is never held while
+ * waiting for LMDB, see internal.h).
  */
 #include "config.h"
 
@@ -37,13 +37,13 @@
 
 static int64_t coarse_ms(void) { return (int64_t)(bc__coarse_now() * 1000.0); }
 
-/* Moves the pending list into out[] (takes c->lock); returns its length. */
+/* Moves the pending list into out[] (takes its lock); returns its length. */
 static size_t take_pending(bc_cache *c, uint64_t *out) {
-  pthread_mutex_lock(&c->lock);
-  size_t n = c->naccess;
-  memcpy(out, c->access_pending, n * sizeof *out);
-  c->naccess = 0;
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_lock(&c->access.lock);
+  size_t n = c->access.n;
+  memcpy(out, c->access.pending, n * sizeof *out);
+  c->access.n = 0;
+  pthread_mutex_unlock(&c->access.lock);
   return n;
 }
 
@@ -90,20 +90,20 @@ void bc__access_flush(bc_cache *c) {
 void bc__access_note(bc_cache *c, uint64_t shard) {
   int64_t now = coarse_ms();
   bool due = false;
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->access.lock);
   size_t i = 0;
-  while (i < c->naccess && c->access_pending[i] != shard) i++;
-  if (i < c->naccess) {
+  while (i < c->access.n && c->access.pending[i] != shard) i++;
+  if (i < c->access.n) {
     /* Already noted: it moves to the end (the most recent open). */
-    memmove(&c->access_pending[i], &c->access_pending[i + 1],
-            (c->naccess - i - 1) * sizeof c->access_pending[0]);
-    c->access_pending[c->naccess - 1] = shard;
+    memmove(&c->access.pending[i], &c->access.pending[i + 1],
+            (c->access.n - i - 1) * sizeof c->access.pending[0]);
+    c->access.pending[c->access.n - 1] = shard;
   } else {
-    if (c->naccess == 0) c->access_since_ms = now;
-    c->access_pending[c->naccess++] = shard;
+    if (c->access.n == 0) c->access.since_ms = now;
+    c->access.pending[c->access.n++] = shard;
   }
-  due = c->naccess == BC__ACCESS_PENDING ||
-        now - c->access_since_ms >= ACCESS_DELAY_MS;
-  pthread_mutex_unlock(&c->lock);
+  due = c->access.n == BC__ACCESS_PENDING ||
+        now - c->access.since_ms >= ACCESS_DELAY_MS;
+  pthread_mutex_unlock(&c->access.lock);
   if (due) bc__access_flush(c);
 }

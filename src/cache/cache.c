@@ -135,21 +135,31 @@ int bc__cache_load_length(bc_cache *c, MDB_txn *t) {
  * workers (threads do not survive fork), the pending access-clock bumps
  * (the parent's opens).  The LMDB environment is reopened
  * by the child's first transaction (state.c).
- * Lock order: open_caches_lock, then each cache->lock, then the
- * environments' locks (state.c). */
+ * Lock order: open_caches_lock, then each cache's locks in the order of
+ * internal.h, then the environments' locks (state.c). */
 static pthread_mutex_t open_caches_lock = PTHREAD_MUTEX_INITIALIZER;
 static bc_cache *open_caches;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void before_fork(void) {
   pthread_mutex_lock(&open_caches_lock);
-  for (bc_cache *c = open_caches; c; c = c->next_open) pthread_mutex_lock(&c->lock);
+  for (bc_cache *c = open_caches; c; c = c->next_open) {
+    pthread_mutex_lock(&c->pool.lock); /* the order of internal.h */
+    pthread_mutex_lock(&c->prefetch.lock);
+    pthread_mutex_lock(&c->readers.lock);
+    pthread_mutex_lock(&c->access.lock);
+  }
   bc__envs_before_fork();
 }
 
 static void after_fork_parent(void) {
   bc__envs_after_fork(false);
-  for (bc_cache *c = open_caches; c; c = c->next_open) pthread_mutex_unlock(&c->lock);
+  for (bc_cache *c = open_caches; c; c = c->next_open) {
+    pthread_mutex_unlock(&c->access.lock);
+    pthread_mutex_unlock(&c->readers.lock);
+    pthread_mutex_unlock(&c->prefetch.lock);
+    pthread_mutex_unlock(&c->pool.lock);
+  }
   pthread_mutex_unlock(&open_caches_lock);
 }
 
@@ -158,25 +168,29 @@ static void after_fork_child(void) {
   for (bc_cache *c = open_caches; c; c = c->next_open) {
     c->self = bc__owner_self();
     c->store.self = c->self;
-    for (size_t i = 0; i < c->max_passes; i++)
-      c->passes[i] = (bc__pass){0};
-    c->qlen = 0;
-    c->naccess = 0; /* the parent's opens: the parent commits them */
-    c->drain_requested = false;
-    c->nworkers = 0; /* the parent's threads: nothing to join here */
+    for (size_t i = 0; i < c->pool.max_passes; i++)
+      c->pool.passes[i] = (bc__pass){0};
+    c->prefetch.qlen = 0;
+    c->access.n = 0; /* the parent's opens: the parent commits them */
+    c->prefetch.drain_requested = false;
+    c->prefetch.nworkers = 0; /* the parent's threads: nothing to join here */
     /* ... nor to hold references: drop theirs (the last one stays, and
      * the cache with it, should nothing else hold one: no destroying in
      * an atfork handler). */
-    for (int i = 0; i < c->nstarted; i++) {
-      if (c->workers[i].exited) continue;
-      c->workers[i].exited = true;
+    for (int i = 0; i < c->prefetch.nstarted; i++) {
+      if (c->prefetch.workers[i].exited) continue;
+      c->prefetch.workers[i].exited = true;
       if (__atomic_load_n(&c->base.refs, __ATOMIC_RELAXED) > 1)
         __atomic_fetch_sub(&c->base.refs, 1, __ATOMIC_RELAXED);
     }
-    c->abandon = false;
-    bc__slots_after_fork_child(&c->slots);
-    pthread_cond_init(&c->cond, NULL);
-    pthread_mutex_unlock(&c->lock);
+    atomic_store(&c->abandon, false);
+    bc__slots_after_fork_child(&c->readers.slots);
+    pthread_cond_init(&c->pool.cond, NULL);
+    pthread_cond_init(&c->prefetch.cond, NULL);
+    pthread_mutex_unlock(&c->access.lock);
+    pthread_mutex_unlock(&c->readers.lock);
+    pthread_mutex_unlock(&c->prefetch.lock);
+    pthread_mutex_unlock(&c->pool.lock);
   }
   pthread_mutex_unlock(&open_caches_lock);
 }
@@ -298,10 +312,14 @@ static void cache_destroy(bc_seq *self) {
   bc__passes_close_all(c);
   if (c->src.free_payload) c->src.free_payload(c->src.payload);
   bc__env_release(c->env);
-  pthread_mutex_destroy(&c->lock);
-  pthread_cond_destroy(&c->cond);
-  free(c->passes);
-  free(c->workers);
+  pthread_mutex_destroy(&c->pool.lock);
+  pthread_cond_destroy(&c->pool.cond);
+  pthread_mutex_destroy(&c->prefetch.lock);
+  pthread_cond_destroy(&c->prefetch.cond);
+  pthread_mutex_destroy(&c->readers.lock);
+  pthread_mutex_destroy(&c->access.lock);
+  free(c->pool.passes);
+  free(c->prefetch.workers);
   free(c->root);
   free(c->shards_dir);
   free(c->sums_dir);
@@ -662,29 +680,35 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   bc__slots_init();
   atomic_init(&c->known_length, 0);
   atomic_init(&c->final, false);
-  atomic_init(&c->drain_next, 0);
+  atomic_init(&c->prefetch.drain_next, 0);
   atomic_init(&c->stop_fills, false);
-  pthread_mutex_init(&c->lock, NULL);
-  pthread_cond_init(&c->cond, NULL);
+  atomic_init(&c->abandon, false);
+  pthread_mutex_init(&c->pool.lock, NULL);
+  pthread_cond_init(&c->pool.cond, NULL);
+  pthread_mutex_init(&c->prefetch.lock, NULL);
+  pthread_cond_init(&c->prefetch.cond, NULL);
+  pthread_mutex_init(&c->readers.lock, NULL);
+  pthread_mutex_init(&c->access.lock, NULL);
   track_open(c, true);
   /* Parked passes: max_passes (default 64), at least one per fill worker
    * plus one for a reader with a thread-safe source.  Without thread
-   * safety only one of them is in use at a time (c->max_running). */
+   * safety only one of them is in use at a time (max_running). */
   size_t running = c->has_source && c->src.thread_safe
                        ? (size_t)(c->opts.fill_workers > 1 ? c->opts.fill_workers : 1) + 1
                        : 1;
-  c->max_passes = opts->max_passes > 0 ? (size_t)opts->max_passes : 64;
-  if (!c->has_source) c->max_passes = 1;
-  if (c->max_passes < running) c->max_passes = running;
-  c->max_running = running;
-  c->passes = calloc(c->max_passes, sizeof *c->passes);
+  bc__pass_pool *pool = &c->pool;
+  pool->max_passes = opts->max_passes > 0 ? (size_t)opts->max_passes : 64;
+  if (!c->has_source) pool->max_passes = 1;
+  if (pool->max_passes < running) pool->max_passes = running;
+  pool->max_running = running;
+  pool->passes = calloc(pool->max_passes, sizeof *pool->passes);
   c->root = strdup(root);
   c->shards_dir = join(root, "shards");
   c->sums_dir = join(root, "sums");
   c->scratch_dir = join(root, "scratch");
   c->locks_dir = join(root, "locks");
   c->meta_path = join(root, "metadata.json");
-  if (!c->passes || !c->root || !c->shards_dir || !c->sums_dir || !c->scratch_dir ||
+  if (!c->pool.passes || !c->root || !c->shards_dir || !c->sums_dir || !c->scratch_dir ||
       !c->locks_dir || !c->meta_path) {
     rc = bc__error(BC_ENOMEM, "out of memory");
     goto fail;
@@ -904,9 +928,9 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
 bool bc_cache_draining(bc_cache *c) {
   /* drain_requested covers the time between a request (preload_all's, at
    * open) and the workers joining; drainers every thread inside a drain. */
-  pthread_mutex_lock(&c->lock);
-  bool draining = c->drain_requested || c->drainers > 0;
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_lock(&c->prefetch.lock);
+  bool draining = c->prefetch.drain_requested || c->prefetch.drainers > 0;
+  pthread_mutex_unlock(&c->prefetch.lock);
   return draining;
 }
 
@@ -959,13 +983,13 @@ int bc_cache_shard_path(bc_cache *c, const bc_cache_shard *s, char **path) {
 int bc_cache_worker_positions(bc_cache *c, uint64_t *positions, size_t max,
                               size_t *count) {
   size_t n = 0;
-  pthread_mutex_lock(&c->lock);
-  for (size_t i = 0; i < c->max_passes; i++)
-    if (c->passes[i].open) {
-      if (n < max) positions[n] = c->passes[i].pos;
+  pthread_mutex_lock(&c->pool.lock);
+  for (size_t i = 0; i < c->pool.max_passes; i++)
+    if (c->pool.passes[i].open) {
+      if (n < max) positions[n] = c->pool.passes[i].pos;
       n++;
     }
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->pool.lock);
   *count = n;
   return 0;
 }

@@ -71,11 +71,11 @@ static uint64_t seek_reuse_max(const bc_cache *c) { return c->R / 16; }
 static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
                       size_t *slot) {
   bool seekable = c->src.open_at != NULL;
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->pool.lock);
   for (;;) {
     size_t best = SIZE_MAX, empty = SIZE_MAX, past = SIZE_MAX, busy = 0;
-    for (size_t i = 0; i < c->max_passes; i++) {
-      bc__pass *p = &c->passes[i];
+    for (size_t i = 0; i < c->pool.max_passes; i++) {
+      bc__pass *p = &c->pool.passes[i];
       if (p->busy) {
         busy++;
         continue;
@@ -83,44 +83,44 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
       if (!p->open) {
         if (empty == SIZE_MAX) empty = i;
       } else if (p->pos <= target) {
-        if (best == SIZE_MAX || p->pos > c->passes[best].pos) best = i;
-      } else if (past == SIZE_MAX || p->pos > c->passes[past].pos) {
+        if (best == SIZE_MAX || p->pos > c->pool.passes[best].pos) best = i;
+      } else if (past == SIZE_MAX || p->pos > c->pool.passes[past].pos) {
         past = i;
       }
     }
     /* With no slot free, a duplicate is the first to go (the pass of the
      * lower slot among those standing at one position stays). */
     size_t dup = SIZE_MAX;
-    for (size_t i = 0; empty == SIZE_MAX && dup == SIZE_MAX && i < c->max_passes; i++)
+    for (size_t i = 0; empty == SIZE_MAX && dup == SIZE_MAX && i < c->pool.max_passes; i++)
       for (size_t j = 0; j < i && dup == SIZE_MAX; j++)
-        if (!c->passes[i].busy && c->passes[i].open && i != best &&
-            !c->passes[j].busy && c->passes[j].open &&
-            c->passes[j].pos == c->passes[i].pos)
+        if (!c->pool.passes[i].busy && c->pool.passes[i].open && i != best &&
+            !c->pool.passes[j].busy && c->pool.passes[j].open &&
+            c->pool.passes[j].pos == c->pool.passes[i].pos)
           dup = i;
     bool reuse = best != SIZE_MAX &&
-                 (!seekable || target - c->passes[best].pos <= seek_reuse_max(c));
+                 (!seekable || target - c->pool.passes[best].pos <= seek_reuse_max(c));
     size_t pick = reuse ? best
                   : empty != SIZE_MAX ? empty
                   : dup != SIZE_MAX   ? dup
                   : past != SIZE_MAX  ? past
                                       : best; /* seekable: the far one before */
-    if (busy >= c->max_running || pick == SIZE_MAX) { /* wait for a pass */
-      if (c->abandon) {
+    if (busy >= c->pool.max_running || pick == SIZE_MAX) { /* wait for a pass */
+      if (atomic_load(&c->abandon)) {
         /* A pass may be held by a fill stuck in the source for good. */
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&c->pool.lock);
         return bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
       }
       if (mode == BC__NO_WAIT) {
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&c->pool.lock);
         return bc__error(BC_EAGAIN, "%s: every pass over the source is in use by "
                          "another fill", c->root);
       }
-      pthread_cond_wait(&c->cond, &c->lock);
+      pthread_cond_wait(&c->pool.cond, &c->pool.lock);
       continue;
     }
-    bc__pass *p = &c->passes[pick];
+    bc__pass *p = &c->pool.passes[pick];
     p->busy = true;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->pool.lock);
     if (!reuse) {
       /* No usable pass before the target: a new one, from the beginning or
        * (seekable) from the target itself. */
@@ -134,19 +134,19 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
         if (rc > 0)
           rc = bc__error(BC_ESOURCE, "the source's %s failed",
                          at > 0 ? "open_at" : "open");
-        pthread_mutex_lock(&c->lock);
+        pthread_mutex_lock(&c->pool.lock);
         p->busy = false;
-        pthread_cond_broadcast(&c->cond);
-        pthread_mutex_unlock(&c->lock);
+        pthread_cond_broadcast(&c->pool.cond);
+        pthread_mutex_unlock(&c->pool.lock);
         return rc;
       }
       atomic_fetch_add(&c->stats.passes_opened, 1);
-      pthread_mutex_lock(&c->lock);
+      pthread_mutex_lock(&c->pool.lock);
       p->handle = handle;
       p->pos = at;
       p->opened_at = at;
       p->open = true;
-      pthread_mutex_unlock(&c->lock);
+      pthread_mutex_unlock(&c->pool.lock);
     }
     *slot = pick;
     return 0;
@@ -155,24 +155,24 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
 
 /* Returns a pass to the pool; a pass that failed or ended is closed. */
 static void pass_return(bc_cache *c, size_t slot, bool keep) {
-  bc__pass *p = &c->passes[slot];
+  bc__pass *p = &c->pool.passes[slot];
   if (!keep && p->open) {
     c->src.close(c->src.payload, p->handle);
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->pool.lock);
     p->open = false;
   } else {
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->pool.lock);
   }
   p->busy = false;
-  pthread_cond_broadcast(&c->cond);
-  pthread_mutex_unlock(&c->lock);
+  pthread_cond_broadcast(&c->pool.cond);
+  pthread_mutex_unlock(&c->pool.lock);
 }
 
 void bc__passes_close_all(bc_cache *c) {
-  for (size_t i = 0; c->passes && i < c->max_passes; i++)
-    if (c->passes[i].open) {
-      c->src.close(c->src.payload, c->passes[i].handle);
-      c->passes[i].open = false;
+  for (size_t i = 0; c->pool.passes && i < c->pool.max_passes; i++)
+    if (c->pool.passes[i].open) {
+      c->src.close(c->src.payload, c->pool.passes[i].handle);
+      c->pool.passes[i].open = false;
     }
 }
 
@@ -275,10 +275,10 @@ static int u64_cmp(const void *a, const void *b) {
 static void pass_snapshot_take(bc_cache *c, uint64_t next, pass_snapshot *ps) {
   ps->n = 0;
   if (c->src.open_at == NULL) { /* a seekable source rebuilds from anywhere */
-    pthread_mutex_lock(&c->lock);
-    for (size_t i = 0; i < c->max_passes && ps->n < 255; i++)
-      if (!c->passes[i].busy && c->passes[i].open) ps->pos[ps->n++] = c->passes[i].pos;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->pool.lock);
+    for (size_t i = 0; i < c->pool.max_passes && ps->n < 255; i++)
+      if (!c->pool.passes[i].busy && c->pool.passes[i].open) ps->pos[ps->n++] = c->pool.passes[i].pos;
+    pthread_mutex_unlock(&c->pool.lock);
     if (next != UINT64_MAX) ps->pos[ps->n++] = next;
     qsort(ps->pos, ps->n, sizeof *ps->pos, u64_cmp);
   }
@@ -380,13 +380,13 @@ static int pass_find_end(bc_cache *c, bc__pass *p, uint64_t start, bc_buf *buf,
   c->src.close(c->src.payload, p->handle);
   void *handle = NULL;
   int rc = c->src.open_at(c->src.payload, from, &handle);
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->pool.lock);
   p->open = rc == 0;
   if (rc == 0) {
     p->handle = handle;
     p->pos = p->opened_at = from;
   }
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->pool.lock);
   if (rc != 0) return rc > 0 ? bc__error(BC_ESOURCE, "the source's open_at failed") : rc;
   atomic_fetch_add(&c->stats.passes_opened, 1);
   if ((rc = pass_advance(c, p, start, buf, ended)) != 0) return rc;
@@ -406,7 +406,7 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   size_t slot = 0;
   int rc = pass_lease(c, start, mode, &slot);
   if (rc != 0) return rc;
-  bc__pass *p = &c->passes[slot];
+  bc__pass *p = &c->pool.passes[slot];
   bc_buf buf = BC_BUF_INIT, crcs = BC_BUF_INIT;
   bc_writer *w = NULL;
   bool ended = false, keep = false;
@@ -680,7 +680,7 @@ int bc__drain_loop(bc_cache *c, bool worker) {
   for (;;) {
     if (atomic_load(&c->stop_fills))
       return bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
-    uint64_t shard = atomic_fetch_add(&c->drain_next, 1);
+    uint64_t shard = atomic_fetch_add(&c->prefetch.drain_next, 1);
     if (atomic_load(&c->final) && shard * c->R >= atomic_load(&c->known_length))
       return 0;
     bc__shard_rec rec;
@@ -690,12 +690,12 @@ int bc__drain_loop(bc_cache *c, bool worker) {
       if (worker) {
         /* The shard number is taken: leave it for the drain's caller to
          * retry and report, so no hole goes unnoticed. */
-        pthread_mutex_lock(&c->lock);
-        if (c->nfailed < sizeof c->failed_shards / sizeof *c->failed_shards)
-          c->failed_shards[c->nfailed++] = shard;
+        pthread_mutex_lock(&c->prefetch.lock);
+        if (c->prefetch.nfailed < sizeof c->prefetch.failed_shards / sizeof *c->prefetch.failed_shards)
+          c->prefetch.failed_shards[c->prefetch.nfailed++] = shard;
         else
-          c->drain_incomplete = true;
-        pthread_mutex_unlock(&c->lock);
+          c->prefetch.drain_incomplete = true;
+        pthread_mutex_unlock(&c->prefetch.lock);
       }
       return rc;
     }
@@ -722,15 +722,15 @@ static void wait_fills_below(bc_cache *c, uint64_t end_shard) {
  * at `first`; later ones join its drain (lowering it if they need earlier
  * shards). */
 static void drain_join_at(bc_cache *c, bool join, uint64_t first) {
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->prefetch.lock);
   if (join) {
-    if (c->drainers == 0 || atomic_load(&c->drain_next) > first)
-      atomic_store(&c->drain_next, first);
-    c->drainers++;
+    if (c->prefetch.drainers == 0 || atomic_load(&c->prefetch.drain_next) > first)
+      atomic_store(&c->prefetch.drain_next, first);
+    c->prefetch.drainers++;
   } else {
-    c->drainers--;
+    c->prefetch.drainers--;
   }
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->prefetch.lock);
 }
 
 void bc__drain_join(bc_cache *c, bool join) {
@@ -740,17 +740,17 @@ void bc__drain_join(bc_cache *c, bool join) {
 
 int bc__drain(bc_cache *c, bool from_start) {
   if (c->R == 0) return bc__error(BC_EIO, "%s: no shard length", c->root);
-  pthread_mutex_lock(&c->lock);
-  c->nfailed = 0;
-  c->drain_incomplete = false;
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_lock(&c->prefetch.lock);
+  c->prefetch.nfailed = 0;
+  c->prefetch.drain_incomplete = false;
+  pthread_mutex_unlock(&c->prefetch.lock);
   uint64_t first = from_start ? 0 : atomic_load(&c->known_length) / c->R;
   drain_join_at(c, true, first);
-  if (c->nworkers > 1) {
-    pthread_mutex_lock(&c->lock);
-    c->drain_requested = true; /* the workers join in */
-    pthread_cond_broadcast(&c->cond);
-    pthread_mutex_unlock(&c->lock);
+  if (c->prefetch.nworkers > 1) {
+    pthread_mutex_lock(&c->prefetch.lock);
+    c->prefetch.drain_requested = true; /* the workers join in */
+    pthread_cond_broadcast(&c->prefetch.cond);
+    pthread_mutex_unlock(&c->prefetch.lock);
   }
   int rc = bc__drain_loop(c, false);
   drain_join_at(c, false, 0);
@@ -759,14 +759,14 @@ int bc__drain(bc_cache *c, bool from_start) {
   wait_fills_below(c, end_shard);
   /* Shards a worker took but failed to fill: retry them here, so their
    * error (if it persists) reaches the caller. */
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->prefetch.lock);
   uint64_t failed[32];
-  size_t nfailed = c->nfailed;
-  bool incomplete = c->drain_incomplete;
-  memcpy(failed, c->failed_shards, nfailed * sizeof *failed);
-  c->nfailed = 0;
-  c->drain_incomplete = false;
-  pthread_mutex_unlock(&c->lock);
+  size_t nfailed = c->prefetch.nfailed;
+  bool incomplete = c->prefetch.drain_incomplete;
+  memcpy(failed, c->prefetch.failed_shards, nfailed * sizeof *failed);
+  c->prefetch.nfailed = 0;
+  c->prefetch.drain_incomplete = false;
+  pthread_mutex_unlock(&c->prefetch.lock);
   for (size_t i = 0; rc == 0 && i < nfailed; i++) {
     bc__shard_rec rec;
     if (failed[i] < end_shard) rc = bc__obtain(c, failed[i], BC__WAIT, &rec);
@@ -836,9 +836,12 @@ int bc_cache_abandon_fills(bc_cache *c, int wait_ms) {
   pthread_mutex_unlock(&reg->lock);
   /* A close waiting for a worker stuck in the source stops waiting; fills
    * waiting for a pass such a worker holds give up. */
-  pthread_mutex_lock(&c->lock);
-  c->abandon = true;
-  pthread_cond_broadcast(&c->cond);
-  pthread_mutex_unlock(&c->lock);
+  atomic_store(&c->abandon, true);
+  pthread_mutex_lock(&c->pool.lock);
+  pthread_cond_broadcast(&c->pool.cond);
+  pthread_mutex_unlock(&c->pool.lock);
+  pthread_mutex_lock(&c->prefetch.lock);
+  pthread_cond_broadcast(&c->prefetch.cond);
+  pthread_mutex_unlock(&c->prefetch.lock);
   return (int)n;
 }

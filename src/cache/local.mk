@@ -1,5 +1,9 @@
 BC_CACHE_SOURCES = \
 	src/cache/internal.h \
+	src/cache/fills.h \
+	src/cache/passes.h \
+	src/cache/prefetch.h \
+	src/cache/readers.h \
 	src/cache/owner.c \
 	src/cache/meta.c \
 	src/cache/state.c \
