@@ -13,21 +13,15 @@
  * the crash-safe Bagz writer into scratch/.  Its checksum is computed on the
  * way.  No lock is held while the source runs.
  *
- * Publish, in ONE write transaction (one at a time across processes):
- *   1. the claim must still be ours;
- *   2. a checksum recorded at an earlier publish must match (else the
- *      source is not deterministic: nothing is published);
- *   3. while bytes + new > disk limit: the least recently used PRESENT
- *      shard is unlinked and its state dropped;
- *   4. the scratch file is renamed into shards/ and the directory fsynced;
- *   5. the state becomes PRESENT; bytes, clock, length are updated (and
- *      metadata.json when the length grows or becomes final);
- *   6. commit.
- * Victims are unlinked before the new file appears, so the bytes in
- * shards/ never exceed the limit, at any instant, across processes.  A crash
- * before the commit leaves the new file in shards/ with a dead claim: the
- * next claimant removes it and fills again; victims already unlinked are
- * found missing on open and refilled.
+ * Publish: the store (store.c) makes the shard PRESENT in ONE write
+ * transaction (one at a time across processes), checking the claim, the
+ * checksum and the length, evicting least-recently-used shards first when
+ * the disk limit would be exceeded.  Victims are unlinked before the new
+ * file appears, so the bytes in shards/ never exceed the limit, at any
+ * instant, across processes.  A crash before the commit leaves the new
+ * file in shards/ with a dead claim: the next claimant removes it and
+ * fills again; victims already unlinked are found missing on open and
+ * refilled.  This process's readers of every victim are then dropped.
  */
 #include "config.h"
 
