@@ -101,7 +101,15 @@ typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
 /* disk_limit: no limit, and none stored for the processes that follow. */
 #define BC_CACHE_NO_LIMIT UINT64_MAX
 
+/* Versioned: initialize with BC_CACHE_OPTIONS_INIT or
+ * bc_cache_options_init(); NULL options mean the defaults. */
+#define BC_CACHE_OPTIONS_VERSION 1
+
 typedef struct bc_cache_options {
+  /* BC_CACHE_OPTIONS_VERSION: set by BC_CACHE_OPTIONS_INIT and
+   * bc_cache_options_init(); a function given another version returns
+   * BC_EINVAL (a struct of another library version). */
+  unsigned version;
   /* Records per shard.  0: derive it from shard_bytes, estimated from the
    * first records of the source, and recorded once in metadata.json. */
   uint64_t shard_records;
@@ -148,8 +156,12 @@ typedef struct bc_cache_options {
 } bc_cache_options;
 
 #define BC_CACHE_OPTIONS_INIT \
-  {0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, NULL, 0, false, NULL, -1, 0, \
-   false, 0}
+  {BC_CACHE_OPTIONS_VERSION, 0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, \
+   NULL, 0, false, NULL, -1, 0, false, 0}
+
+/* Sets *opts to BC_CACHE_OPTIONS_INIT; BC_EINVAL unless `version` is
+ * BC_CACHE_OPTIONS_VERSION. */
+int bc_cache_options_init(bc_cache_options *opts, unsigned version);
 
 /* ---- opening and reading ---------------------------------------------- */
 

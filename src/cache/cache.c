@@ -463,7 +463,14 @@ int bc__limit_error(const char *root, uint64_t limit, unsigned shards,
                    (unsigned long long)shard_bytes, which, extra);
 }
 
+int bc_cache_options_init(bc_cache_options *opts, unsigned version) {
+  return BC__OPTIONS_INIT(bc_cache_options, BC_CACHE_OPTIONS, opts, version);
+}
+
 static int check_options(const bc_cache_options *o, const bc_source *src) {
+  if (o->version != BC_CACHE_OPTIONS_VERSION)
+    return bc__options_version("bc_cache_options", "BC_CACHE_OPTIONS",
+                               o->version, BC_CACHE_OPTIONS_VERSION);
   if (src != NULL && ((src->version != 1 && src->version != BC_SOURCE_VERSION) ||
                       src->open == NULL || src->next == NULL || src->close == NULL))
     return bc__error(BC_EINVAL, "source: version %u (need 1 to %d) with open, "
