@@ -114,11 +114,10 @@ void bc__store_release(const bc__store *s, uint64_t shard, uint64_t token) {
   if (o->begin(s->impl, true, &t) != 0) goto cleanup;
   bc__shard_rec rec;
   bool found = false;
-  int rc = o->get(t, shard, &rec, &found);
-  if (rc == 0 && !(found && claim_is(s, &rec, token)))
-    rc = 1; /* not ours (any more): nothing to drop */
-  if (rc == 0) rc = o->del(t, shard);
-  finish(s, t, rc);
+  if (o->get(t, shard, &rec, &found) == 0 && found && claim_is(s, &rec, token))
+    finish(s, t, o->del(t, shard));
+  else
+    o->abort(t); /* not ours (any more): nothing to drop */
 cleanup:
   bc_set_error(0, derr, "%s", detail);
 }

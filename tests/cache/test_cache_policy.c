@@ -2,8 +2,9 @@
  * The engine's policy over the shared state (src/cache/store.c), run
  * against an in-memory store (arrays; failures injected at will) instead
  * of LMDB: which claims are taken, which shards a publish evicts for a
- * given limit, access clock and pass positions, and what a failed publish
- * leaves behind and reports.  Exact outcomes, compared with what the
+ * given limit, access clock and pass positions, what a failed publish
+ * leaves behind and reports, and what bc__obtain does with each state a
+ * shard can be in (present, missing, claimed by a live or a dead process).  Exact outcomes, compared with what the
  * policy (doc/cache.md, "Eviction") says they must be.
  */
 #include <setjmp.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -554,6 +556,123 @@ static void test_publish_final_commit_fails(void **state) {
   bc__victims_free(&v);
 }
 
+/* ---- bc__obtain over the fake ---------------------------------------------------------- */
+
+/* A source whose passes cannot be opened: a fill fails at once, before any
+ * file is written. */
+static int open_fails(void *payload, void **pass) {
+  (void)payload;
+  (void)pass;
+  return bc_set_errmsg(BC_EIO, "no pass today");
+}
+static int next_never(void *payload, void *pass, bc_buf *out) {
+  (void)payload;
+  (void)pass;
+  (void)out;
+  return 0;
+}
+static void close_never(void *payload, void *pass) {
+  (void)payload;
+  (void)pass;
+}
+
+/* A cache object with just what bc__obtain uses: the fake store, a real
+ * fill registry (an LMDB environment in a temporary directory, which the
+ * fake leaves alone), a pass pool of one, and a source or none. */
+typedef struct {
+  bc_cache c;
+  char dir[64];
+} obtain_fixture;
+
+static void obtain_setup(obtain_fixture *x, fake *f, bool source) {
+  memset(x, 0, sizeof *x);
+  snprintf(x->dir, sizeof x->dir, "/tmp/bc-policy-XXXXXX");
+  assert_non_null(mkdtemp(x->dir));
+  bc_cache *c = &x->c;
+  bool fresh;
+  assert_int_equal(bc__env_acquire(&c->env, x->dir, 0600, &fresh), 0);
+  c->root = x->dir;
+  c->scratch_dir = x->dir;
+  c->R = SR;
+  c->self = ME;
+  c->store = store_of(f, ME);
+  c->has_source = source;
+  c->src = (bc_source){.version = BC_SOURCE_VERSION, .open = open_fails,
+                       .next = next_never, .close = close_never};
+  pthread_mutex_init(&c->pool.lock, NULL);
+  pthread_cond_init(&c->pool.cond, NULL);
+  c->pool.passes = calloc(1, sizeof *c->pool.passes);
+  c->pool.max_passes = c->pool.max_running = 1;
+  assert_non_null(c->pool.passes);
+}
+
+static void obtain_teardown(obtain_fixture *x) {
+  bc__env_release(x->c.env);
+  free(x->c.pool.passes);
+  pthread_mutex_destroy(&x->c.pool.lock);
+  pthread_cond_destroy(&x->c.pool.cond);
+  /* The environment's files (state.c): nothing else is made there. */
+  static const char *const files[] = {"data.mdb", "lock.mdb", "gate", "users"};
+  for (size_t i = 0; i < 4; i++) {
+    char path[96];
+    snprintf(path, sizeof path, "%s/%s", x->dir, files[i]);
+    unlink(path);
+  }
+  assert_int_equal(rmdir(x->dir), 0);
+}
+
+static void test_obtain(void **state) {
+  (void)state;
+  fake f = {.dead_pid = DEAD.pid};
+  obtain_fixture x;
+  bc__shard_rec rec;
+  bool found;
+  obtain_setup(&x, &f, false);
+  bc_cache *c = &x.c;
+  /* PRESENT: its state, nothing claimed. */
+  present(&f, 1, 100, 4);
+  assert_int_equal(bc__obtain(c, 1, BC__WAIT, &rec), 0);
+  assert_int_equal(rec.state, SHARD_PRESENT);
+  assert_int_equal(rec.bytes, 100);
+  assert_int_equal(f.commits, 0);
+  /* The length it read is known now (lower bound 20). */
+  assert_int_equal(atomic_load(&c->known_length), 20);
+  /* Missing, no source: BC_ENOTCACHED, nothing claimed. */
+  assert_int_equal(bc__obtain(c, 2, BC__WAIT, &rec), BC_ENOTCACHED);
+  rec_of(&f, 2, &found);
+  assert_false(found);
+  /* Past a final length: BC_ERANGE. */
+  set_key(&f, BC__KEY_FINAL, 1);
+  assert_int_equal(bc__obtain(c, 2, BC__WAIT, &rec), BC_ERANGE);
+  assert_true(atomic_load(&c->final));
+  obtain_teardown(&x);
+
+  fake g = {.dead_pid = DEAD.pid};
+  obtain_setup(&x, &g, true);
+  c = &x.c;
+  /* Claimed by a live process: never waited for without BC__WAIT. */
+  bc__store other = store_of(&g, OTHER), dead = store_of(&g, DEAD);
+  bool claimed;
+  assert_int_equal(bc__store_claim(&other, 3, 9, &rec, &claimed), 0);
+  assert_int_equal(bc__obtain(c, 3, BC__NO_WAIT, &rec), BC_EAGAIN);
+  assert_non_null(strstr(bc_errmsg(), "process 200"));
+  assert_int_equal(bc__obtain(c, 3, BC__PREFETCH, &rec), BC_EAGAIN);
+  assert_int_equal(rec_of(&g, 3, &found).owner.pid, OTHER.pid);
+  /* Claimed by a dead process: taken over (its file purged), filled, and
+   * on the fill's failure the claim is released and the error returned. */
+  assert_int_equal(bc__store_claim(&dead, 4, 1, &rec, &claimed), 0);
+  g.file[4] = true;
+  int commits = g.commits;
+  assert_int_equal(bc__obtain(c, 4, BC__WAIT, &rec), BC_EIO);
+  assert_string_equal(bc_errmsg(), "no pass today");
+  assert_false(g.file[4]);
+  assert_int_equal(g.purges, 1);
+  assert_int_equal(g.commits, commits + 2); /* the claim, its release */
+  rec_of(&g, 4, &found);
+  assert_false(found);
+  obtain_teardown(&x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_claims),
@@ -566,6 +685,7 @@ int main(void) {
       cmocka_unit_test(test_publish_commit_fails_after_install),
       cmocka_unit_test(test_publish_commit_fails_after_evicting),
       cmocka_unit_test(test_publish_final_commit_fails),
+      cmocka_unit_test(test_obtain),
   };
   return cmocka_run_group_tests_name("cache policy (fake store)", tests, NULL, NULL);
 }
