@@ -106,20 +106,15 @@ int bc__store_claim(const bc__store *s, uint64_t shard, uint64_t token,
 }
 
 void bc__store_release(const bc__store *s, uint64_t shard, uint64_t token) {
-  char detail[1024];
-  snprintf(detail, sizeof detail, "%s", bc_errmsg());
-  int derr = bc_errno();
   const bc__store_ops *o = s->ops;
   bc__store_txn *t;
-  if (o->begin(s->impl, true, &t) != 0) goto cleanup;
+  if (o->begin(s->impl, true, &t) != 0) return;
   bc__shard_rec rec;
   bool found = false;
   if (o->get(t, shard, &rec, &found) == 0 && found && claim_is(s, &rec, token))
     finish(s, t, o->del(t, shard));
   else
     o->abort(t); /* not ours (any more): nothing to drop */
-cleanup:
-  bc_set_error(0, derr, "%s", detail);
 }
 
 /* ---- the length ------------------------------------------------------------- */
@@ -442,23 +437,27 @@ static int publish_install(const bc__store *s, bc__store_txn *parent,
  * their bytes. */
 static int keep_evictions(const bc__store *s, bc__store_txn *t,
                           const pub_state *st, bool save, size_t evicted, int rc) {
-  char detail[1024];
-  snprintf(detail, sizeof detail, "%s", bc_errmsg());
-  int derr = bc_errno();
   if (!save) {
     s->ops->abort(t);
     return rc;
   }
+  bc_error_state failure = BC_ERROR_STATE_INIT;
+  bc_error_save(&failure, rc);
   int crc = s->ops->u64_put(t, BC__KEY_BYTES, st->bytes);
   if (crc == 0) crc = s->ops->u64_put(t, BC__KEY_CLOCK, st->clock);
   crc = finish(s, t, crc);
-  if (crc == 0) return bc_set_error(rc, derr, "%s", detail);
-  char why[1024];
-  snprintf(why, sizeof why, "%s", bc_errmsg());
-  return bc_set_error(crc, bc_errno(),
+  if (crc == 0) {
+    bc_error_restore(&failure);
+  } else {
+    char why[BC_ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", bc_errmsg());
+    rc = bc_set_error(crc, bc_errno(),
                       "%s; then saving the state after it failed too (%zu "
                       "evicted shards stay listed until a read refills "
-                      "them): %s", detail, evicted, why);
+                      "them): %s", failure.message, evicted, why);
+  }
+  bc_error_state_clear(&failure);
+  return rc;
 }
 
 int bc__store_publish(const bc__store *s, const bc__publish_req *q,

@@ -108,7 +108,8 @@ int bc__store_claim(const bc__store *s, uint64_t shard, uint64_t token,
                     bc__shard_rec *rec, bool *claimed);
 
 /* Drops fill `token`'s claim on `shard` (a newer claim is left alone).
- * Best effort; the thread's error message is kept. */
+ * Best effort: may set the thread's error (a caller reporting a failure
+ * saves it around the call, bc_error_save/restore). */
 void bc__store_release(const bc__store *s, uint64_t shard, uint64_t token);
 
 /* Records that the source ends at `end`, found by the fill of `shard`
