@@ -633,6 +633,139 @@ static void test_writer_bad_options(void **state) {
   free(tmp);
 }
 
+/* ---- versions of the options structs ---------------------------------- */
+
+/* Fails unless the thread's message says how to initialize `prefix`'s
+ * struct. */
+static void says_how(const char *prefix) {
+  char want[96];
+  snprintf(want, sizeof want, "%s_INIT", prefix);
+  if (strstr(bc_errmsg(), want) == NULL)
+    fail_msg("the message does not name %s: %s", want, bc_errmsg());
+}
+
+static int get_nothing(void *payload, uint64_t index, bc_buf *out) {
+  (void)payload;
+  (void)index;
+  (void)out;
+  return BC_ERANGE;
+}
+
+static int next_none(void *payload, uint64_t *index) {
+  (void)payload;
+  (void)index;
+  return 0;
+}
+
+/* Every options struct starts with its version: the _INIT macros and the
+ * _init() functions set it; a function given another version refuses the
+ * struct (BC_EINVAL, saying how to initialize one) before using any of
+ * it; NULL options are the defaults. */
+static void test_options_versions(void **state) {
+  (void)state;
+  bc_writer_options wo = BC_WRITER_OPTIONS_INIT, wi;
+  bc_reader_options ro = BC_READER_OPTIONS_INIT, ri;
+  bc_cache_options co = BC_CACHE_OPTIONS_INIT, ci;
+  bc_callback_seq_options so = BC_CALLBACK_SEQ_OPTIONS_INIT, si;
+  bc_readahead_options ao = BC_READAHEAD_OPTIONS_INIT, ai;
+  assert_int_equal(wo.version, BC_WRITER_OPTIONS_VERSION);
+  assert_int_equal(ro.version, BC_READER_OPTIONS_VERSION);
+  assert_int_equal(co.version, BC_CACHE_OPTIONS_VERSION);
+  assert_int_equal(so.version, BC_CALLBACK_SEQ_OPTIONS_VERSION);
+  assert_int_equal(ao.version, BC_READAHEAD_OPTIONS_VERSION);
+  memset(&wi, 0x5a, sizeof wi);
+  memset(&ri, 0x5a, sizeof ri);
+  memset(&ci, 0x5a, sizeof ci);
+  memset(&si, 0x5a, sizeof si);
+  memset(&ai, 0x5a, sizeof ai);
+  TU_OK(bc_writer_options_init(&wi, BC_WRITER_OPTIONS_VERSION));
+  TU_OK(bc_reader_options_init(&ri, BC_READER_OPTIONS_VERSION));
+  TU_OK(bc_cache_options_init(&ci, BC_CACHE_OPTIONS_VERSION));
+  TU_OK(bc_callback_seq_options_init(&si, BC_CALLBACK_SEQ_OPTIONS_VERSION));
+  TU_OK(bc_readahead_options_init(&ai, BC_READAHEAD_OPTIONS_VERSION));
+  /* The same values as the macros (field by field: padding may differ). */
+  assert_true(wi.version == wo.version && wi.limits_placement == wo.limits_placement &&
+              wi.compression == wo.compression && wi.zstd_level == 0 &&
+              wi.dictionary == NULL && wi.dictionary_size == 0 && wi.file_mode == 0);
+  assert_true(ri.version == ro.version && ri.sharding_layout == ro.sharding_layout &&
+              ri.limits_storage == ro.limits_storage && ri.dictionary == NULL &&
+              ri.access_pattern == ro.access_pattern &&
+              ri.cache_policy == ro.cache_policy && ri.max_parallelism == 0 &&
+              ri.max_record_size == 0);
+  assert_true(ci.version == co.version && ci.shard_records == 0 &&
+              ci.compression == BC_COMPRESSION_AUTO && ci.prefetch == NULL &&
+              ci.info_json == NULL && ci.known_length == -1 &&
+              ci.max_passes == 0 && !ci.make_parents && !ci.preload_all);
+  assert_true(si.version == so.version && si.length == NULL && si.get == NULL &&
+              si.fixed_length.kind == BC_LEN_EXACT && si.fixed_length.value == 0 &&
+              si.payload == NULL && !si.thread_safe);
+  assert_true(ai.version == ao.version && ai.window == 1024 && ai.threads == 2);
+  /* _init() of another version: refused, the struct untouched. */
+  ai.window = 7;
+  TU_RC(bc_readahead_options_init(&ai, BC_READAHEAD_OPTIONS_VERSION + 1), BC_EINVAL);
+  says_how("BC_READAHEAD_OPTIONS");
+  assert_int_equal(ai.window, 7);
+  TU_RC(bc_writer_options_init(&wi, 0), BC_EINVAL);
+  TU_RC(bc_reader_options_init(&ri, 0), BC_EINVAL);
+  TU_RC(bc_cache_options_init(&ci, 0), BC_EINVAL);
+  TU_RC(bc_callback_seq_options_init(&si, 0), BC_EINVAL);
+  TU_RC(bc_cache_options_init(NULL, BC_CACHE_OPTIONS_VERSION), BC_EINVAL);
+
+  char *tmp = tu_tempdir();
+  char *path = tu_join(tmp, "v.bag"), *root = tu_join(tmp, "cache");
+  /* A struct of another version (zeroed, as a caller that never
+   * initialized it has it): refused before anything is made. */
+  bc_writer *w = NULL;
+  wo.version = 0;
+  TU_RC(bc_writer_open(&w, path, &wo), BC_EINVAL);
+  says_how("BC_WRITER_OPTIONS");
+  assert_null(w);
+  assert_int_equal(tu_count_entries(tmp, ""), 0);
+  /* NULL: the defaults. */
+  TU_OK(bc_writer_open(&w, path, NULL));
+  TU_OK(bc_writer_write(w, "abc", 3));
+  TU_OK(bc_writer_close(w));
+  bc_writer_free(w);
+  bc_bag *bag = NULL;
+  ro.version = BC_READER_OPTIONS_VERSION + 1;
+  TU_RC(bc_bag_open(&bag, path, &ro), BC_EINVAL);
+  says_how("BC_READER_OPTIONS");
+  assert_null(bag);
+  TU_OK(bc_bag_open(&bag, path, NULL));
+  assert_int_equal(bc_bag_len(bag), 1);
+  bc_bag_close(bag);
+  bc_seq *seq = NULL;
+  TU_RC(bc_seq_open_bag(&seq, path, &ro), BC_EINVAL);
+  says_how("BC_READER_OPTIONS");
+  bc_cache *cache = NULL;
+  co.version = 0;
+  TU_RC(bc_cache_open(&cache, root, NULL, &co), BC_EINVAL);
+  says_how("BC_CACHE_OPTIONS");
+  assert_null(cache);
+  assert_false(tu_exists(root));
+  so.get = get_nothing;
+  so.version = 0;
+  TU_RC(bc_seq_new_callbacks(&seq, &so), BC_EINVAL);
+  says_how("BC_CALLBACK_SEQ_OPTIONS");
+  so.version = BC_CALLBACK_SEQ_OPTIONS_VERSION;
+  TU_OK(bc_seq_new_callbacks(&seq, &so));
+  bc_readahead *it = NULL;
+  ao.version = 0;
+  TU_RC(bc_readahead_open(&it, seq, next_none, NULL, &ao), BC_EINVAL);
+  says_how("BC_READAHEAD_OPTIONS");
+  TU_RC(bc_seq_iterate(&it, seq, 0, &ao), BC_EINVAL);
+  assert_null(it);
+  TU_OK(bc_readahead_open(&it, seq, next_none, NULL, NULL));
+  bc_buf buf = BC_BUF_INIT;
+  TU_RC(bc_readahead_next(it, &buf, NULL), 0);
+  bc_readahead_close(it);
+  bc_seq_unref(seq);
+  free(root);
+  free(path);
+  tu_rmtree(tmp);
+  free(tmp);
+}
+
 static void test_writer_file_mode(void **state) {
   (void)state;
   mode_t old = umask(022);
@@ -686,6 +819,7 @@ int main(void) {
       cmocka_unit_test(test_writer_levels_and_dictionary),
       cmocka_unit_test(test_writer_bad_options),
       cmocka_unit_test(test_writer_file_mode),
+      cmocka_unit_test(test_options_versions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

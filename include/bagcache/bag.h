@@ -55,7 +55,16 @@ void bc_buf_release(bc_buf *buf);
 
 typedef struct bc_writer bc_writer;
 
+/* Options structs are versioned (libgit2's pattern): initialize one with
+ * its _INIT macro or its _init() function, then set the fields you need.
+ * A NULL options pointer means the defaults. */
+#define BC_WRITER_OPTIONS_VERSION 1
+
 typedef struct bc_writer_options {
+  /* BC_WRITER_OPTIONS_VERSION: set by BC_WRITER_OPTIONS_INIT and
+   * bc_writer_options_init(); a function given another version returns
+   * BC_EINVAL (a struct of another library version). */
+  unsigned version;
   bc_limits_placement limits_placement; /* default BC_LIMITS_TAIL */
   bc_compression compression;           /* default BC_COMPRESSION_AUTO */
   int zstd_level;            /* 0 = zstd's default level (3); may be negative */
@@ -65,7 +74,11 @@ typedef struct bc_writer_options {
 } bc_writer_options;
 
 #define BC_WRITER_OPTIONS_INIT \
-  {BC_LIMITS_TAIL, BC_COMPRESSION_AUTO, 0, NULL, 0, 0}
+  {BC_WRITER_OPTIONS_VERSION, BC_LIMITS_TAIL, BC_COMPRESSION_AUTO, 0, NULL, 0, 0}
+
+/* Sets *opts to BC_WRITER_OPTIONS_INIT; BC_EINVAL unless `version` is
+ * BC_WRITER_OPTIONS_VERSION. */
+int bc_writer_options_init(bc_writer_options *opts, unsigned version);
 
 /* Starts writing one Bagz file at `path` (no '@' expansion).  Nothing appears
  * under `path` (or limits.NAME) until bc_writer_close() succeeds: records go
@@ -136,7 +149,13 @@ typedef enum bc_cache_policy {
                                    notice where the file system refuses */
 } bc_cache_policy;
 
+#define BC_READER_OPTIONS_VERSION 1
+
 typedef struct bc_reader_options {
+  /* BC_READER_OPTIONS_VERSION: set by BC_READER_OPTIONS_INIT and
+   * bc_reader_options_init(); a function given another version returns
+   * BC_EINVAL (a struct of another library version). */
+  unsigned version;
   bc_sharding_layout sharding_layout;   /* default CONCATENATED */
   bc_limits_placement limits_placement; /* default TAIL */
   bc_limits_storage limits_storage;     /* default ON_DISK */
@@ -153,8 +172,13 @@ typedef struct bc_reader_options {
 #define BC_DEFAULT_MAX_RECORD_SIZE ((uint64_t)1 << 32)
 
 #define BC_READER_OPTIONS_INIT                                             \
-  {BC_LAYOUT_CONCATENATED, BC_LIMITS_TAIL, BC_LIMITS_ON_DISK,              \
-   BC_COMPRESSION_AUTO, NULL, 0, BC_ACCESS_SYSTEM, BC_CACHE_SYSTEM, 0, 0}
+  {BC_READER_OPTIONS_VERSION, BC_LAYOUT_CONCATENATED, BC_LIMITS_TAIL,      \
+   BC_LIMITS_ON_DISK, BC_COMPRESSION_AUTO, NULL, 0, BC_ACCESS_SYSTEM,      \
+   BC_CACHE_SYSTEM, 0, 0}
+
+/* Sets *opts to BC_READER_OPTIONS_INIT; BC_EINVAL unless `version` is
+ * BC_READER_OPTIONS_VERSION. */
+int bc_reader_options_init(bc_reader_options *opts, unsigned version);
 
 /* Opens a file spec: a comma-separated list (empty elements skipped) of
  *   PATH                one file

@@ -105,7 +105,15 @@ typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
 /* disk_limit: no limit, and none stored for the processes that follow. */
 #define BC_CACHE_NO_LIMIT UINT64_MAX
 
+/* Versioned: initialize with BC_CACHE_OPTIONS_INIT or
+ * bc_cache_options_init(); NULL options mean the defaults. */
+#define BC_CACHE_OPTIONS_VERSION 1
+
 typedef struct bc_cache_options {
+  /* BC_CACHE_OPTIONS_VERSION: set by BC_CACHE_OPTIONS_INIT and
+   * bc_cache_options_init(); a function given another version returns
+   * BC_EINVAL (a struct of another library version). */
+  unsigned version;
   /* Records per shard.  0: derive it from shard_bytes, estimated from the
    * first records of the source, and recorded once in metadata.json. */
   uint64_t shard_records;
@@ -152,8 +160,12 @@ typedef struct bc_cache_options {
 } bc_cache_options;
 
 #define BC_CACHE_OPTIONS_INIT \
-  {0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, NULL, 0, false, NULL, -1, 0, \
-   false, 0}
+  {BC_CACHE_OPTIONS_VERSION, 0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, \
+   NULL, 0, false, NULL, -1, 0, false, 0}
+
+/* Sets *opts to BC_CACHE_OPTIONS_INIT; BC_EINVAL unless `version` is
+ * BC_CACHE_OPTIONS_VERSION. */
+int bc_cache_options_init(bc_cache_options *opts, unsigned version);
 
 /* ---- opening and reading ---------------------------------------------- */
 
@@ -379,7 +391,7 @@ bool bc_cache_draining(bc_cache *cache);
 
 typedef struct bc_cache_shard {
   uint64_t start, end;    /* records [start, end) */
-  char path[4096];        /* the shard file */
+  bool zstd;              /* the file is .bagz (else .bag) */
   uint64_t bytes;
   uint64_t last_access;   /* shared access clock value (larger = later) */
 } bc_cache_shard;
@@ -388,6 +400,11 @@ typedef struct bc_cache_shard {
  * total count into *count. */
 int bc_cache_shards(bc_cache *cache, bc_cache_shard *shards, size_t max,
                     size_t *count);
+
+/* The file of a shard bc_cache_shards listed (ROOT/shards/START.END.bag or
+ * .bagz), malloc'd into *path: free it. */
+int bc_cache_shard_path(bc_cache *cache, const bc_cache_shard *shard,
+                        char **path);
 
 /* Current positions of this process's source passes, parked or in use (the
  * next record each will read): at most `max` into positions[], their count

@@ -141,8 +141,16 @@ int bc_seq_wrap_bag(bc_seq **out, bc_bag *bag);
  * NULL for any other sequence.  Borrowed. */
 bc_bag *bc_seq_bag(const bc_seq *seq);
 
-/* A foreign leaf: length and get are callbacks with a payload. */
+/* A foreign leaf: length and get are callbacks with a payload.  Versioned:
+ * initialize with BC_CALLBACK_SEQ_OPTIONS_INIT or
+ * bc_callback_seq_options_init(), then set get (required) and the rest. */
+#define BC_CALLBACK_SEQ_OPTIONS_VERSION 1
+
 typedef struct bc_callback_seq_options {
+  /* BC_CALLBACK_SEQ_OPTIONS_VERSION: set by BC_CALLBACK_SEQ_OPTIONS_INIT and
+   * bc_callback_seq_options_init(); a function given another version returns
+   * BC_EINVAL (a struct of another library version). */
+  unsigned version;
   /* Length, as bc_seq_ops.length.  NULL: the length is fixed_length. */
   int (*length)(void *payload, bool exact, bc_len *out);
   bc_len fixed_length;
@@ -155,6 +163,13 @@ typedef struct bc_callback_seq_options {
    * worker pool); false: every call is made from one thread at a time. */
   bool thread_safe;
 } bc_callback_seq_options;
+
+#define BC_CALLBACK_SEQ_OPTIONS_INIT \
+  {BC_CALLBACK_SEQ_OPTIONS_VERSION, NULL, {BC_LEN_EXACT, 0}, NULL, NULL, NULL, false}
+
+/* Sets *opts to BC_CALLBACK_SEQ_OPTIONS_INIT; BC_EINVAL unless `version`
+ * is BC_CALLBACK_SEQ_OPTIONS_VERSION. */
+int bc_callback_seq_options_init(bc_callback_seq_options *opts, unsigned version);
 
 int bc_seq_new_callbacks(bc_seq **out, const bc_callback_seq_options *opts);
 
@@ -280,14 +295,26 @@ typedef struct bc_readahead bc_readahead;
  * only from bc_readahead_next, in the consumer's thread. */
 typedef int (*bc_index_stream_fn)(void *payload, uint64_t *index);
 
+/* Versioned: initialize with BC_READAHEAD_OPTIONS_INIT or
+ * bc_readahead_options_init(); NULL options mean the defaults. */
+#define BC_READAHEAD_OPTIONS_VERSION 1
+
 typedef struct bc_readahead_options {
+  /* BC_READAHEAD_OPTIONS_VERSION: set by BC_READAHEAD_OPTIONS_INIT and
+   * bc_readahead_options_init(); a function given another version returns
+   * BC_EINVAL (a struct of another library version). */
+  unsigned version;
   size_t window; /* records kept in flight or ready (>= 1); default 1024.
                     Memory is window x record size.  Small windows cost CPU:
                     threads hand over work once per quarter window */
   int threads;   /* worker threads fetching them (>= 1); default 2 */
 } bc_readahead_options;
 
-#define BC_READAHEAD_OPTIONS_INIT {1024, 2}
+#define BC_READAHEAD_OPTIONS_INIT {BC_READAHEAD_OPTIONS_VERSION, 1024, 2}
+
+/* Sets *opts to BC_READAHEAD_OPTIONS_INIT; BC_EINVAL unless `version` is
+ * BC_READAHEAD_OPTIONS_VERSION. */
+int bc_readahead_options_init(bc_readahead_options *opts, unsigned version);
 
 /* Reads seq at the indices the stream yields, `window` records ahead, on
  * `threads` worker threads, delivering in stream order.  Memory is bounded

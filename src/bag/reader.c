@@ -59,7 +59,14 @@ static int open_one_shard(void *arg, size_t i) {
                         job->paths[i].limits, zstd, o);
 }
 
+int bc_reader_options_init(bc_reader_options *opts, unsigned version) {
+  return BC__OPTIONS_INIT(bc_reader_options, BC_READER_OPTIONS, opts, version);
+}
+
 static int check_options(const bc_reader_options *o) {
+  if (o->version != BC_READER_OPTIONS_VERSION)
+    return bc__options_version("bc_reader_options", "BC_READER_OPTIONS",
+                               o->version, BC_READER_OPTIONS_VERSION);
   if ((unsigned)o->sharding_layout > BC_LAYOUT_INTERLEAVED ||
       (unsigned)o->limits_placement > BC_LIMITS_SEPARATE ||
       (unsigned)o->limits_storage > BC_LIMITS_IN_MEMORY ||

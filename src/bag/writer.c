@@ -111,14 +111,21 @@ static int resolve_compression(const bc_writer_options *o, const char *path,
   return 0;
 }
 
+int bc_writer_options_init(bc_writer_options *opts, unsigned version) {
+  return BC__OPTIONS_INIT(bc_writer_options, BC_WRITER_OPTIONS, opts, version);
+}
+
 int bc_writer_open(bc_writer **out, const char *path,
                    const bc_writer_options *opts) {
   static const bc_writer_options defaults = BC_WRITER_OPTIONS_INIT;
   if (out == NULL || path == NULL)
     return bc__error(BC_EINVAL, "bc_writer_open: NULL argument");
   if (opts == NULL) opts = &defaults;
+  int rc = bc__options_version("bc_writer_options", "BC_WRITER_OPTIONS",
+                               opts->version, BC_WRITER_OPTIONS_VERSION);
+  if (rc != 0) return rc;
   bool zstd;
-  int rc = resolve_compression(opts, path, &zstd);
+  rc = resolve_compression(opts, path, &zstd);
   if (rc != 0) return rc;
 
   bc_writer *w = calloc(1, sizeof *w);

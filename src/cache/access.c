@@ -23,9 +23,9 @@
  * eviction, not state anyone depends on: a pending list lost with a failed
  * publish (or a killed process) only makes those shards look older.
  *
- * Lock order: c->lock guards the list and is taken alone, briefly, also
- * inside write transactions (allowed: c->lock is never held while waiting
- * for LMDB, see internal.h).
+ * Lock order: the access log's lock guards the list and is taken alone,
+ * briefly, also inside write transactions (allowed: it is never held while
+ * waiting for LMDB, see internal.h).
  */
 #include "config.h"
 
@@ -37,72 +37,73 @@
 
 static int64_t coarse_ms(void) { return (int64_t)(bc__coarse_now() * 1000.0); }
 
-/* Moves the pending list into out[] (takes c->lock); returns its length. */
+/* Moves the pending list into out[] (takes its lock); returns its length. */
 static size_t take_pending(bc_cache *c, uint64_t *out) {
-  pthread_mutex_lock(&c->lock);
-  size_t n = c->naccess;
-  memcpy(out, c->access_pending, n * sizeof *out);
-  c->naccess = 0;
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_lock(&c->access.lock);
+  size_t n = c->access.n;
+  memcpy(out, c->access.pending, n * sizeof *out);
+  c->access.n = 0;
+  pthread_mutex_unlock(&c->access.lock);
   return n;
 }
 
 /* Bumps shards[0..n) that are still PRESENT, in order, in transaction t. */
-static int bump(bc_cache *c, MDB_txn *t, const uint64_t *shards, size_t n,
-                uint64_t *clock) {
+static int bump(const bc__store *s, bc__store_txn *t, const uint64_t *shards,
+                size_t n, uint64_t *clock) {
   for (size_t i = 0; i < n; i++) {
     bc__shard_rec rec;
     bool found = false;
-    int rc = bc__rec_get(t, bc__dbi_shard(c->env), shards[i], &rec, &found);
+    int rc = s->ops->get(t, shards[i], &rec, &found);
     if (rc == 0 && found && rec.state == SHARD_PRESENT) {
       rec.last_access = ++*clock;
-      rc = bc__rec_put(t, bc__dbi_shard(c->env), shards[i], &rec);
+      rc = s->ops->put(t, shards[i], &rec);
     }
     if (rc != 0) return rc;
   }
   return 0;
 }
 
-int bc__access_apply(bc_cache *c, MDB_txn *t, uint64_t *clock) {
+int bc__access_apply(bc_cache *c, bc__store_txn *t, uint64_t *clock) {
   uint64_t shards[BC__ACCESS_PENDING];
   size_t n = take_pending(c, shards);
-  return bump(c, t, shards, n, clock);
+  return bump(&c->store, t, shards, n, clock);
 }
 
 void bc__access_flush(bc_cache *c) {
   uint64_t shards[BC__ACCESS_PENDING];
   size_t n = take_pending(c, shards);
   if (n == 0) return;
-  MDB_txn *t;
-  if (bc__txn_begin(c->env, true, &t) != 0) return; /* a hint: dropped */
+  const bc__store *s = &c->store;
+  bc__store_txn *t;
+  if (s->ops->begin(s->impl, true, &t) != 0) return; /* a hint: dropped */
   uint64_t clock = 0;
   bool found;
-  if (bc__u64_get(t, bc__dbi_meta(c->env), "clock", &clock, &found) == 0 &&
-      bump(c, t, shards, n, &clock) == 0 &&
-      bc__u64_put(t, bc__dbi_meta(c->env), "clock", clock) == 0) {
-    bc__txn_commit(t);
+  if (s->ops->u64_get(t, BC__KEY_CLOCK, &clock, &found) == 0 &&
+      bump(s, t, shards, n, &clock) == 0 &&
+      s->ops->u64_put(t, BC__KEY_CLOCK, clock) == 0) {
+    s->ops->commit(t);
     return;
   }
-  mdb_txn_abort(t);
+  s->ops->abort(t);
 }
 
 void bc__access_note(bc_cache *c, uint64_t shard) {
   int64_t now = coarse_ms();
   bool due = false;
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->access.lock);
   size_t i = 0;
-  while (i < c->naccess && c->access_pending[i] != shard) i++;
-  if (i < c->naccess) {
+  while (i < c->access.n && c->access.pending[i] != shard) i++;
+  if (i < c->access.n) {
     /* Already noted: it moves to the end (the most recent open). */
-    memmove(&c->access_pending[i], &c->access_pending[i + 1],
-            (c->naccess - i - 1) * sizeof c->access_pending[0]);
-    c->access_pending[c->naccess - 1] = shard;
+    memmove(&c->access.pending[i], &c->access.pending[i + 1],
+            (c->access.n - i - 1) * sizeof c->access.pending[0]);
+    c->access.pending[c->access.n - 1] = shard;
   } else {
-    if (c->naccess == 0) c->access_since_ms = now;
-    c->access_pending[c->naccess++] = shard;
+    if (c->access.n == 0) c->access.since_ms = now;
+    c->access.pending[c->access.n++] = shard;
   }
-  due = c->naccess == BC__ACCESS_PENDING ||
-        now - c->access_since_ms >= ACCESS_DELAY_MS;
-  pthread_mutex_unlock(&c->lock);
+  due = c->access.n == BC__ACCESS_PENDING ||
+        now - c->access.since_ms >= ACCESS_DELAY_MS;
+  pthread_mutex_unlock(&c->access.lock);
   if (due) bc__access_flush(c);
 }

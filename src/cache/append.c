@@ -116,7 +116,7 @@ static void drop_scratch(bc_appender *a) {
   bc_writer_free(a->w);
   a->w = NULL;
   if (a->scratch != NULL) {
-    char *crc = bc__fill_scratch_crc(a->scratch);
+    char *crc = bc__scratch_crc_path(a->scratch);
     unlink(a->scratch);
     if (a->c->crc && crc != NULL) unlink(crc);
     free(crc);
@@ -250,12 +250,13 @@ static int verify(bc_appender *a, const bc__shard_rec *rec, bool present) {
   if (found) return want == a->sum ? 0 : differ(a, "differ from");
   if (!present) return 0; /* evicted, and no checksum to compare with */
   /* No checksum recorded (a state rebuilt from the files): the file. */
-  char path[4200];
-  bc__cache_shard_file(c, a->shard, rec->records, rec->zstd, path, sizeof path);
+  char *path = bc__cache_shard_path(c, a->shard, rec->records, rec->zstd);
+  if (path == NULL) return bc__error(BC_ENOMEM, "out of memory");
   bc_bag *bag = NULL;
   bc_buf buf = BC_BUF_INIT;
   uint64_t sum = BC__SUM_INIT;
   rc = bc__cache_open_shard(c, path, &bag);
+  free(path);
   for (uint64_t i = 0; rc == 0 && i < rec->records; i++)
     if ((rc = bc_bag_get(bag, i, &buf)) == 0) sum = bc__sum_add(sum, buf.data, buf.size);
   bc_bag_close(bag);

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,18 +43,28 @@ static char *put_decimal(char *p, uint64_t v) {
   return p;
 }
 
-void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
-                    bool zstd, char *out, size_t size) {
+char *bc__path_printf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (p != NULL) {
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+  }
+  return p;
+}
+
+char *bc__cache_shard_path(const bc_cache *c, uint64_t shard, uint64_t records,
+                           bool zstd) {
   uint64_t start = shard * c->R;
   size_t dir = strlen(c->shards_dir);
   /* By hand: every shard open names its file, and snprintf's %llu costs
    * thousands of instructions (a sixth of a cold read's). */
-  if (dir + sizeof "/.." + 2 * 20 + sizeof "bagz" > size) {
-    snprintf(out, size, "%s/%llu.%llu.%s", c->shards_dir,
-             (unsigned long long)start, (unsigned long long)(start + records),
-             zstd ? "bagz" : "bag"); /* truncated, as the caller allows */
-    return;
-  }
+  char *out = malloc(dir + sizeof "/." + 2 * 20 + sizeof ".bagz");
+  if (out == NULL) return NULL;
   char *p = out;
   memcpy(p, c->shards_dir, dir);
   p += dir;
@@ -62,12 +73,16 @@ void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
   *p++ = '.';
   p = put_decimal(p, start + records);
   memcpy(p, zstd ? ".bagz" : ".bag", zstd ? 6 : 5);
+  return out;
 }
 
-void bc__cache_crc_file(const bc_cache *c, const char *shard_path, char *out,
-                        size_t size) {
+char *bc__cache_crc_path(const bc_cache *c, const char *shard_path) {
   const char *slash = strrchr(shard_path, '/');
-  snprintf(out, size, "%s/%s.crc", c->sums_dir, slash ? slash + 1 : shard_path);
+  return bc__path_printf("%s/%s.crc", c->sums_dir, slash ? slash + 1 : shard_path);
+}
+
+char *bc__scratch_crc_path(const char *scratch) {
+  return bc__path_printf("%s.crc", scratch);
 }
 
 int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out) {
@@ -77,15 +92,15 @@ int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out) {
   /* The literal path: the root's name may hold ',' or '@' (spec syntax). */
   int rc = bc__bag_open_file(&bag, path, &o);
   if (rc == 0 && c->crc && !bc__path_is_bagz(path)) {
-    char crc[4200];
-    bc__cache_crc_file(c, path, crc, sizeof crc);
-    rc = bc__bag_attach_crcs(bag, crc);
+    char *crc = bc__cache_crc_path(c, path);
+    rc = crc ? bc__bag_attach_crcs(bag, crc) : bc__error(BC_ENOMEM, "out of memory");
     struct stat st;
     if (rc == BC_ENOTFOUND && stat(path, &st) == 0)
       /* The shard is there but not its checksums: damaged (an eviction
        * meanwhile removes both, and stays BC_ENOTFOUND). */
       rc = bc__error(BC_ECORRUPT, "%s: damaged shard: its checksum file %s "
                      "is missing", path, crc);
+    free(crc);
   }
   if (rc != 0) {
     bc_bag_close(bag);
@@ -120,21 +135,31 @@ int bc__cache_load_length(bc_cache *c, MDB_txn *t) {
  * workers (threads do not survive fork), the pending access-clock bumps
  * (the parent's opens).  The LMDB environment is reopened
  * by the child's first transaction (state.c).
- * Lock order: open_caches_lock, then each cache->lock, then the
- * environments' locks (state.c). */
+ * Lock order: open_caches_lock, then each cache's locks in the order of
+ * internal.h, then the environments' locks (state.c). */
 static pthread_mutex_t open_caches_lock = PTHREAD_MUTEX_INITIALIZER;
 static bc_cache *open_caches;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void before_fork(void) {
   pthread_mutex_lock(&open_caches_lock);
-  for (bc_cache *c = open_caches; c; c = c->next_open) pthread_mutex_lock(&c->lock);
+  for (bc_cache *c = open_caches; c; c = c->next_open) {
+    pthread_mutex_lock(&c->pool.lock); /* the order of internal.h */
+    pthread_mutex_lock(&c->prefetch.lock);
+    pthread_mutex_lock(&c->readers.lock);
+    pthread_mutex_lock(&c->access.lock);
+  }
   bc__envs_before_fork();
 }
 
 static void after_fork_parent(void) {
   bc__envs_after_fork(false);
-  for (bc_cache *c = open_caches; c; c = c->next_open) pthread_mutex_unlock(&c->lock);
+  for (bc_cache *c = open_caches; c; c = c->next_open) {
+    pthread_mutex_unlock(&c->access.lock);
+    pthread_mutex_unlock(&c->readers.lock);
+    pthread_mutex_unlock(&c->prefetch.lock);
+    pthread_mutex_unlock(&c->pool.lock);
+  }
   pthread_mutex_unlock(&open_caches_lock);
 }
 
@@ -142,25 +167,30 @@ static void after_fork_child(void) {
   bc__envs_after_fork(true);
   for (bc_cache *c = open_caches; c; c = c->next_open) {
     c->self = bc__owner_self();
-    for (size_t i = 0; i < c->max_passes; i++)
-      c->passes[i] = (bc__pass){0};
-    c->qlen = 0;
-    c->naccess = 0; /* the parent's opens: the parent commits them */
-    c->drain_requested = false;
-    c->nworkers = 0; /* the parent's threads: nothing to join here */
+    c->store.self = c->self;
+    for (size_t i = 0; i < c->pool.max_passes; i++)
+      c->pool.passes[i] = (bc__pass){0};
+    c->prefetch.qlen = 0;
+    c->access.n = 0; /* the parent's opens: the parent commits them */
+    c->prefetch.drain_requested = false;
+    c->prefetch.nworkers = 0; /* the parent's threads: nothing to join here */
     /* ... nor to hold references: drop theirs (the last one stays, and
      * the cache with it, should nothing else hold one: no destroying in
      * an atfork handler). */
-    for (int i = 0; i < c->nstarted; i++) {
-      if (c->workers[i].exited) continue;
-      c->workers[i].exited = true;
+    for (int i = 0; i < c->prefetch.nstarted; i++) {
+      if (c->prefetch.workers[i].exited) continue;
+      c->prefetch.workers[i].exited = true;
       if (__atomic_load_n(&c->base.refs, __ATOMIC_RELAXED) > 1)
         __atomic_fetch_sub(&c->base.refs, 1, __ATOMIC_RELAXED);
     }
-    c->abandon = false;
-    bc__slots_after_fork_child(&c->slots);
-    pthread_cond_init(&c->cond, NULL);
-    pthread_mutex_unlock(&c->lock);
+    atomic_store(&c->abandon, false);
+    bc__slots_after_fork_child(&c->readers.slots);
+    pthread_cond_init(&c->pool.cond, NULL);
+    pthread_cond_init(&c->prefetch.cond, NULL);
+    pthread_mutex_unlock(&c->access.lock);
+    pthread_mutex_unlock(&c->readers.lock);
+    pthread_mutex_unlock(&c->prefetch.lock);
+    pthread_mutex_unlock(&c->pool.lock);
   }
   pthread_mutex_unlock(&open_caches_lock);
 }
@@ -282,10 +312,14 @@ static void cache_destroy(bc_seq *self) {
   bc__passes_close_all(c);
   if (c->src.free_payload) c->src.free_payload(c->src.payload);
   bc__env_release(c->env);
-  pthread_mutex_destroy(&c->lock);
-  pthread_cond_destroy(&c->cond);
-  free(c->passes);
-  free(c->workers);
+  pthread_mutex_destroy(&c->pool.lock);
+  pthread_cond_destroy(&c->pool.cond);
+  pthread_mutex_destroy(&c->prefetch.lock);
+  pthread_cond_destroy(&c->prefetch.cond);
+  pthread_mutex_destroy(&c->readers.lock);
+  pthread_mutex_destroy(&c->access.lock);
+  free(c->pool.passes);
+  free(c->prefetch.workers);
   free(c->root);
   free(c->shards_dir);
   free(c->sums_dir);
@@ -429,7 +463,14 @@ int bc__limit_error(const char *root, uint64_t limit, unsigned shards,
                    (unsigned long long)shard_bytes, which, extra);
 }
 
+int bc_cache_options_init(bc_cache_options *opts, unsigned version) {
+  return BC__OPTIONS_INIT(bc_cache_options, BC_CACHE_OPTIONS, opts, version);
+}
+
 static int check_options(const bc_cache_options *o, const bc_source *src) {
+  if (o->version != BC_CACHE_OPTIONS_VERSION)
+    return bc__options_version("bc_cache_options", "BC_CACHE_OPTIONS",
+                               o->version, BC_CACHE_OPTIONS_VERSION);
   if (src != NULL && ((src->version != 1 && src->version != BC_SOURCE_VERSION) ||
                       src->open == NULL || src->next == NULL || src->close == NULL))
     return bc__error(BC_EINVAL, "source: version %u (need 1 to %d) with open, "
@@ -646,29 +687,35 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   bc__slots_init();
   atomic_init(&c->known_length, 0);
   atomic_init(&c->final, false);
-  atomic_init(&c->drain_next, 0);
+  atomic_init(&c->prefetch.drain_next, 0);
   atomic_init(&c->stop_fills, false);
-  pthread_mutex_init(&c->lock, NULL);
-  pthread_cond_init(&c->cond, NULL);
+  atomic_init(&c->abandon, false);
+  pthread_mutex_init(&c->pool.lock, NULL);
+  pthread_cond_init(&c->pool.cond, NULL);
+  pthread_mutex_init(&c->prefetch.lock, NULL);
+  pthread_cond_init(&c->prefetch.cond, NULL);
+  pthread_mutex_init(&c->readers.lock, NULL);
+  pthread_mutex_init(&c->access.lock, NULL);
   track_open(c, true);
   /* Parked passes: max_passes (default 64), at least one per fill worker
    * plus one for a reader with a thread-safe source.  Without thread
-   * safety only one of them is in use at a time (c->max_running). */
+   * safety only one of them is in use at a time (max_running). */
   size_t running = c->has_source && c->src.thread_safe
                        ? (size_t)(c->opts.fill_workers > 1 ? c->opts.fill_workers : 1) + 1
                        : 1;
-  c->max_passes = opts->max_passes > 0 ? (size_t)opts->max_passes : 64;
-  if (!c->has_source) c->max_passes = 1;
-  if (c->max_passes < running) c->max_passes = running;
-  c->max_running = running;
-  c->passes = calloc(c->max_passes, sizeof *c->passes);
+  bc__pass_pool *pool = &c->pool;
+  pool->max_passes = opts->max_passes > 0 ? (size_t)opts->max_passes : 64;
+  if (!c->has_source) pool->max_passes = 1;
+  if (pool->max_passes < running) pool->max_passes = running;
+  pool->max_running = running;
+  pool->passes = calloc(pool->max_passes, sizeof *pool->passes);
   c->root = strdup(root);
   c->shards_dir = join(root, "shards");
   c->sums_dir = join(root, "sums");
   c->scratch_dir = join(root, "scratch");
   c->locks_dir = join(root, "locks");
   c->meta_path = join(root, "metadata.json");
-  if (!c->passes || !c->root || !c->shards_dir || !c->sums_dir || !c->scratch_dir ||
+  if (!c->pool.passes || !c->root || !c->shards_dir || !c->sums_dir || !c->scratch_dir ||
       !c->locks_dir || !c->meta_path) {
     rc = bc__error(BC_ENOMEM, "out of memory");
     goto fail;
@@ -691,6 +738,7 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
       (rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh)) != 0)
     goto fail;
   if ((rc = load_or_create_meta(c, estimated)) != 0) goto fail;
+  bc__store_lmdb_init(&c->store, c); /* R is known from here */
   if (c->crc && (rc = make_dir(c->sums_dir)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;
   if (opts->disk_limit != 0 && opts->disk_limit != BC_CACHE_NO_LIMIT) {
@@ -884,9 +932,9 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
 bool bc_cache_draining(bc_cache *c) {
   /* drain_requested covers the time between a request (preload_all's, at
    * open) and the workers joining; drainers every thread inside a drain. */
-  pthread_mutex_lock(&c->lock);
-  bool draining = c->drain_requested || c->drainers > 0;
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_lock(&c->prefetch.lock);
+  bool draining = c->prefetch.drain_requested || c->prefetch.drainers > 0;
+  pthread_mutex_unlock(&c->prefetch.lock);
   return draining;
 }
 
@@ -911,10 +959,9 @@ int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
     if (n < max) {
       shards[n].start = shard * c->R;
       shards[n].end = shard * c->R + r.records;
+      shards[n].zstd = r.zstd != 0;
       shards[n].bytes = r.bytes;
       shards[n].last_access = r.last_access;
-      bc__cache_shard_file(c, shard, r.records, r.zstd, shards[n].path,
-                     sizeof shards[n].path);
     }
     n++;
   }
@@ -924,16 +971,29 @@ int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
   return 0;
 }
 
+int bc_cache_shard_path(bc_cache *c, const bc_cache_shard *s, char **path) {
+  if (c == NULL || s == NULL || path == NULL || s->end < s->start)
+    return bc__error(BC_EINVAL, "bc_cache_shard_path: NULL argument or a "
+                     "shard ending before its start");
+  if (c->R == 0 || s->start % c->R != 0)
+    return bc__error(BC_EINVAL, "%s: no shard starts at record %llu", c->root,
+                     (unsigned long long)s->start);
+  char *p = bc__cache_shard_path(c, s->start / c->R, s->end - s->start, s->zstd);
+  if (p == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  *path = p;
+  return 0;
+}
+
 int bc_cache_worker_positions(bc_cache *c, uint64_t *positions, size_t max,
                               size_t *count) {
   size_t n = 0;
-  pthread_mutex_lock(&c->lock);
-  for (size_t i = 0; i < c->max_passes; i++)
-    if (c->passes[i].open) {
-      if (n < max) positions[n] = c->passes[i].pos;
+  pthread_mutex_lock(&c->pool.lock);
+  for (size_t i = 0; i < c->pool.max_passes; i++)
+    if (c->pool.passes[i].open) {
+      if (n < max) positions[n] = c->pool.passes[i].pos;
       n++;
     }
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->pool.lock);
   *count = n;
   return 0;
 }

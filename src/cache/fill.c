@@ -13,21 +13,15 @@
  * the crash-safe Bagz writer into scratch/.  Its checksum is computed on the
  * way.  No lock is held while the source runs.
  *
- * Publish, in ONE write transaction (one at a time across processes):
- *   1. the claim must still be ours;
- *   2. a checksum recorded at an earlier publish must match (else the
- *      source is not deterministic: nothing is published);
- *   3. while bytes + new > disk limit: the least recently used PRESENT
- *      shard is unlinked and its state dropped;
- *   4. the scratch file is renamed into shards/ and the directory fsynced;
- *   5. the state becomes PRESENT; bytes, clock, length are updated (and
- *      metadata.json when the length grows or becomes final);
- *   6. commit.
- * Victims are unlinked before the new file appears, so the bytes in
- * shards/ never exceed the limit, at any instant, across processes.  A crash
- * before the commit leaves the new file in shards/ with a dead claim: the
- * next claimant removes it and fills again; victims already unlinked are
- * found missing on open and refilled.
+ * Publish: the store (store.c) makes the shard PRESENT in ONE write
+ * transaction (one at a time across processes), checking the claim, the
+ * checksum and the length, evicting least-recently-used shards first when
+ * the disk limit would be exceeded.  Victims are unlinked before the new
+ * file appears, so the bytes in shards/ never exceed the limit, at any
+ * instant, across processes.  A crash before the commit leaves the new
+ * file in shards/ with a dead claim: the next claimant removes it and
+ * fills again; victims already unlinked are found missing on open and
+ * refilled.  This process's readers of every victim are then dropped.
  */
 #include "config.h"
 
@@ -72,11 +66,11 @@ static uint64_t seek_reuse_max(const bc_cache *c) { return c->R / 16; }
 static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
                       size_t *slot) {
   bool seekable = c->src.open_at != NULL;
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->pool.lock);
   for (;;) {
     size_t best = SIZE_MAX, empty = SIZE_MAX, past = SIZE_MAX, busy = 0;
-    for (size_t i = 0; i < c->max_passes; i++) {
-      bc__pass *p = &c->passes[i];
+    for (size_t i = 0; i < c->pool.max_passes; i++) {
+      bc__pass *p = &c->pool.passes[i];
       if (p->busy) {
         busy++;
         continue;
@@ -84,48 +78,48 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
       if (!p->open) {
         if (empty == SIZE_MAX) empty = i;
       } else if (p->pos <= target) {
-        if (best == SIZE_MAX || p->pos > c->passes[best].pos) best = i;
-      } else if (past == SIZE_MAX || p->pos > c->passes[past].pos) {
+        if (best == SIZE_MAX || p->pos > c->pool.passes[best].pos) best = i;
+      } else if (past == SIZE_MAX || p->pos > c->pool.passes[past].pos) {
         past = i;
       }
     }
     /* With no slot free, a duplicate is the first to go (the pass of the
      * lower slot among those standing at one position stays). */
     size_t dup = SIZE_MAX;
-    for (size_t i = 0; empty == SIZE_MAX && dup == SIZE_MAX && i < c->max_passes; i++)
+    for (size_t i = 0; empty == SIZE_MAX && dup == SIZE_MAX && i < c->pool.max_passes; i++)
       for (size_t j = 0; j < i && dup == SIZE_MAX; j++)
-        if (!c->passes[i].busy && c->passes[i].open && i != best &&
-            !c->passes[j].busy && c->passes[j].open &&
-            c->passes[j].pos == c->passes[i].pos)
+        if (!c->pool.passes[i].busy && c->pool.passes[i].open && i != best &&
+            !c->pool.passes[j].busy && c->pool.passes[j].open &&
+            c->pool.passes[j].pos == c->pool.passes[i].pos)
           dup = i;
     bool reuse = best != SIZE_MAX &&
-                 (!seekable || target - c->passes[best].pos <= seek_reuse_max(c));
+                 (!seekable || target - c->pool.passes[best].pos <= seek_reuse_max(c));
     size_t pick = reuse ? best
                   : empty != SIZE_MAX ? empty
                   : dup != SIZE_MAX   ? dup
                   : past != SIZE_MAX  ? past
                                       : best; /* seekable: the far one before */
-    if (busy >= c->max_running || pick == SIZE_MAX) { /* wait for a pass */
-      if (c->abandon) {
+    if (busy >= c->pool.max_running || pick == SIZE_MAX) { /* wait for a pass */
+      if (atomic_load(&c->abandon)) {
         /* A pass may be held by a fill stuck in the source for good. */
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&c->pool.lock);
         return bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
       }
       if (mode == BC__NO_WAIT) {
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&c->pool.lock);
         return bc__error(BC_EAGAIN, "%s: every pass over the source is in use by "
                          "another fill", c->root);
       }
-      int wrc = bc__cond_wait(&c->cond, &c->lock);
+      int wrc = bc__cond_wait(&c->pool.cond, &c->pool.lock);
       if (wrc != 0) { /* interrupted: nothing leased */
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&c->pool.lock);
         return wrc;
       }
       continue;
     }
-    bc__pass *p = &c->passes[pick];
+    bc__pass *p = &c->pool.passes[pick];
     p->busy = true;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->pool.lock);
     if (!reuse) {
       /* No usable pass before the target: a new one, from the beginning or
        * (seekable) from the target itself. */
@@ -139,19 +133,19 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
         if (rc > 0)
           rc = bc__error(BC_ESOURCE, "the source's %s failed",
                          at > 0 ? "open_at" : "open");
-        pthread_mutex_lock(&c->lock);
+        pthread_mutex_lock(&c->pool.lock);
         p->busy = false;
-        pthread_cond_broadcast(&c->cond);
-        pthread_mutex_unlock(&c->lock);
+        pthread_cond_broadcast(&c->pool.cond);
+        pthread_mutex_unlock(&c->pool.lock);
         return rc;
       }
       atomic_fetch_add(&c->stats.passes_opened, 1);
-      pthread_mutex_lock(&c->lock);
+      pthread_mutex_lock(&c->pool.lock);
       p->handle = handle;
       p->pos = at;
       p->opened_at = at;
       p->open = true;
-      pthread_mutex_unlock(&c->lock);
+      pthread_mutex_unlock(&c->pool.lock);
     }
     *slot = pick;
     return 0;
@@ -160,24 +154,24 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
 
 /* Returns a pass to the pool; a pass that failed or ended is closed. */
 static void pass_return(bc_cache *c, size_t slot, bool keep) {
-  bc__pass *p = &c->passes[slot];
+  bc__pass *p = &c->pool.passes[slot];
   if (!keep && p->open) {
     c->src.close(c->src.payload, p->handle);
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->pool.lock);
     p->open = false;
   } else {
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->pool.lock);
   }
   p->busy = false;
-  pthread_cond_broadcast(&c->cond);
-  pthread_mutex_unlock(&c->lock);
+  pthread_cond_broadcast(&c->pool.cond);
+  pthread_mutex_unlock(&c->pool.lock);
 }
 
 void bc__passes_close_all(bc_cache *c) {
-  for (size_t i = 0; c->passes && i < c->max_passes; i++)
-    if (c->passes[i].open) {
-      c->src.close(c->src.payload, c->passes[i].handle);
-      c->passes[i].open = false;
+  for (size_t i = 0; c->pool.passes && i < c->pool.max_passes; i++)
+    if (c->pool.passes[i].open) {
+      c->src.close(c->src.payload, c->pool.passes[i].handle);
+      c->pool.passes[i].open = false;
     }
 }
 
@@ -236,129 +230,37 @@ static void filling_put(bc__fill_registry *r, bc__filling *f) {
   free(f);
 }
 
-/* True when `rec` is the claim of fill `token` of this process. */
-static bool claim_is(const bc_cache *c, const bc__shard_rec *rec, uint64_t token) {
-  return rec->state == SHARD_FILLING && rec->owner.pid == c->self.pid &&
-         rec->owner.start_time == c->self.start_time && rec->bytes == token;
-}
-
 /* Drops the FILLING claim of fill `token` on a shard (after a failed or
  * abandoned fill); a newer claim is left alone.  The message of the
  * failure being reported is kept. */
 static void release_claim(bc_cache *c, uint64_t shard, uint64_t token, int code) {
   bc_error_state failure = BC_ERROR_STATE_INIT;
   bc_error_save(&failure, code);
-  MDB_txn *t;
-  if (bc__txn_begin(c->env, true, &t) != 0) goto cleanup;
-  bc__shard_rec rec;
-  bool found;
-  if (bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found) == 0 && found &&
-      claim_is(c, &rec, token) && bc__rec_del(t, bc__dbi_shard(c->env), shard) == 0) {
-    bc__txn_commit(t);
-  } else {
-    mdb_txn_abort(t);
-  }
-cleanup:
+  bc__store_release(&c->store, shard, token);
   bc_error_restore(&failure);
   bc_error_state_clear(&failure);
 }
 
-/* Updates metadata.json's length (under the caller's write transaction). */
-static int meta_update_length(bc_cache *c, uint64_t length, bool final) {
-  bc__meta m;
-  int rc = bc__meta_read(c->meta_path, &m);
-  if (rc != 0) return rc;
-  if (m.length != length || m.length_final != final) {
-    m.length = length;
-    m.length_final = final;
-    rc = bc__meta_write(c->meta_path, &m, c->mode);
-  }
-  bc__meta_free(&m);
-  return rc;
-}
-
-/* Makes the length final at `end` in the shared state and metadata.json
- * (under the caller's write transaction t). */
-static int put_final_length(bc_cache *c, MDB_txn *t, uint64_t end) {
-  MDB_dbi meta = bc__dbi_meta(c->env);
-  int rc = bc__u64_put(t, meta, "length", end);
-  if (rc == 0) rc = bc__u64_put(t, meta, "final", 1);
-  if (rc == 0) rc = meta_update_length(c, end, true);
-  return rc;
-}
-
-/* Commits t (aborts it when rc != 0); once the final length `end` is
- * committed, this process knows it too. */
-static int commit_final_length(bc_cache *c, MDB_txn *t, int rc, uint64_t end) {
-  if (rc == 0) {
-    rc = bc__txn_commit(t);
-  } else {
-    mdb_txn_abort(t);
-  }
-  if (rc == 0) {
-    atomic_store(&c->known_length, end);
-    atomic_store(&c->final, true);
-  }
-  return rc;
+/* Once the final length `end` is committed, this process knows it too. */
+static void know_final_length(bc_cache *c, uint64_t end) {
+  atomic_store(&c->known_length, end);
+  atomic_store(&c->final, true);
 }
 
 /* Records that the source ends at `end` (no records from there on), and
  * drops the claim on `shard` (UINT64_MAX: none). */
 static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t);
-  if (rc != 0) return rc;
-  MDB_dbi meta = bc__dbi_meta(c->env);
-  uint64_t known = 0;
-  bool found;
-  rc = bc__u64_get(t, meta, "length", &known, &found);
-  if (rc == 0 && known > end)
-    rc = bc__error(BC_ENONDET,
-                   "%s: the source ended after %llu records, but %llu were "
-                   "seen before: the iterator is not deterministic", c->root,
-                   (unsigned long long)end, (unsigned long long)known);
-  if (rc == 0) rc = put_final_length(c, t, end);
-  if (rc == 0 && shard != UINT64_MAX) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
-  return commit_final_length(c, t, rc, end);
+  int rc = bc__store_record_end(&c->store, shard, end);
+  if (rc == 0) know_final_length(c, end);
+  return rc;
 }
 
 int bc_cache_finalize(bc_cache *c) {
   if (atomic_load(&c->final)) return 0;
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t); /* serialises length writers */
-  if (rc != 0) return rc;
-  MDB_dbi meta = bc__dbi_meta(c->env);
-  uint64_t fin = 0, end = 0;
-  bool found;
-  rc = bc__u64_get(t, meta, "final", &fin, &found);
-  if (rc == 0 && !(found && fin)) {
-    MDB_cursor *cur;
-    int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
-    if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
-    MDB_val k, v;
-    for (int op = MDB_FIRST; rc == 0 && mdb_cursor_get(cur, &k, &v, op) == 0;
-         op = MDB_NEXT) {
-      bc__shard_rec r;
-      uint64_t shard;
-      if (bc__rec_decode(&k, &v, &shard, &r) && r.state == SHARD_PRESENT &&
-          shard * c->R + r.records > end)
-        end = shard * c->R + r.records;
-    }
-    if (mrc == 0) mdb_cursor_close(cur);
-    if (rc == 0) rc = put_final_length(c, t, end);
-  } else if (rc == 0) {
-    rc = bc__u64_get(t, meta, "length", &end, &found);
-  }
-  return commit_final_length(c, t, rc, end);
-}
-
-/* The sidecar of a scratch file: SCRATCH.crc, in scratch/ (removed with
- * the scratch files of dead processes). */
-static void scratch_crc_file(const char *scratch, char *out, size_t size) {
-  size_t n = strlen(scratch);
-  if (n + 5 > size) n = size - 5; /* never: paths are shorter than PATH_MAX */
-  memcpy(out, scratch, n);
-  memcpy(out + n, ".crc", 5);
+  uint64_t end = 0;
+  int rc = bc__store_finalize(&c->store, &end);
+  if (rc == 0) know_final_length(c, end);
+  return rc;
 }
 
 /* ---- publishing ------------------------------------------------------------------- */
@@ -379,152 +281,27 @@ static int u64_cmp(const void *a, const void *b) {
 static void pass_snapshot_take(bc_cache *c, uint64_t next, pass_snapshot *ps) {
   ps->n = 0;
   if (c->src.open_at == NULL) { /* a seekable source rebuilds from anywhere */
-    pthread_mutex_lock(&c->lock);
-    for (size_t i = 0; i < c->max_passes && ps->n < 255; i++)
-      if (!c->passes[i].busy && c->passes[i].open) ps->pos[ps->n++] = c->passes[i].pos;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->pool.lock);
+    for (size_t i = 0; i < c->pool.max_passes && ps->n < 255; i++)
+      if (!c->pool.passes[i].busy && c->pool.passes[i].open) ps->pos[ps->n++] = c->pool.passes[i].pos;
+    pthread_mutex_unlock(&c->pool.lock);
     if (next != UINT64_MAX) ps->pos[ps->n++] = next;
     qsort(ps->pos, ps->n, sizeof *ps->pos, u64_cmp);
   }
 }
 
-/* Records a pass must read and drop before it can rebuild a shard starting
- * at `start`: the distance from the nearest pass at or before it (from
- * record 0 when there is none); 0 for a seekable source. */
-static uint64_t rebuild_skip(const bc_cache *c, const pass_snapshot *ps,
-                             uint64_t start) {
-  if (c->src.open_at != NULL) return 0;
-  uint64_t from = 0;
-  for (size_t i = 0; i < ps->n && ps->pos[i] <= start; i++) from = ps->pos[i];
-  return start - from;
+/* The pending access-clock bumps of this process's opens, applied in the
+ * publish's transaction before victims are picked. */
+static int access_bump(void *arg, const bc__store *s, bc__store_txn *t,
+                       uint64_t *clock) {
+  (void)s;
+  return bc__access_apply(arg, t, clock);
 }
 
-/* Picks the victim among the PRESENT shards other than `keep`: the lowest
- * last_access + present * skip / R, where skip is rebuild_skip(): least
- * recently used, except that a shard which costs k more shards of records
- * to rebuild (from this process's passes) is kept as if it had been read
- * k * present accesses later (a GreedyDual-style weighing of recency and
- * cost; doc/cache.md, "Eviction").  Plain LRU when every shard costs the
- * same (a seekable source, or passes at every shard). */
-static int find_victim(bc_cache *c, MDB_txn *t, uint64_t keep,
-                       const pass_snapshot *ps, uint64_t *victim,
-                       bc__shard_rec *vrec, bool *found) {
-  MDB_cursor *cur;
-  int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
-  if (mrc != 0) return bc__mdb_error(mrc, "cache state");
-  *found = false;
-  MDB_val k, v;
-  double present = 0, best = 0;
-  for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
-    bc__shard_rec r;
-    uint64_t s;
-    if (bc__rec_decode(&k, &v, &s, &r) && r.state == SHARD_PRESENT) present++;
-  }
-  for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
-    bc__shard_rec r;
-    uint64_t s;
-    if (!bc__rec_decode(&k, &v, &s, &r)) continue;
-    if (r.state != SHARD_PRESENT || s == keep) continue;
-    double score = (double)r.last_access +
-                   present * (double)rebuild_skip(c, ps, s * c->R) / (double)c->R;
-    if (!*found || score < best) {
-      *victim = s;
-      *vrec = r;
-      *found = true;
-      best = score;
-    }
-  }
-  mdb_cursor_close(cur);
-  return 0;
-}
-
-/* Removes the claims (and any files) of dead fillers: a claimant killed
- * between its rename and its commit leaves a complete file in shards/ that
- * the state does not count.  Called in publish's transaction, before the
- * eviction decisions, so the limit also covers such files. */
-static int reap_dead_claims(bc_cache *c, MDB_txn *t, uint64_t keep) {
-  MDB_cursor *cur;
-  int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
-  if (mrc != 0) return bc__mdb_error(mrc, "cache state");
-  uint64_t dead[64];
-  size_t n = 0;
-  MDB_val k, v;
-  for (int op = MDB_FIRST; n < 64 && mdb_cursor_get(cur, &k, &v, op) == 0;
-       op = MDB_NEXT) {
-    bc__shard_rec r;
-    uint64_t s;
-    if (!bc__rec_decode(&k, &v, &s, &r)) continue;
-    if (r.state == SHARD_FILLING && s != keep && !bc__owner_alive(r.owner))
-      dead[n++] = s;
-  }
-  mdb_cursor_close(cur);
-  int rc = 0;
-  for (size_t i = 0; rc == 0 && i < n; i++) {
-    bc__unlink_shard_files(c, dead[i]);
-    rc = bc__rec_del(t, bc__dbi_shard(c->env), dead[i]);
-  }
-  return rc;
-}
-
-/* The part of a publish that may fail after victims were unlinked, in a
- * nested transaction: if it fails only it is rolled back, and the
- * evictions (whose files are gone) are still committed by the caller. */
-static int publish_nested(bc_cache *c, MDB_txn *parent, uint64_t shard,
-                          const char *scratch, const char *final_path,
-                          const bc__shard_rec *rec, uint64_t bytes,
-                          uint64_t clock, bool write_sum, uint64_t checksum,
-                          bool grow, uint64_t new_length, bool ended) {
-  MDB_txn *t;
-  int mrc = mdb_txn_begin(mdb_txn_env(parent), parent, 0, &t);
-  if (mrc != 0) return bc__mdb_error(mrc, "cache state");
-  MDB_dbi meta = bc__dbi_meta(c->env);
-  int rc = 0;
-  bool renamed = false, crc_renamed = false;
-  char scratch_crc[4200], final_crc[4200];
-  scratch_crc_file(scratch, scratch_crc, sizeof scratch_crc);
-  bc__cache_crc_file(c, final_path, final_crc, sizeof final_crc);
-  /* The sidecar first, durably: whenever the shard is under its name, so
-   * are its checksums.  A crash before the commit leaves files the state
-   * does not list, removed with the dead claim (bc__unlink_shard_files);
-   * a sidecar alone is replaced by the shard's next publish. */
-  if (c->crc) {
-    if (rename(scratch_crc, final_crc) != 0)
-      rc = bc__error_errno(errno, "%s: rename from %s", final_crc, scratch_crc);
-    else
-      crc_renamed = true;
-    if (rc == 0) rc = bc__fsync_parent_dir(final_crc);
-  }
-  if (rc == 0 && rename(scratch, final_path) != 0)
-    rc = bc__error_errno(errno, "%s: rename from %s", final_path, scratch);
-  else if (rc == 0)
-    renamed = true;
-  if (rc == 0) rc = bc__fsync_parent_dir(final_path);
-  if (rc == 0) rc = bc__rec_put(t, bc__dbi_shard(c->env), shard, rec);
-  if (rc == 0) rc = bc__u64_put(t, meta, "bytes", bytes + rec->bytes);
-  if (rc == 0) rc = bc__u64_put(t, meta, "clock", clock);
-  if (rc == 0 && write_sum) rc = bc__sum_put(t, bc__dbi_sum(c->env), shard, checksum);
-  if (rc == 0 && grow) {
-    rc = bc__u64_put(t, meta, "length", new_length);
-    if (rc == 0 && ended) rc = bc__u64_put(t, meta, "final", 1);
-    /* metadata.json records the end once it is known; the growing lower
-     * bound lives in the shared state (and a rebuild recovers it from the
-     * shard files), which saves a file rewrite and two fsyncs per shard. */
-    if (rc == 0 && ended) rc = meta_update_length(c, new_length, true);
-  }
-  if (rc == 0) {
-    mrc = mdb_txn_commit(t); /* into the parent */
-    if (mrc != 0) rc = bc__mdb_error(mrc, "cache state");
-  } else {
-    mdb_txn_abort(t);
-  }
-  /* A file the state does not know must not stay in shards/. */
-  if (rc != 0 && renamed) unlink(final_path);
-  if (rc != 0 && crc_renamed) unlink(final_crc);
-  return rc;
-}
-
-/* `note`: appended to determinism errors (the start a seekable source's
- * pass was opened at), "" when none. */
+/* Publishes the finished shard through the store (store.c has the steps)
+ * and drops this process's readers of every shard it evicted.  `note`:
+ * appended to determinism errors (the start a seekable source's pass was
+ * opened at), "" when none. */
 static int publish(bc_cache *c, uint64_t shard, uint64_t token,
                    const char *scratch, uint64_t records, uint64_t checksum,
                    bool ended, const char *note, bool *regenerated) {
@@ -532,133 +309,22 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
   if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
   pass_snapshot ps; /* taken before the transaction: no lock inside it */
   pass_snapshot_take(c, ended ? UINT64_MAX : shard * c->R + records, &ps);
-  uint64_t size = (uint64_t)st.st_size;
-  MDB_dbi sdb = bc__dbi_shard(c->env), meta = bc__dbi_meta(c->env),
-          sums = bc__dbi_sum(c->env);
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t);
-  if (rc != 0) return rc;
-  bc__shard_rec rec;
-  bool found, have_sum;
-  uint64_t old_sum = 0, bytes = 0, clock = 0, length = 0, final_flag = 0;
-  bool f1 = false, f2 = false, f3 = false, f4 = false, f5 = false;
-  uint64_t start = shard * c->R, end = start + records;
-  char final_path[4200];
-  bc__cache_shard_file(c, shard, records, c->zstd, final_path, sizeof final_path);
-
-  rc = bc__rec_get(t, sdb, shard, &rec, &found);
-  if (rc == 0 && (!found || !claim_is(c, &rec, token)))
-    rc = bc__error(BC_EIO, "%s: shard %llu: our claim was taken over while "
-                   "filling it", c->root, (unsigned long long)shard);
-  if (rc == 0) rc = bc__sum_get(t, sums, shard, &old_sum, &have_sum);
-  if (rc == 0 && have_sum && old_sum != checksum)
-    rc = bc__error(BC_ENONDET,
-                   "%s: shard %llu (records %llu..%llu) came out different "
-                   "when regenerated: the iterator is not deterministic%s",
-                   c->root, (unsigned long long)shard, (unsigned long long)start,
-                   (unsigned long long)end, note);
-  if (rc == 0) rc = bc__u64_get(t, meta, "bytes", &bytes, &f1);
-  if (rc == 0) rc = bc__u64_get(t, meta, "clock", &clock, &f2);
-  if (rc == 0) rc = bc__u64_get(t, meta, "length", &length, &f3);
-  if (rc == 0) rc = bc__u64_get(t, meta, "final", &final_flag, &f5);
-  bool is_final = f5 && final_flag;
-  /* A pass that ends where earlier passes went on, or goes past a known
-   * end, means the source is not deterministic. */
-  if (rc == 0 && ((ended && length > end) || (is_final && end > length) ||
-                  (is_final && ended && end != length)))
-    rc = bc__error(BC_ENONDET,
-                   "%s: shard %llu: the source now %s after %llu records "
-                   "(%s %llu before): the iterator is not deterministic%s",
-                   c->root, (unsigned long long)shard,
-                   ended ? "ends" : "goes on", (unsigned long long)end,
-                   is_final ? "length" : "at least", (unsigned long long)length,
-                   note);
-  /* The limit is shared: the one last set by any process opening the root
-   * with a limit (see bc_cache_open). */
-  uint64_t limit = c->opts.disk_limit;
-  if (rc == 0) rc = bc__u64_get(t, meta, "limit", &limit, &f4);
-  if (rc == 0 && !f4) limit = c->opts.disk_limit;
-  /* A limit that cannot hold the shards at work would thrash: refused
-   * (checked at open already when a shard's size was known then). */
-  unsigned prefetched, need = bc__limit_shards(&c->opts, &prefetched);
-  if (rc == 0 && limit != 0 && (size > limit || (records == c->R && limit / need < size)))
-    rc = bc__limit_error(c->root, limit, need, prefetched, size,
-                         "the size of this shard");
-  if (rc == 0 && limit != 0) rc = reap_dead_claims(c, t, shard);
-  /* This process's recent opens count before victims are picked. */
-  if (rc == 0 && limit != 0) rc = bc__access_apply(c, t, &clock);
-  uint64_t victims[32];
-  size_t nvictims = 0;
-  while (rc == 0 && limit != 0 && bytes + size > limit) {
-    uint64_t victim = 0;
-    bc__shard_rec vrec = {0};
-    bool any = false;
-    rc = find_victim(c, t, shard, &ps, &victim, &vrec, &any);
-    if (rc != 0) break;
-    if (!any) {
-      rc = bc__error(BC_ENOSPC, "%s: %llu bytes in use and nothing left to "
-                     "evict under the disk limit %llu", c->root,
-                     (unsigned long long)bytes, (unsigned long long)limit);
-      break;
-    }
-    char vpath[4200];
-    bc__cache_shard_file(c, victim, vrec.records, vrec.zstd, vpath, sizeof vpath);
-    if (unlink(vpath) != 0 && errno != ENOENT) {
-      rc = bc__error_errno(errno, "%s: evict", vpath);
-      break;
-    }
-    if (!vrec.zstd) { /* its checksums, if the root has them */
-      char vcrc[4200];
-      bc__cache_crc_file(c, vpath, vcrc, sizeof vcrc);
-      unlink(vcrc);
-    }
-    rc = bc__rec_del(t, sdb, victim);
-    bytes = vrec.bytes > bytes ? 0 : bytes - vrec.bytes;
-    atomic_fetch_add(&c->stats.evictions, 1);
-    if (nvictims < 32) victims[nvictims++] = victim;
-  }
-  if (rc != 0) {
-    /* Nothing unlinked yet, or the unlinks are recorded: commit those. */
-    if (nvictims > 0 && bc__u64_put(t, meta, "bytes", bytes) == 0 &&
-        bc__u64_put(t, meta, "clock", clock) == 0 && bc__txn_commit(t) == 0)
-      t = NULL;
-    if (t) mdb_txn_abort(t);
-    return rc;
-  }
-  rec = (bc__shard_rec){.state = SHARD_PRESENT, .zstd = c->zstd,
-                        .records = records, .bytes = size,
-                        .last_access = ++clock};
-  bool grow = end > length || ended;
-  uint64_t new_length = ended ? end : (end > length ? end : length);
-  int prc = publish_nested(c, t, shard, scratch, final_path, &rec, bytes, clock,
-                           !have_sum, checksum, grow, new_length, ended);
-  if (prc != 0) {
-    bc_error_state failure = BC_ERROR_STATE_INIT;
-    bc_error_save(&failure, prc);
-    /* Keep the evictions (their files are gone) even though the publish
-     * failed: the state then matches shards/. */
-    bc__u64_put(t, meta, "bytes", bytes);
-    bc__u64_put(t, meta, "clock", clock); /* the bumps applied above */
-    if (bc__txn_commit(t) != 0) { /* the state now lists lost files:
-                                     readers find them missing and refill */
-    }
-    bc__readers_forget(c, victims, nvictims);
-    bc_error_restore(&failure);
-    bc_error_state_clear(&failure);
-    return prc;
-  }
-  rc = bc__txn_commit(t);
-  if (rc != 0) { /* unknown to the state: take them back */
-    char final_crc[4200];
-    bc__cache_crc_file(c, final_path, final_crc, sizeof final_crc);
-    unlink(final_path);
-    if (c->crc) unlink(final_crc);
-  }
-  bc__readers_forget(c, victims, nvictims);
+  bc__publish_req q = {
+      .shard = shard, .token = token, .scratch = scratch, .records = records,
+      .size = (uint64_t)st.st_size, .checksum = checksum, .ended = ended,
+      .zstd = c->zstd, .note = note, .default_limit = c->opts.disk_limit,
+      .passes = ps.pos, .npasses = ps.n, .seekable = c->src.open_at != NULL,
+      .bump = access_bump, .bump_arg = c};
+  q.need = bc__limit_shards(&c->opts, &q.prefetched);
+  bc__victims victims = {0};
+  int rc = bc__store_publish(&c->store, &q, &victims, regenerated);
+  atomic_fetch_add(&c->stats.evictions, victims.n);
+  bc__readers_forget(c, victims.shards, victims.n);
+  bc__victims_free(&victims);
   if (rc == 0) {
+    uint64_t end = shard * c->R + records;
     if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
     if (ended) atomic_store(&c->final, true);
-    *regenerated = have_sum;
   }
   return rc;
 }
@@ -681,17 +347,23 @@ static int crc_append(bc_buf *crcs, const void *data, size_t size) {
  * renames it into sums/ with the shard. */
 static int write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
                          uint64_t records, uint64_t records_bytes) {
-  char path[4200];
-  scratch_crc_file(scratch, path, sizeof path);
-  int rc = bc__buf_reserve(crcs, BC__CRC_HEADER + 4 * records);
-  if (rc != 0) return rc;
+  char *path = bc__scratch_crc_path(scratch);
+  int rc = path ? bc__buf_reserve(crcs, BC__CRC_HEADER + 4 * records)
+                : bc__error(BC_ENOMEM, "out of memory");
+  int fd = -1;
+  if (rc != 0) goto cleanup;
   crcs->size = BC__CRC_HEADER + 4 * records;
   bc__crc_table_header((unsigned char *)crcs->data, records, records_bytes);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)c->mode);
-  if (fd < 0) return bc__error_errno(errno, "%s: create", path);
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)c->mode);
+  if (fd < 0) {
+    rc = bc__error_errno(errno, "%s: create", path);
+    goto cleanup;
+  }
   rc = bc__write_all(fd, crcs->data, crcs->size, path);
   if (rc == 0) rc = bc__fsync(fd, path);
-  close(fd);
+cleanup:
+  if (fd >= 0) close(fd);
+  free(path);
   return rc;
 }
 
@@ -714,13 +386,13 @@ static int pass_find_end(bc_cache *c, bc__pass *p, uint64_t start, bc_buf *buf,
   c->src.close(c->src.payload, p->handle);
   void *handle = NULL;
   int rc = c->src.open_at(c->src.payload, from, &handle);
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->pool.lock);
   p->open = rc == 0;
   if (rc == 0) {
     p->handle = handle;
     p->pos = p->opened_at = from;
   }
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->pool.lock);
   if (rc != 0) return rc > 0 ? bc__error(BC_ESOURCE, "the source's open_at failed") : rc;
   atomic_fetch_add(&c->stats.passes_opened, 1);
   if ((rc = pass_advance(c, p, start, buf, ended)) != 0) return rc;
@@ -740,7 +412,7 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   size_t slot = 0;
   int rc = pass_lease(c, start, mode, &slot);
   if (rc != 0) return rc;
-  bc__pass *p = &c->passes[slot];
+  bc__pass *p = &c->pool.passes[slot];
   bc_buf buf = BC_BUF_INIT, crcs = BC_BUF_INIT;
   bc_writer *w = NULL;
   bool ended = false, keep = false;
@@ -749,13 +421,17 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   if (c->src.open_at != NULL && p->opened_at > 0) /* a pass from 0 is open()'s */
     snprintf(note, sizeof note, " (its pass was opened at record %llu with the "
              "source's open_at)", (unsigned long long)p->opened_at);
-  char scratch[4200];
   /* SHARD-PID-START.TOKEN: the owner for bc__clean_scratch, the token so
    * that two fills of a shard in one process never share a file. */
-  snprintf(scratch, sizeof scratch, "%s/%llu-%d-%llu.%llu.%s", c->scratch_dir,
-           (unsigned long long)shard, (int)c->self.pid,
-           (unsigned long long)c->self.start_time, (unsigned long long)f->token,
-           c->zstd ? "bagz" : "bag");
+  char *scratch = bc__path_printf("%s/%llu-%d-%llu.%llu.%s", c->scratch_dir,
+                                  (unsigned long long)shard, (int)c->self.pid,
+                                  (unsigned long long)c->self.start_time,
+                                  (unsigned long long)f->token,
+                                  c->zstd ? "bagz" : "bag");
+  if (scratch == NULL) {
+    rc = bc__error(BC_ENOMEM, "out of memory");
+    goto cleanup;
+  }
 
   if ((rc = pass_advance(c, p, start, &buf, &ended)) != 0) goto cleanup;
   if (ended) { /* the source has no record `start` */
@@ -831,13 +507,14 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   keep = rc == 0 && !ended;
 cleanup:
   atomic_fetch_add(&c->stats.records_written, n);
-  if (rc != 0 && rc != BC_ERANGE) {
+  if (rc != 0 && rc != BC_ERANGE && scratch != NULL) {
     /* Nothing partial survives: the writer discards, the scratch file goes. */
-    char scratch_crc[4200];
-    scratch_crc_file(scratch, scratch_crc, sizeof scratch_crc);
+    char *scratch_crc = bc__scratch_crc_path(scratch);
     unlink(scratch);
-    if (c->crc) unlink(scratch_crc);
+    if (c->crc && scratch_crc) unlink(scratch_crc);
+    free(scratch_crc);
   }
+  free(scratch);
   bc_writer_free(w);
   bc_buf_release(&buf);
   bc_buf_release(&crcs);
@@ -848,50 +525,28 @@ cleanup:
 }
 
 /* Claims shard `shard` in the shared state.  *claimed: we own it now.
- * Otherwise *rec is its state (PRESENT, or FILLING by a live owner). */
+ * Otherwise *rec is its state (PRESENT, or FILLING by a live owner).  A
+ * claim of our own process with no thread of ours filling it (the caller
+ * holds the process's filling record for this root and shard) is stale:
+ * taken like a dead one's. */
 static int try_claim(bc_cache *c, uint64_t shard, uint64_t token,
                      bc__shard_rec *rec, bool *claimed) {
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t);
-  if (rc != 0) return rc;
-  bool found;
-  *claimed = false;
-  rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, rec, &found);
-  /* A claim of our own process with no thread of ours filling it (the
-   * caller holds the process's filling record for this root and shard) is
-   * stale: take it like a dead one's. */
-  bool ours = found && rec->owner.pid == c->self.pid &&
-              rec->owner.start_time == c->self.start_time;
-  bool free_to_take =
-      rc == 0 && (!found || (rec->state == SHARD_FILLING &&
-                             (ours || !bc__owner_alive(rec->owner))));
-  if (free_to_take) {
-    /* A dead claimant may have left its file in shards/ (a crash between
-     * rename and commit): it is unknown to the state, so remove it. */
-    if (found) bc__unlink_shard_files(c, shard);
-    bc__shard_rec mine = {.state = SHARD_FILLING, .bytes = token, .owner = c->self};
-    rc = bc__rec_put(t, bc__dbi_shard(c->env), shard, &mine);
-    if (rc == 0) rc = bc__txn_commit(t);
-    else mdb_txn_abort(t);
-    if (rc == 0) *claimed = true;
-    return rc;
-  }
-  mdb_txn_abort(t);
-  return rc;
+  return bc__store_claim(&c->store, shard, token, rec, claimed);
 }
 
 int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *out) {
   double backoff = 0.001;
   for (;;) {
-    MDB_txn *t;
     bc__shard_rec rec;
-    bool found;
-    int rc = bc__txn_begin(c->env, false, &t);
+    bool found = false, final = false;
+    /* A final length never changes: then its two lookups are skipped. */
+    bool known = atomic_load(&c->final);
+    uint64_t length = 0;
+    int rc = bc__store_read(&c->store, shard, &rec, &found,
+                            known ? NULL : &length, &final);
     if (rc != 0) return rc;
-    rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
-    if (rc == 0) rc = bc__cache_load_length(c, t);
-    mdb_txn_abort(t);
-    if (rc != 0) return rc;
+    if (!known && length > 0) atomic_store(&c->known_length, length);
+    if (!known && final) atomic_store(&c->final, true);
     if (found && rec.state == SHARD_PRESENT) {
       *out = rec;
       return 0;
@@ -992,30 +647,7 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
 }
 
 int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *seen) {
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t);
-  if (rc != 0) return rc;
-  bc__shard_rec rec;
-  bool found;
-  rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
-  if (rc == 0 && found && rec.state == SHARD_PRESENT &&
-      rec.bytes == seen->bytes && rec.records == seen->records) {
-    char path[4200], crc[4200];
-    bc__cache_shard_file(c, shard, rec.records, rec.zstd, path, sizeof path);
-    bc__cache_crc_file(c, path, crc, sizeof crc);
-    unlink(path);
-    if (!rec.zstd) unlink(crc);
-    uint64_t bytes = 0;
-    bool f;
-    rc = bc__u64_get(t, bc__dbi_meta(c->env), "bytes", &bytes, &f);
-    if (rc == 0)
-      rc = bc__u64_put(t, bc__dbi_meta(c->env), "bytes",
-                       bytes > rec.bytes ? bytes - rec.bytes : 0);
-    if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
-  }
-  if (rc == 0) return bc__txn_commit(t);
-  mdb_txn_abort(t);
-  return rc;
+  return bc__store_forget(&c->store, shard, seen);
 }
 
 int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino) {
@@ -1028,14 +660,19 @@ int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino) {
   rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
   bool drop = false;
   if (rc == 0 && found && rec.state == SHARD_PRESENT) {
-    char path[4200], crc[4200];
-    bc__cache_shard_file(c, shard, rec.records, rec.zstd, path, sizeof path);
-    bc__cache_crc_file(c, path, crc, sizeof crc);
+    char *path = bc__cache_shard_path(c, shard, rec.records, rec.zstd);
+    char *crc = path ? bc__cache_crc_path(c, path) : NULL;
     struct stat st;
-    bool lost = stat(path, &st) != 0; /* its state goes too */
-    drop = lost || ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino);
-    if (drop && !lost) unlink(path);
-    if (drop && !rec.zstd) unlink(crc); /* the shard first, as evictions do */
+    if (crc == NULL) {
+      rc = bc__error(BC_ENOMEM, "out of memory");
+    } else {
+      bool lost = stat(path, &st) != 0; /* its state goes too */
+      drop = lost || ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino);
+      if (drop && !lost) unlink(path);
+      if (drop && !rec.zstd) unlink(crc); /* the shard first, as evictions do */
+    }
+    free(crc);
+    free(path);
   }
   if (rc == 0 && drop) {
     uint64_t bytes = 0;
@@ -1059,7 +696,7 @@ int bc__drain_loop(bc_cache *c, bool worker) {
   for (;;) {
     if (atomic_load(&c->stop_fills))
       return bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
-    uint64_t shard = atomic_fetch_add(&c->drain_next, 1);
+    uint64_t shard = atomic_fetch_add(&c->prefetch.drain_next, 1);
     if (atomic_load(&c->final) && shard * c->R >= atomic_load(&c->known_length))
       return 0;
     bc__shard_rec rec;
@@ -1069,12 +706,12 @@ int bc__drain_loop(bc_cache *c, bool worker) {
       if (worker) {
         /* The shard number is taken: leave it for the drain's caller to
          * retry and report, so no hole goes unnoticed. */
-        pthread_mutex_lock(&c->lock);
-        if (c->nfailed < sizeof c->failed_shards / sizeof *c->failed_shards)
-          c->failed_shards[c->nfailed++] = shard;
+        pthread_mutex_lock(&c->prefetch.lock);
+        if (c->prefetch.nfailed < sizeof c->prefetch.failed_shards / sizeof *c->prefetch.failed_shards)
+          c->prefetch.failed_shards[c->prefetch.nfailed++] = shard;
         else
-          c->drain_incomplete = true;
-        pthread_mutex_unlock(&c->lock);
+          c->prefetch.drain_incomplete = true;
+        pthread_mutex_unlock(&c->prefetch.lock);
       }
       return rc;
     }
@@ -1103,15 +740,15 @@ static int wait_fills_below(bc_cache *c, uint64_t end_shard) {
  * at `first`; later ones join its drain (lowering it if they need earlier
  * shards). */
 static void drain_join_at(bc_cache *c, bool join, uint64_t first) {
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->prefetch.lock);
   if (join) {
-    if (c->drainers == 0 || atomic_load(&c->drain_next) > first)
-      atomic_store(&c->drain_next, first);
-    c->drainers++;
+    if (c->prefetch.drainers == 0 || atomic_load(&c->prefetch.drain_next) > first)
+      atomic_store(&c->prefetch.drain_next, first);
+    c->prefetch.drainers++;
   } else {
-    c->drainers--;
+    c->prefetch.drainers--;
   }
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->prefetch.lock);
 }
 
 void bc__drain_join(bc_cache *c, bool join) {
@@ -1121,17 +758,17 @@ void bc__drain_join(bc_cache *c, bool join) {
 
 int bc__drain(bc_cache *c, bool from_start) {
   if (c->R == 0) return bc__error(BC_EIO, "%s: no shard length", c->root);
-  pthread_mutex_lock(&c->lock);
-  c->nfailed = 0;
-  c->drain_incomplete = false;
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_lock(&c->prefetch.lock);
+  c->prefetch.nfailed = 0;
+  c->prefetch.drain_incomplete = false;
+  pthread_mutex_unlock(&c->prefetch.lock);
   uint64_t first = from_start ? 0 : atomic_load(&c->known_length) / c->R;
   drain_join_at(c, true, first);
-  if (c->nworkers > 1) {
-    pthread_mutex_lock(&c->lock);
-    c->drain_requested = true; /* the workers join in */
-    pthread_cond_broadcast(&c->cond);
-    pthread_mutex_unlock(&c->lock);
+  if (c->prefetch.nworkers > 1) {
+    pthread_mutex_lock(&c->prefetch.lock);
+    c->prefetch.drain_requested = true; /* the workers join in */
+    pthread_cond_broadcast(&c->prefetch.cond);
+    pthread_mutex_unlock(&c->prefetch.lock);
   }
   int rc = bc__drain_loop(c, false);
   drain_join_at(c, false, 0);
@@ -1140,14 +777,14 @@ int bc__drain(bc_cache *c, bool from_start) {
   if ((rc = wait_fills_below(c, end_shard)) != 0) return rc;
   /* Shards a worker took but failed to fill: retry them here, so their
    * error (if it persists) reaches the caller. */
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->prefetch.lock);
   uint64_t failed[32];
-  size_t nfailed = c->nfailed;
-  bool incomplete = c->drain_incomplete;
-  memcpy(failed, c->failed_shards, nfailed * sizeof *failed);
-  c->nfailed = 0;
-  c->drain_incomplete = false;
-  pthread_mutex_unlock(&c->lock);
+  size_t nfailed = c->prefetch.nfailed;
+  bool incomplete = c->prefetch.drain_incomplete;
+  memcpy(failed, c->prefetch.failed_shards, nfailed * sizeof *failed);
+  c->prefetch.nfailed = 0;
+  c->prefetch.drain_incomplete = false;
+  pthread_mutex_unlock(&c->prefetch.lock);
   for (size_t i = 0; rc == 0 && i < nfailed; i++) {
     bc__shard_rec rec;
     if (failed[i] < end_shard) rc = bc__obtain(c, failed[i], BC__WAIT, &rec);
@@ -1218,10 +855,13 @@ int bc_cache_abandon_fills(bc_cache *c, int wait_ms) {
   pthread_mutex_unlock(&reg->lock);
   /* A close waiting for a worker stuck in the source stops waiting; fills
    * waiting for a pass such a worker holds give up. */
-  pthread_mutex_lock(&c->lock);
-  c->abandon = true;
-  pthread_cond_broadcast(&c->cond);
-  pthread_mutex_unlock(&c->lock);
+  atomic_store(&c->abandon, true);
+  pthread_mutex_lock(&c->pool.lock);
+  pthread_cond_broadcast(&c->pool.cond);
+  pthread_mutex_unlock(&c->pool.lock);
+  pthread_mutex_lock(&c->prefetch.lock);
+  pthread_cond_broadcast(&c->prefetch.cond);
+  pthread_mutex_unlock(&c->prefetch.lock);
   return (int)n;
 }
 
@@ -1301,13 +941,6 @@ int bc__fill_wait(bc_cache *c, bc__filling *f) {
   filling_put(reg, f);
   pthread_mutex_unlock(&reg->lock);
   return rc; /* (the fill's own result: the caller looks again) */
-}
-
-char *bc__fill_scratch_crc(const char *scratch) {
-  size_t n = strlen(scratch) + 5;
-  char *out = malloc(n);
-  if (out != NULL) scratch_crc_file(scratch, out, n);
-  return out;
 }
 
 int bc__fill_crc_append(bc_buf *crcs, const void *data, size_t size) {

@@ -41,11 +41,9 @@ int bc__fill_enter(bc_cache *c, uint64_t shard, uint64_t token,
 void bc__fill_leave(bc_cache *c, bc__filling *f, int rc);
 int bc__fill_wait(bc_cache *c, bc__filling *other);
 void bc__fill_put(bc_cache *c, bc__filling *f);
-
-/* The record checksums of .bag shards (format version 2): the sidecar of
- * a scratch file (malloc'd; NULL: out of memory), a record's CRC appended
- * to the table, the table written and fsynced next to the scratch file. */
-char *bc__fill_scratch_crc(const char *scratch);
+/* The record checksums of .bag shards (format version 2): a record's CRC
+ * appended to the table, the table written and fsynced next to the scratch
+ * file (its sidecar path: bc__scratch_crc_path). */
 int bc__fill_crc_append(bc_buf *crcs, const void *data, size_t size);
 int bc__fill_write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
                            uint64_t records, uint64_t records_bytes);

@@ -29,8 +29,11 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "cache/fills.h"
 #include "cache/lmdb_guard.h"
-#include "cache/slots.h"
+#include "cache/passes.h"
+#include "cache/prefetch.h"
+#include "cache/readers.h"
 
 #include "common/internal.h"
 
@@ -84,6 +87,8 @@ typedef struct {
   bc__owner owner;      /* FILLING: who */
 } bc__shard_rec;
 
+#include "cache/store.h" /* the typed store over this state */
+
 /* One LMDB environment per root per process (LMDB forbids opening an
  * environment twice in a process); shared by reference count and reopened
  * after fork. */
@@ -100,15 +105,7 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
  * PRESENT record. */
 int bc__state_validate(const char *data_path, uint64_t map_size, bool *claims);
 
-/* The shards this process is filling in a root, shared by every cache
- * object open on it in the process (so two caches on one root never take
- * each other's claims for stale ones).  `lock` is taken alone. */
-struct bc__filling;
-typedef struct {
-  pthread_mutex_t lock;
-  pthread_cond_t cond; /* a fill finished */
-  struct bc__filling *list;
-} bc__fill_registry;
+/* The root's fill registry (fills.h), shared by the process's caches. */
 bc__fill_registry *bc__env_fills(bc__env *env);
 /* pthread_atfork helpers (called by the cache's handlers). */
 void bc__envs_before_fork(void);
@@ -149,59 +146,39 @@ static inline uint64_t bc__sum_add(uint64_t sum, const void *data, size_t n) {
 }
 #define BC__SUM_INIT 0x6263736d31ULL
 
-#endif /* BC_CACHE_INTERNAL_H */
-
 /* ---- the cache object (cache.c, readers.c, fill.c, maint.c, prefetch.c) -- */
-
-/* A source pass owned by this process.  `busy` is read and written under
- * the cache lock; while it is set the other fields belong to the filler
- * that leased the pass (read them under the lock only when !busy), except
- * `pos`, which introspection reads at any time (atomic). */
-typedef struct {
-  void *handle;
-  _Atomic uint64_t pos; /* index of the next record it will produce */
-  uint64_t opened_at; /* the record it was opened at (0, or open_at's) */
-  bool open;     /* handle is a live pass */
-  bool busy;     /* leased to a filler */
-} bc__pass;
-
-/* A shard reader in use: held by the thread's hazard (reg set), pinned in
- * its slot (slot set, reg NULL), or opened for one read and closed by
- * bc__reader_release (both NULL). */
-typedef struct bc__reader {
-  bc_bag *bag;
-  uint64_t start; /* the shard's first record */
-  bc__slot *slot;
-  bc__treg *reg;
-} bc__reader;
 
 /* Access-clock bumps of shard opens waiting in a cache, at most: a full
  * list is committed at once, so opens of many distinct shards pay one disk
  * sync per this many (about 2 us each at 2.5 ms a sync). */
 #define BC__ACCESS_PENDING 1024
 
-/* A shard this process is filling, so its other threads wait for it (in
- * the root's bc__fill_registry).  `token` is unique in the process: the
- * claim in the shared state and the scratch file name carry it, so a fill
- * that was abandoned (bc_cache_abandon_fills) and comes back later touches
- * neither a newer fill's claim nor its file. */
-typedef struct bc__filling {
-  uint64_t shard;
-  struct bc_cache *cache; /* the cache object whose thread fills it */
-  uint64_t token;
-  atomic_bool abandoned;  /* set by bc_cache_abandon_fills: the filler stops
-                             at its next record and publishes nothing */
-  bool done;
-  bc_error_state err; /* the fill's result for its waiters: err.code 0, or
-                         the failure (message, errno, payload) */
-  int refs; /* the filler + waiters (registry lock) */
-  struct bc__filling *next;
-} bc__filling;
+/* Access-clock bumps of shard opens not committed yet, oldest first
+ * (access.c); since_ms: when the oldest was noted.  `lock` guards it. */
+typedef struct {
+  pthread_mutex_t lock;
+  uint64_t pending[BC__ACCESS_PENDING];
+  size_t n;
+  int64_t since_ms;
+} bc__access_log;
 
+/* The cache is a few sub-objects, each with its own lock and header, and
+ * fields set at open and read-only after it.
+ *
+ * Lock order.  Each sub-object's lock is taken alone: the pass pool's
+ * (passes.h), the prefetch queue's (prefetch.h), the open readers'
+ * (readers.h), the access log's, and the root's fill registry's
+ * (fills.h, shared by the process's caches on the root).  None is held
+ * while waiting for another, nor across a source call, LMDB or file I/O
+ * (taking one inside an LMDB transaction is fine).  Only the fork
+ * handlers (cache.c) hold several: open_caches_lock, then for each cache
+ * pool, prefetch, readers, access, in that order, then the environments'
+ * registry and fill registries (state.c). */
 struct bc_cache {
   bc_seq base; /* first: the cache is a sequence leaf */
   char *root, *shards_dir, *sums_dir, *scratch_dir, *locks_dir, *meta_path;
   bc__env *env;
+  bc__store store; /* the shared state, typed (store.h); set once R is */
   bc_source src;
   bool has_source;
   bc_cache_options opts;
@@ -211,46 +188,21 @@ struct bc_cache {
   int level;
   bool crc; /* shards are .bag with .bag.crc sidecars (format version 2) */
   bc__owner self;
+  uint64_t serial;       /* unique in the process, never reused */
   _Atomic uint64_t known_length; /* records known to exist */
   atomic_bool final;             /* known_length is the exact length */
+  atomic_bool stop_fills;        /* close: fills and drains end early */
+  /* bc_cache_abandon_fills: close stops waiting for workers, fills stop
+   * waiting for a pass (set, then each waiter's lock taken and its
+   * condition broadcast). */
+  atomic_bool abandon;
+  struct bc_cache *next_open; /* the process's list of open caches (fork;
+                                 open_caches_lock) */
 
-  /* Lock order: lock is taken alone; never held across LMDB write
-   * transactions, source callbacks or file I/O. */
-  pthread_mutex_t lock;
-  pthread_cond_t cond; /* passes released, fills done, queue changed */
-  uint64_t serial;       /* unique in the process, never reused */
-  bc__slot_table slots; /* lookups lock-free; growth under lock */
-  bc__slot **open;      /* slots with OPEN set (their readers count
-                           against max_open_shards) */
-  size_t nopen, open_cap, hand; /* hand: the CLOCK trim position */
-  bc__pass *passes;
-  size_t max_passes;  /* slots: passes kept open (parked or leased) */
-  size_t max_running; /* passes leased at once (1: not thread-safe) */
-  struct bc_cache *next_open; /* the process's list of open caches (fork) */
-  uint64_t queue[64];
-  size_t qlen;
-  /* Access-clock bumps of shard opens not committed yet, oldest first
-   * (access.c; lock); access_since_ms: when the oldest was noted. */
-  uint64_t access_pending[BC__ACCESS_PENDING];
-  size_t naccess;
-  int64_t access_since_ms;
-  /* The default prefetch policy's memory (lock): the last shards opened,
-   * as shard + 1 (0: none), to tell a sequential read from random ones. */
-#define BC__RECENT_OPENS 4
-  uint64_t recent_opens[BC__RECENT_OPENS];
-  size_t recent_next;
-  bool drain_requested, stopping;
-  atomic_bool stop_fills;      /* close: fills and drains end early */
-  uint64_t failed_shards[32];  /* shards a drain worker failed to fill */
-  size_t nfailed;              /* (lock); more than 32: drain_incomplete */
-  bool drain_incomplete;
-  _Atomic uint64_t drain_next; /* next shard a drain participant takes */
-  int drainers;                /* threads in a drain now (lock) */
-  struct bc__worker *workers;
-  int nworkers;  /* workers to stop (0 once stopped) */
-  int nstarted;  /* entries of workers[] (threads ever started) */
-  bool abandon; /* bc_cache_abandon_fills: close stops waiting for workers
-                   (lock) */
+  bc__pass_pool pool;          /* passes.h */
+  bc__prefetch_queue prefetch; /* prefetch.h */
+  bc__reader_list readers;     /* readers.h */
+  bc__access_log access;
 
   struct {
     atomic_uint_fast64_t shard_opens, fills, regenerations, evictions,
@@ -258,15 +210,19 @@ struct bc_cache {
   } stats;
 };
 
+/* Paths, malloc'd (NULL when out of memory): a printf-made one; the file
+ * of shard `shard` of `records` records; the checksum sidecar of shard
+ * file `shard_path` (sums/NAME.crc); that of a scratch file (SCRATCH.crc,
+ * in scratch/, removed with the scratch files of dead processes). */
+char *bc__path_printf(const char *fmt, ...) BC__PRINTF(1, 2);
+char *bc__cache_shard_path(const bc_cache *c, uint64_t shard, uint64_t records,
+                           bool zstd);
+char *bc__cache_crc_path(const bc_cache *c, const char *shard_path);
+char *bc__scratch_crc_path(const char *scratch);
+
 double bc__now(void);
 /* A clock of a few milliseconds' resolution, cheap enough for every hit. */
 double bc__coarse_now(void);
-/* Paths of a shard's file and its records range. */
-void bc__cache_shard_file(const bc_cache *c, uint64_t shard, uint64_t records,
-                    bool zstd, char *out, size_t size);
-/* The checksum sidecar of shard file `shard_path`: sums/NAME.crc. */
-void bc__cache_crc_file(const bc_cache *c, const char *shard_path, char *out,
-                        size_t size);
 /* Opens shard file `path` (of `records` records) as this cache reads it:
  * with its checksum sidecar attached when the root has them. */
 int bc__cache_open_shard(bc_cache *c, const char *path, bc_bag **out);
@@ -316,7 +272,7 @@ void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n);
  * transaction t, whose caller reads and writes the "clock" value *clock;
  * flush: commits them in a transaction of its own. */
 void bc__access_note(bc_cache *c, uint64_t shard);
-int bc__access_apply(bc_cache *c, MDB_txn *t, uint64_t *clock);
+int bc__access_apply(bc_cache *c, bc__store_txn *t, uint64_t *clock);
 void bc__access_flush(bc_cache *c);
 
 /* fill.c: makes shard s PRESENT (filling, waiting for another filler, or
@@ -356,14 +312,9 @@ int bc__rebuild_state(bc_cache *c);
 void bc__clean_scratch(bc_cache *c);
 int bc__estimate_shard_records(bc_cache *c, uint64_t *records);
 
-/* prefetch.c.  A worker holds a reference to the cache while it runs, so a
- * worker abandoned while stuck in the source (bc_cache_abandon_fills) finds
- * the cache still there when the source returns. */
-typedef struct bc__worker {
-  bc_cache *cache;
-  pthread_t thread;
-  bool exited; /* the thread is about to return (cache->lock) */
-} bc__worker;
+/* prefetch.c */
 int bc__workers_start(bc_cache *c);
 void bc__workers_stop(bc_cache *c);
 void bc__prefetch_after(bc_cache *c, uint64_t index);
+
+#endif /* BC_CACHE_INTERNAL_H */

@@ -1,8 +1,15 @@
 BC_CACHE_SOURCES = \
 	src/cache/internal.h \
+	src/cache/fills.h \
+	src/cache/passes.h \
+	src/cache/prefetch.h \
+	src/cache/readers.h \
 	src/cache/owner.c \
 	src/cache/meta.c \
 	src/cache/state.c \
+	src/cache/store.h \
+	src/cache/store.c \
+	src/cache/store_lmdb.c \
 	src/cache/lmdb_guard.h \
 	src/cache/lmdb_guard.c \
 	src/cache/validate.c \

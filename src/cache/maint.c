@@ -54,9 +54,7 @@ static void unlink_in(bc_cache *c, const char *dir, uint64_t shard, bool sums) {
     if ((sums ? parse_crc_name(e->d_name, &start, &end)
               : parse_shard_name(e->d_name, &start, &end, &zstd)) &&
         start == shard * c->R) {
-      char path[4200];
-      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-      unlink(path);
+      unlinkat(dirfd(d), e->d_name, 0);
     }
   }
   closedir(d);
@@ -70,9 +68,10 @@ void bc__unlink_shard_files(bc_cache *c, uint64_t shard) {
 
 /* True when shard file NAME has its sidecar in sums/. */
 static bool has_sidecar(const bc_cache *c, const char *name) {
-  char path[4200];
-  snprintf(path, sizeof path, "%s/%s.crc", c->sums_dir, name);
-  return access(path, F_OK) == 0;
+  char *path = bc__path_printf("%s/%s.crc", c->sums_dir, name);
+  bool there = path != NULL && access(path, F_OK) == 0;
+  free(path);
+  return there;
 }
 
 /* Infers the shard length, compression and known length from the files
@@ -131,15 +130,20 @@ typedef struct {
 /* Moves a file that does not fit this cache out of shards/, into
  * ROOT/rejected/, so that it is never taken for a shard. */
 static void reject_file(bc_cache *c, const found_file *f) {
-  char from[4200], dir[4200], to[4400];
-  snprintf(from, sizeof from, "%s/%s", c->shards_dir, f->name);
-  snprintf(dir, sizeof dir, "%s/rejected", c->root);
-  snprintf(to, sizeof to, "%s/%s", dir, f->name);
-  if ((mkdir(dir, 0755) == 0 || errno == EEXIST) && rename(from, to) == 0)
+  char *from = bc__path_printf("%s/%s", c->shards_dir, f->name);
+  char *dir = bc__path_printf("%s/rejected", c->root);
+  char *to = dir ? bc__path_printf("%s/%s", dir, f->name) : NULL;
+  if (from == NULL || to == NULL)
+    bc__notice("%s/%s: not a shard of this cache (%s); left alone: out of "
+               "memory", c->shards_dir, f->name, f->why);
+  else if ((mkdir(dir, 0755) == 0 || errno == EEXIST) && rename(from, to) == 0)
     bc__notice("%s: not a shard of this cache (%s); moved to %s", from, f->why, to);
   else
     bc__notice("%s: not a shard of this cache (%s); left alone: cannot move "
                "it to %s: %s", from, f->why, dir, strerror(errno));
+  free(to);
+  free(dir);
+  free(from);
 }
 
 /* Decides which files of shards/ are shards of this cache: named on a
@@ -211,23 +215,29 @@ int bc__rebuild_state(bc_cache *c) {
   while (rc == 0 && (e = readdir(d)) != NULL) {
     found_file f = {0};
     if (!parse_shard_name(e->d_name, &f.start, &f.end, &f.zstd)) continue;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", c->shards_dir, e->d_name);
+    char *path = bc__path_printf("%s/%s", c->shards_dir, e->d_name);
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (path == NULL) {
+      rc = bc__error(BC_ENOMEM, "out of memory");
+      break;
+    }
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+      free(path);
+      continue;
+    }
     f.bytes = (uint64_t)st.st_size;
     if (n == cap) {
       cap = cap ? 2 * cap : 64;
       found_file *p = realloc(files, cap * sizeof *p);
       if (p == NULL) {
+        free(path);
         rc = bc__error(BC_ENOMEM, "out of memory");
         break;
       }
       files = p;
     }
-    f.name = strdup(path);
-    if (f.name == NULL) rc = bc__error(BC_ENOMEM, "out of memory");
-    else files[n++] = f;
+    f.name = path; /* files[] owns it now */
+    files[n++] = f;
   }
   if (d) closedir(d);
   if (rc == 0) judge_files(c, files, n, length, final);
@@ -277,9 +287,7 @@ void bc__clean_scratch(bc_cache *c) {
     if (sscanf(name, "%llu-%d-%llu.", &shard, &pid, &start) != 3) continue;
     bc__owner o = {pid, start};
     if (bc__owner_alive(o)) continue;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", c->scratch_dir, e->d_name);
-    unlink(path);
+    unlinkat(dirfd(d), e->d_name, 0);
   }
   closedir(d);
 }
@@ -335,17 +343,19 @@ int bc_cache_verify(bc_cache *c, uint64_t *bad_start) {
   bc_buf buf = BC_BUF_INIT;
   for (size_t i = 0; rc == 0 && i < count; i++) {
     bc_cache_shard *s = &list[i];
+    char *path = NULL;
     uint64_t shard = s->start / c->R, sum = BC__SUM_INIT, want = 0;
     struct stat st;
     bc_bag *bag = NULL;
-    if (stat(s->path, &st) != 0) {
-      rc = bc__error_errno(errno, "%s: shard missing", s->path);
-    } else if ((uint64_t)st.st_size != s->bytes) {
-      rc = bc__error(BC_ECORRUPT, "%s: %llu bytes, %llu recorded", s->path,
+    rc = bc_cache_shard_path(c, s, &path);
+    if (rc == 0 && stat(path, &st) != 0) {
+      rc = bc__error_errno(errno, "%s: shard missing", path);
+    } else if (rc == 0 && (uint64_t)st.st_size != s->bytes) {
+      rc = bc__error(BC_ECORRUPT, "%s: %llu bytes, %llu recorded", path,
                      (unsigned long long)st.st_size, (unsigned long long)s->bytes);
-    } else if ((rc = bc__cache_open_shard(c, s->path, &bag)) == 0) {
+    } else if (rc == 0 && (rc = bc__cache_open_shard(c, path, &bag)) == 0) {
       if (bc_bag_len(bag) != s->end - s->start)
-        rc = bc__error(BC_ECORRUPT, "%s: %llu records, %llu recorded", s->path,
+        rc = bc__error(BC_ECORRUPT, "%s: %llu records, %llu recorded", path,
                        (unsigned long long)bc_bag_len(bag),
                        (unsigned long long)(s->end - s->start));
       for (uint64_t k = 0; rc == 0 && k < bc_bag_len(bag); k++) {
@@ -361,8 +371,9 @@ int bc_cache_verify(bc_cache *c, uint64_t *bad_start) {
       }
       if (rc == 0 && found && want != sum)
         rc = bc__error(BC_ECORRUPT, "%s: contents differ from the checksum "
-                       "recorded when it was first published", s->path);
+                       "recorded when it was first published", path);
     }
+    free(path);
     if (rc != 0 && bad_start) *bad_start = s->start;
   }
   bc_buf_release(&buf);
@@ -411,10 +422,8 @@ static int remove_dir_files(const char *dir) {
   int rc = 0;
   while ((e = readdir(d)) != NULL) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char path[8192];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    if (unlink(path) != 0 && errno != ENOENT && rc == 0)
-      rc = bc__error_errno(errno, "%s", path);
+    if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
+      rc = bc__error_errno(errno, "%s/%s", dir, e->d_name);
   }
   closedir(d);
   if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT)
@@ -423,22 +432,23 @@ static int remove_dir_files(const char *dir) {
 }
 
 int bc_cache_clear(const char *root) {
-  char path[4200];
   struct stat st;
   if (stat(root, &st) != 0) return bc__error_errno(errno, "%s", root);
-  snprintf(path, sizeof path, "%s/metadata.json", root);
-  if (access(path, F_OK) != 0)
-    return bc__error(BC_EINVAL, "%s: not a bagcache cache (no metadata.json); "
-                     "refusing to delete anything", root);
+  char *meta = bc__path_printf("%s/metadata.json", root), *path = NULL;
+  int rc = meta ? 0 : bc__error(BC_ENOMEM, "out of memory");
+  if (rc == 0 && access(meta, F_OK) != 0)
+    rc = bc__error(BC_EINVAL, "%s: not a bagcache cache (no metadata.json); "
+                   "refusing to delete anything", root);
   static const char *const dirs[] = {"shards", "sums", "scratch", "locks"};
-  int rc = 0;
   for (size_t i = 0; rc == 0 && i < 4; i++) {
-    snprintf(path, sizeof path, "%s/%s", root, dirs[i]);
-    rc = remove_dir_files(path);
+    free(path);
+    path = bc__path_printf("%s/%s", root, dirs[i]);
+    rc = path ? remove_dir_files(path) : bc__error(BC_ENOMEM, "out of memory");
   }
-  snprintf(path, sizeof path, "%s/metadata.json", root);
-  if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
-    rc = bc__error_errno(errno, "%s", path);
+  if (rc == 0 && unlink(meta) != 0 && errno != ENOENT)
+    rc = bc__error_errno(errno, "%s", meta);
   if (rc == 0) rmdir(root); /* only if empty: other files are the user's */
+  free(path);
+  free(meta);
   return rc;
 }

@@ -12,8 +12,8 @@
  * clock read costs as much as the rest of a hit), so a bump may come up to
  * 16 of its reads late.
  *
- * The cache lock guards the open list, the CLOCK hand, installs and the
- * growth of the slot table: an open takes it once, a hit never.  A reader
+ * The readers' lock (readers.h) guards the open list, the CLOCK hand,
+ * installs and the growth of the slot table: an open takes it once, a hit never.  A reader
  * is closed when it has been dropped (trimmed, or its shard evicted) and
  * its last user is done, by whoever finishes last: a reader in use is
  * never closed.
@@ -45,28 +45,28 @@
 #define CLOCK_EVERY 16         /* hits of a thread per clock read */
 #define TRIM_BATCH 16          /* readers closed per trim, at most */
 
-/* ---- the open list and its CLOCK hand (cache lock held) ---------------- */
+/* ---- the open list and its CLOCK hand (readers' lock held) ------------- */
 
 static int open_list_add(bc_cache *c, bc__slot *s) {
-  if (c->nopen == c->open_cap) {
-    size_t cap = c->open_cap ? 2 * c->open_cap : 64;
-    bc__slot **grown = realloc(c->open, cap * sizeof *grown);
+  if (c->readers.nopen == c->readers.open_cap) {
+    size_t cap = c->readers.open_cap ? 2 * c->readers.open_cap : 64;
+    bc__slot **grown = realloc(c->readers.open, cap * sizeof *grown);
     if (grown == NULL) return BC_ENOMEM;
-    c->open = grown;
-    c->open_cap = cap;
+    c->readers.open = grown;
+    c->readers.open_cap = cap;
   }
-  s->open_index = c->nopen;
-  c->open[c->nopen++] = s;
+  s->open_index = c->readers.nopen;
+  c->readers.open[c->readers.nopen++] = s;
   return 0;
 }
 
 static void open_list_remove(bc_cache *c, bc__slot *s) {
   size_t i = s->open_index;
   if (i == SIZE_MAX) return;
-  c->open[i] = c->open[--c->nopen];
-  c->open[i]->open_index = i;
+  c->readers.open[i] = c->readers.open[--c->readers.nopen];
+  c->readers.open[i]->open_index = i;
   s->open_index = SIZE_MAX;
-  if (c->hand >= c->nopen) c->hand = 0;
+  if (c->readers.hand >= c->readers.nopen) c->readers.hand = 0;
 }
 
 /* Drops slot s from the open list: no new pins; closed by its last user,
@@ -78,9 +78,9 @@ static void drop_slot(bc_cache *c, bc__slot *s) {
 
 /* drop_slot for a caller without the lock, if nobody dropped it yet. */
 static void drop_if_open(bc_cache *c, bc__slot *s) {
-  pthread_mutex_lock(&c->lock);
+  pthread_mutex_lock(&c->readers.lock);
   if (s->open_index != SIZE_MAX) drop_slot(c, s);
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->readers.lock);
 }
 
 /* Drops unused readers beyond max_open_shards, least recently used first
@@ -91,15 +91,15 @@ static void drop_if_open(bc_cache *c, bc__slot *s) {
 static size_t trim(bc_cache *c, bc__slot **out) {
   size_t max = c->opts.max_open_shards ? (size_t)c->opts.max_open_shards : 128;
   size_t n = 0;
-  for (size_t steps = 2 * c->nopen + 1;
-       c->nopen > max && n < TRIM_BATCH && steps > 0; steps--) {
-    if (c->hand >= c->nopen) c->hand = 0;
-    bc__slot *s = c->open[c->hand];
+  for (size_t steps = 2 * c->readers.nopen + 1;
+       c->readers.nopen > max && n < TRIM_BATCH && steps > 0; steps--) {
+    if (c->readers.hand >= c->readers.nopen) c->readers.hand = 0;
+    bc__slot *s = c->readers.open[c->readers.hand];
     if (bc__slot_pins(s) > 0) {
-      c->hand++;
+      c->readers.hand++;
     } else if (atomic_exchange_explicit(&s->referenced, false,
                                         memory_order_relaxed)) {
-      c->hand++;
+      c->readers.hand++;
     } else {
       drop_slot(c, s); /* the last slot moves into the hand's place */
       out[n++] = s;
@@ -109,7 +109,7 @@ static size_t trim(bc_cache *c, bc__slot **out) {
 }
 
 static void close_dropped(bc_cache *c, bc__slot **slots, size_t n) {
-  for (size_t i = 0; i < n; i++) bc__slot_try_close(&c->slots, slots[i]);
+  for (size_t i = 0; i < n; i++) bc__slot_try_close(&c->readers.slots, slots[i]);
 }
 
 /* The coarse time in milliseconds for the hit path, read from the clock
@@ -138,9 +138,9 @@ static bc__treg *my_reg(bc_cache *c) {
   static _Thread_local unsigned next_victim;
   for (int i = 0; i < 4; i++)
     if (recent[i].serial == c->serial) return recent[i].reg;
-  pthread_mutex_lock(&c->lock);
-  bc__treg *g = bc__treg_get(&c->slots);
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_lock(&c->readers.lock);
+  bc__treg *g = bc__treg_get(&c->readers.slots);
+  pthread_mutex_unlock(&c->readers.lock);
   if (g != NULL) {
     unsigned i = next_victim++ % 4;
     recent[i].serial = c->serial;
@@ -153,50 +153,53 @@ static bc__treg *my_reg(bc_cache *c) {
  * bumps of opens (access.c) first.  Returns false when the shard is no
  * longer PRESENT (evicted by someone). */
 static bool touch(bc_cache *c, uint64_t shard) {
-  MDB_txn *t;
-  if (bc__txn_begin(c->env, true, &t) != 0) return true;
+  const bc__store *st = &c->store;
+  bc__store_txn *t;
+  if (st->ops->begin(st->impl, true, &t) != 0) return true;
   bc__shard_rec rec;
-  bool found;
+  bool found = false;
   uint64_t clock = 0;
   bool cf;
-  if (bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found) == 0 && found &&
+  if (st->ops->get(t, shard, &rec, &found) == 0 && found &&
       rec.state == SHARD_PRESENT &&
-      bc__u64_get(t, bc__dbi_meta(c->env), "clock", &clock, &cf) == 0 &&
+      st->ops->u64_get(t, BC__KEY_CLOCK, &clock, &cf) == 0 &&
       bc__access_apply(c, t, &clock) == 0) {
     rec.last_access = ++clock;
-    if (bc__rec_put(t, bc__dbi_shard(c->env), shard, &rec) == 0 &&
-        bc__u64_put(t, bc__dbi_meta(c->env), "clock", clock) == 0) {
-      bc__txn_commit(t);
+    if (st->ops->put(t, shard, &rec) == 0 &&
+        st->ops->u64_put(t, BC__KEY_CLOCK, clock) == 0) {
+      st->ops->commit(t);
       return true;
     }
   }
   bool present = found && rec.state == SHARD_PRESENT;
-  mdb_txn_abort(t);
+  st->ops->abort(t);
   return present;
 }
 
 /* Opens shard `shard` as described by `rec` and checks it. */
 static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
                         bc_bag **out) {
-  char path[4200];
-  bc__cache_shard_file(c, shard, rec->records, rec->zstd, path, sizeof path);
+  char *path = bc__cache_shard_path(c, shard, rec->records, rec->zstd);
+  if (path == NULL) return bc__error(BC_ENOMEM, "out of memory");
   int rc = bc__cache_open_shard(c, path, out);
-  if (rc != 0) return rc;
+  if (rc != 0) goto cleanup;
   bc_shard_info info;
   bc_bag_shard_info(*out, 0, &info);
   uint64_t records = bc_bag_len(*out);
   if (info.file_bytes != rec->bytes || records != rec->records) {
     bc_bag_close(*out);
     *out = NULL;
-    return bc__error(BC_ECORRUPT,
-                     "%s: damaged shard: %llu bytes and %llu records, expected "
-                     "%llu bytes and %llu records", path,
-                     (unsigned long long)info.file_bytes,
-                     (unsigned long long)records,
-                     (unsigned long long)rec->bytes,
-                     (unsigned long long)rec->records);
+    rc = bc__error(BC_ECORRUPT,
+                   "%s: damaged shard: %llu bytes and %llu records, expected "
+                   "%llu bytes and %llu records", path,
+                   (unsigned long long)info.file_bytes,
+                   (unsigned long long)records,
+                   (unsigned long long)rec->bytes,
+                   (unsigned long long)rec->records);
   }
-  return 0;
+cleanup:
+  free(path);
+  return rc;
 }
 
 /* Drops idle readers of shards that are no longer PRESENT (evicted by
@@ -206,10 +209,10 @@ static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
 static void sweep_evicted(bc_cache *c) {
   uint64_t idle[128];
   size_t n = 0;
-  pthread_mutex_lock(&c->lock);
-  for (size_t i = 0; i < c->nopen && n < 128; i++)
-    if (bc__slot_pins(c->open[i]) == 0) idle[n++] = c->open[i]->shard;
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_lock(&c->readers.lock);
+  for (size_t i = 0; i < c->readers.nopen && n < 128; i++)
+    if (bc__slot_pins(c->readers.open[i]) == 0) idle[n++] = c->readers.open[i]->shard;
+  pthread_mutex_unlock(&c->readers.lock);
   if (n == 0) return;
   uint64_t gone[128];
   size_t ngone = 0;
@@ -252,7 +255,7 @@ static void note_hit(bc_cache *c, bc__treg *g, bc__slot *s) {
 int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
                        bc__reader *out) {
   bc__treg *g = my_reg(c);
-  bc__slot *s = bc__slots_find(&c->slots, shard);
+  bc__slot *s = bc__slots_find(&c->readers.slots, shard);
   if (s != NULL && g != NULL) {
     /* One hazard per thread: a thread already inside a read (a nested
      * one) pins instead. */
@@ -263,7 +266,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
                           shard * c->R, s, busy ? NULL : g};
       return 0;
     }
-    if (busy) bc__slot_unpin(&c->slots, s);
+    if (busy) bc__slot_unpin(&c->readers.slots, s);
   }
 
   bc_bag *bag = NULL;
@@ -302,12 +305,12 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
   size_t nclosing = 0;
   *out = (bc__reader){bag, shard * c->R, NULL, NULL}; /* alone unless
                                                           installed */
-  pthread_mutex_lock(&c->lock);
-  s = bc__slots_get(&c->slots, shard);
+  pthread_mutex_lock(&c->readers.lock);
+  s = bc__slots_get(&c->readers.slots, shard);
   if (s != NULL && bc__slot_pin(s)) {
     /* Another thread opened it meanwhile (an open slot is only dropped
      * under the lock we hold): use that one. */
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->readers.lock);
     bc_bag_close(bag);
     sweep_evicted(c);
     *out = (bc__reader){atomic_load_explicit(&s->bag, memory_order_relaxed),
@@ -315,7 +318,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
     return 0;
   }
   if (s != NULL) {
-    bc__slot_unpin(&c->slots, s); /* the failed pin above; may close an old
+    bc__slot_unpin(&c->readers.slots, s); /* the failed pin above; may close an old
                                      reader */
     if (bc__slot_install(s, bag)) {
       if (open_list_add(c, s) != 0) {
@@ -328,7 +331,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
       out->slot = s;
     }
   }
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->readers.lock);
   close_dropped(c, closing, nclosing);
   /* After the trim: readers it just closed need no lookup (with one open
    * shard allowed, none is left to check, and no transaction is begun). */
@@ -339,9 +342,9 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
 
 void bc__reader_release(bc_cache *c, bc__reader *r) {
   if (r->reg != NULL)
-    bc__slot_exit(&c->slots, r->reg, r->slot);
+    bc__slot_exit(&c->readers.slots, r->reg, r->slot);
   else if (r->slot != NULL)
-    bc__slot_unpin(&c->slots, r->slot);
+    bc__slot_unpin(&c->readers.slots, r->slot);
   else
     bc_bag_close(r->bag);
 }
@@ -353,37 +356,37 @@ void bc__reader_discard(bc_cache *c, bc__reader *r) {
 
 void bc__readers_forget(bc_cache *c, const uint64_t *shards, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    bc__slot *s = bc__slots_find(&c->slots, shards[i]);
+    bc__slot *s = bc__slots_find(&c->readers.slots, shards[i]);
     if (s == NULL) continue;
     drop_if_open(c, s);
-    bc__slot_try_close(&c->slots, s);
+    bc__slot_try_close(&c->readers.slots, s);
   }
 }
 
 uint64_t bc__readers_hits(bc_cache *c) {
   uint64_t hits = 0;
-  pthread_mutex_lock(&c->lock);
-  for (bc__treg *g = c->slots.regs; g != NULL; g = g->next)
+  pthread_mutex_lock(&c->readers.lock);
+  for (bc__treg *g = c->readers.slots.regs; g != NULL; g = g->next)
     hits += atomic_load_explicit(&g->hits, memory_order_relaxed);
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_unlock(&c->readers.lock);
   return hits;
 }
 
 size_t bc__readers_open_count(bc_cache *c) {
-  pthread_mutex_lock(&c->lock);
-  size_t n = c->nopen;
-  pthread_mutex_unlock(&c->lock);
+  pthread_mutex_lock(&c->readers.lock);
+  size_t n = c->readers.nopen;
+  pthread_mutex_unlock(&c->readers.lock);
   return n;
 }
 
 void bc__readers_close_all(bc_cache *c) {
-  for (bc__slot *s = c->slots.all; s != NULL; s = s->next_all) {
+  for (bc__slot *s = c->readers.slots.all; s != NULL; s = s->next_all) {
     uint64_t v = atomic_load_explicit(&s->word, memory_order_relaxed);
     if (v & BC__SLOT_HASBAG)
       bc_bag_close(atomic_load_explicit(&s->bag, memory_order_relaxed));
   }
-  bc__slots_free(&c->slots);
-  free(c->open);
-  c->open = NULL;
-  c->nopen = c->open_cap = c->hand = 0;
+  bc__slots_free(&c->readers.slots);
+  free(c->readers.open);
+  c->readers.open = NULL;
+  c->readers.nopen = c->readers.open_cap = c->readers.hand = 0;
 }

@@ -7,7 +7,7 @@
  * until the cache is destroyed (type-stable memory: a pointer to a slot
  * never dangles, whatever happens to the reader in it).  It is found
  * through a radix table that only grows; readers walk it with acquire
- * loads, writers extend it under the cache lock.
+ * loads, writers extend it under the readers' lock (readers.h).
  *
  * The slot's `word` holds its state, changed only by atomic
  * read-modify-writes, never by a hit:
@@ -31,11 +31,11 @@
  * after sees OPEN clear and backs out.
  *
  * Transitions:
- *   install (cache lock held, HASBAG clear): store bag, then CAS the word
+ *   install (readers' lock held, HASBAG clear): store bag, then CAS the word
  *     to generation+1 | OPEN | HASBAG, keeping the pins (release);
  *   pin: fetch_add 1 (acquire); OPEN seen -> the bag is ours until unpin;
  *     OPEN not seen -> unpin at once;
- *   drop (cache lock held): fetch_and ~OPEN; nobody takes the bag after;
+ *   drop (readers' lock held): fetch_and ~OPEN; nobody takes the bag after;
  *   unpin / hazard exit: whoever finds pins 0, OPEN clear and HASBAG set
  *     tries to close;
  *   close: with no hazard naming the slot, CAS the exact word (HASBAG,

@@ -113,10 +113,12 @@ static int lock_file_allocate(bc__env *e, bool whole) {
      * child the parent's descriptor is replaced (the child holds no lock
      * yet). */
     if (e->lock_fd >= 0) close(e->lock_fd);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/lock.mdb", e->dir);
+    char *path = bc__path_printf("%s/lock.mdb", e->dir);
+    if (path == NULL) return ENOMEM;
     e->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, (mode_t)e->mode);
-    if (e->lock_fd < 0) return errno;
+    int err = errno;
+    free(path);
+    if (e->lock_fd < 0) return err;
   }
   struct stat st;
   int rc = fstat(e->lock_fd, &st) != 0 ? errno : 0;
@@ -221,12 +223,14 @@ static int reap_claims(bc__env *e, size_t *reaped) {
 
 /* Moves a damaged environment aside (locks/data.mdb -> .damaged). */
 static void env_discard_files(const char *dir) {
-  char a[4200], b[4200];
-  snprintf(a, sizeof a, "%s/data.mdb", dir);
-  snprintf(b, sizeof b, "%s/data.mdb.damaged", dir);
-  rename(a, b);
-  snprintf(a, sizeof a, "%s/lock.mdb", dir);
-  unlink(a);
+  char *a = bc__path_printf("%s/data.mdb", dir);
+  char *b = bc__path_printf("%s/data.mdb.damaged", dir);
+  char *lock = bc__path_printf("%s/lock.mdb", dir);
+  if (a && b) rename(a, b);
+  if (lock) unlink(lock);
+  free(lock);
+  free(b);
+  free(a);
 }
 
 int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
@@ -234,6 +238,7 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
   char *real = realpath(locks_dir, NULL);
   if (real == NULL) return bc__error_errno(errno, "%s", locks_dir);
   int rc = 0, gate = -1;
+  char *data = NULL; /* the file an error names */
   pthread_mutex_lock(&registry_lock);
   bc__env *e = registry;
   while (e != NULL && strcmp(e->dir, real) != 0) e = e->next;
@@ -256,20 +261,20 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
     pthread_mutex_init(&e->fills.lock, NULL);
     pthread_cond_init(&e->fills.cond, NULL);
     e->lock_fd = -1;
-    char data[4200];
+    e->users_fd = -1;
     /* The gate serialises this block across processes: a flock conversion
      * (exclusive to shared, or back) is not atomic, and another process
      * taking locks/users exclusively in between would think itself alone
      * and move the state aside under us.  Every process takes locks/users
      * only while holding the gate, so nobody can. */
-    snprintf(data, sizeof data, "%s/gate", real);
+    if ((data = bc__path_printf("%s/gate", real)) == NULL) goto out_of_memory;
     gate = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
     if (gate < 0 || flock(gate, LOCK_EX) != 0) {
       rc = bc__error_errno(errno, "%s", data);
-      e->users_fd = -1;
       goto discard;
     }
-    snprintf(data, sizeof data, "%s/users", real);
+    free(data);
+    if ((data = bc__path_printf("%s/users", real)) == NULL) goto out_of_memory;
     e->users_fd = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
     /* Alone: no other process has the environment open, and none can open
      * it before the gate is released. */
@@ -278,7 +283,8 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       rc = bc__error_errno(errno, "%s", data);
       goto discard;
     }
-    snprintf(data, sizeof data, "%s/data.mdb", real);
+    free(data);
+    if ((data = bc__path_printf("%s/data.mdb", real)) == NULL) goto out_of_memory;
     bool claims = false; /* entries for reap_claims to look at */
     if (alone) {
       /* LMDB trusts its pages: check them first, while nobody writes. */
@@ -330,6 +336,8 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
   }
   *out = e;
   goto cleanup;
+out_of_memory:
+  rc = bc__error(BC_ENOMEM, "out of memory");
 discard: /* a new environment that failed to open (rc set) */
   if (e->users_fd >= 0) close(e->users_fd); /* drops its flock */
   if (e->lock_fd >= 0) close(e->lock_fd);    /* LMDB is closed */
@@ -339,6 +347,7 @@ discard: /* a new environment that failed to open (rc set) */
   free(e->dir);
   free(e);
 cleanup:
+  free(data);
   if (gate >= 0) close(gate); /* drops the gate */
   pthread_mutex_unlock(&registry_lock);
   return rc;

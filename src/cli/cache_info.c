@@ -122,15 +122,19 @@ static json_t *stats_json(const bc_cache_stats *s) {
   return obj;
 }
 
-static json_t *shards_json(const bc_cache_shard *shards, size_t count) {
+static json_t *shards_json(bc_cache *cache, const bc_cache_shard *shards,
+                           size_t count) {
   json_t *list = json_array();
   for (size_t i = 0; list && i < count; i++) {
     json_t *s = json_object();
-    bool ok = put(s, "start", u64(shards[i].start)) &&
+    char *path = NULL;
+    bool ok = bc_cache_shard_path(cache, &shards[i], &path) == BC_OK &&
+              put(s, "start", u64(shards[i].start)) &&
               put(s, "end", u64(shards[i].end)) &&
-              put(s, "path", json_string(shards[i].path)) &&
+              put(s, "path", json_string(path)) &&
               put(s, "bytes", u64(shards[i].bytes)) &&
               put(s, "last_access", u64(shards[i].last_access));
+    free(path);
     if (!ok || json_array_append_new(list, s) != 0) {
       if (!ok) json_decref(s);
       json_decref(list);
@@ -152,7 +156,7 @@ static int print_json(bc_cache *cache, const bc_cache_stats *stats) {
   obj = stats_json(stats);
   bool ok = put(obj, "info", info);
   info = NULL; /* put() took it */
-  if (!ok || !put(obj, "shards", shards_json(shards, count)) ||
+  if (!ok || !put(obj, "shards", shards_json(cache, shards, count)) ||
       !(text = json_dumps(obj, JSON_INDENT(2)))) {
     cli_error("out of memory", "building the JSON description");
     goto cleanup;

@@ -26,6 +26,17 @@
 /* Records "message" as this thread's detail message and returns `code`, so a
  * failure site reads `return bc__error(BC_ECORRUPT, "%s: ...", path);`. */
 int bc__error(int code, const char *fmt, ...) BC__PRINTF(2, 3);
+/* BC_EINVAL unless an options struct's version `got` is `want`, saying how
+ * to initialize one: `type` is its name ("bc_cache_options"), `prefix` its
+ * macros' ("BC_CACHE_OPTIONS").  version.c. */
+int bc__options_version(const char *type, const char *prefix, unsigned got,
+                        unsigned want);
+/* The body of a public bc_x_options_init(opts, version). */
+#define BC__OPTIONS_INIT(type, prefix, opts, version)                        \
+  ((opts) == NULL ? bc__error(BC_EINVAL, #type "_init: NULL options")       \
+   : bc__options_version(#type, #prefix, (version), prefix##_VERSION) != 0  \
+       ? BC_EINVAL                                                           \
+       : (*(opts) = (type)prefix##_INIT, 0))
 
 /* Like bc__error but keeps bc_errno(): for a message that wraps the
  * current one ("indices[3]: %s" with bc_errmsg()), so the system error

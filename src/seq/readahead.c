@@ -136,12 +136,20 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
+int bc_readahead_options_init(bc_readahead_options *opts, unsigned version) {
+  return BC__OPTIONS_INIT(bc_readahead_options, BC_READAHEAD_OPTIONS, opts,
+                          version);
+}
+
 int bc_readahead_open(bc_readahead **out, bc_seq *seq, bc_index_stream_fn fn,
                       void *payload, const bc_readahead_options *opts) {
   static const bc_readahead_options defaults = BC_READAHEAD_OPTIONS_INIT;
   if (out == NULL || seq == NULL || fn == NULL)
     return bc__error(BC_EINVAL, "bc_readahead_open: NULL argument");
   if (opts == NULL) opts = &defaults;
+  if (opts->version != BC_READAHEAD_OPTIONS_VERSION)
+    return bc__options_version("bc_readahead_options", "BC_READAHEAD_OPTIONS",
+                               opts->version, BC_READAHEAD_OPTIONS_VERSION);
   if (opts->window < 1 || opts->threads < 1 || opts->threads > 256)
     return bc__error(BC_EINVAL,
                      "read-ahead: window %zu and threads %d (need window >= 1, "

@@ -264,7 +264,16 @@ static const bc_seq_ops callback_ops = {
     .destroy = callback_destroy,
 };
 
+int bc_callback_seq_options_init(bc_callback_seq_options *opts, unsigned version) {
+  return BC__OPTIONS_INIT(bc_callback_seq_options, BC_CALLBACK_SEQ_OPTIONS,
+                          opts, version);
+}
+
 int bc_seq_new_callbacks(bc_seq **out, const bc_callback_seq_options *opts) {
+  if (opts != NULL && opts->version != BC_CALLBACK_SEQ_OPTIONS_VERSION)
+    return bc__options_version("bc_callback_seq_options",
+                               "BC_CALLBACK_SEQ_OPTIONS", opts->version,
+                               BC_CALLBACK_SEQ_OPTIONS_VERSION);
   if (out == NULL || opts == NULL || opts->get == NULL)
     return bc__error(BC_EINVAL, "bc_seq_new_callbacks: get is required");
   if (opts->length == NULL && opts->fixed_length.kind == BC_LEN_AT_LEAST)

@@ -12,8 +12,12 @@ class BcBuf(ctypes.Structure):
                 ("capacity", ctypes.c_size_t)]
 
 
+BC_READER_OPTIONS_VERSION = 1
+
+
 class BcReaderOptions(ctypes.Structure):
     _fields_ = [
+        ("version", ctypes.c_uint),
         ("sharding_layout", ctypes.c_int),
         ("limits_placement", ctypes.c_int),
         ("limits_storage", ctypes.c_int),
@@ -39,8 +43,12 @@ class CBag:
         lib.bc_buf_release.argtypes = [ctypes.POINTER(BcBuf)]
         lib.bc_bag_close.argtypes = [ctypes.c_void_p]
         lib.bc_errmsg.restype = ctypes.c_char_p
+        lib.bc_reader_options_init.argtypes = [ctypes.POINTER(BcReaderOptions),
+                                               ctypes.c_uint]
         self.lib = lib
-        opts = BcReaderOptions()  # zeros = BC_READER_OPTIONS_INIT
+        opts = BcReaderOptions()
+        if lib.bc_reader_options_init(ctypes.byref(opts), BC_READER_OPTIONS_VERSION) != 0:
+            raise RuntimeError("bc_reader_options_init: " + lib.bc_errmsg().decode())
         opts.max_parallelism = parallelism
         self.bag = ctypes.c_void_p()
         if lib.bc_bag_open(ctypes.byref(self.bag), spec.encode(), ctypes.byref(opts)) != 0:

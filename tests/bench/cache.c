@@ -196,15 +196,23 @@ static char *shard_spec(bc_cache *c, size_t *nshards) {
   bc_cache_shard *list = calloc(n ? n : 1, sizeof *list);
   if (list == NULL) die("out of memory");
   check("shards", bc_cache_shards(c, list, n, &n));
+  char **paths = calloc(n ? n : 1, sizeof *paths);
+  if (paths == NULL) die("out of memory");
   size_t size = 1;
-  for (size_t i = 0; i < n; i++) size += strlen(list[i].path) + 1;
+  for (size_t i = 0; i < n; i++) {
+    check("shard path", bc_cache_shard_path(c, &list[i], &paths[i]));
+    size += strlen(paths[i]) + 1;
+  }
   char *spec = malloc(size);
   if (spec == NULL) die("out of memory");
   spec[0] = '\0';
   size_t used = 0;
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
     used += (size_t)snprintf(spec + used, size - used, "%s%s", i ? "," : "",
-                             list[i].path);
+                             paths[i]);
+    free(paths[i]);
+  }
+  free(paths);
   free(list);
   *nshards = n;
   return spec;
@@ -505,6 +513,9 @@ static void cold_gets(const char *root, uint64_t shard, uint64_t reads, int repe
   size_t n = 0;
   check("shards", bc_cache_shards(probe, list, COLD_SHARDS, &n));
   if (n != COLD_SHARDS) die("%s: %zu shards, expected %d", root, n, COLD_SHARDS);
+  char *paths[COLD_SHARDS];
+  for (size_t i = 0; i < n; i++)
+    check("shard path", bc_cache_shard_path(probe, &list[i], &paths[i]));
   bc_cache_close(probe);
 
   unsigned char *got = malloc(REC), want[REC];
@@ -515,7 +526,7 @@ static void cold_gets(const char *root, uint64_t shard, uint64_t reads, int repe
   check(root, bc_cache_open(&c, root, NULL, &o));
   for (uint64_t k = 0; k < reads && k < 64; k++) {
     gen_record(idx[k], want);
-    raw_cold_read(list[idx[k] / shard].path, idx[k] % shard, got);
+    raw_cold_read(paths[idx[k] / shard], idx[k] % shard, got);
     check("cold get", bc_cache_get(c, (int64_t)idx[k], &buf));
     if (memcmp(got, want, REC) != 0 || buf.size != REC ||
         memcmp(buf.data, want, REC) != 0)
@@ -527,7 +538,7 @@ static void cold_gets(const char *root, uint64_t shard, uint64_t reads, int repe
   for (int r = 0; r < repeat; r++) {
     double t0 = bench_now();
     for (uint64_t k = 0; k < reads; k++)
-      raw_cold_read(list[idx[k] / shard].path, idx[k] % shard, got);
+      raw_cold_read(paths[idx[k] / shard], idx[k] % shard, got);
     tr[r] = bench_now() - t0;
     /* A new handle each run: no reader open at the start. */
     check(root, bc_cache_open(&c, root, NULL, &o));
@@ -546,6 +557,7 @@ static void cold_gets(const char *root, uint64_t shard, uint64_t reads, int repe
   *t_cache = bench_median(tc, (size_t)repeat);
   *t_raw = bench_median(tr, (size_t)repeat);
   bc_buf_release(&buf);
+  for (size_t i = 0; i < n; i++) free(paths[i]);
   free(got);
   free(list);
   free(idx);

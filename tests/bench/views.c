@@ -88,7 +88,7 @@ static int empty_get(void *payload, uint64_t index, bc_buf *out) {
 }
 
 static bc_seq *index_leaf(uint64_t n) {
-  bc_callback_seq_options o = {0};
+  bc_callback_seq_options o = BC_CALLBACK_SEQ_OPTIONS_INIT;
   o.fixed_length = (bc_len){BC_LEN_EXACT, n};
   o.get = empty_get;
   o.thread_safe = true;

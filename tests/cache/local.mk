@@ -18,6 +18,7 @@ BC_CACHE_TESTS = \
 	tests/cache/test_cache_nospace \
 	tests/cache/test_cache_abandon \
 	tests/cache/test_cache_append \
+	tests/cache/test_cache_policy \
 	tests/cache/test_cache_cancel \
 	tests/cache/test_slots
 
@@ -36,6 +37,10 @@ BC_CACHE_TEST_UTIL = tests/cache/source.c tests/cache/source.h \
 BC_CACHE_TEST_FIXTURE = tests/cache/fixture.c tests/cache/fixture.h
 BC_CACHE_TEST_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 BC_CACHE_TEST_LDADD = libbagcache_core.la $(CMOCKA_LIBS) $(BC_DEP_LIBS)
+
+tests_cache_test_cache_policy_SOURCES = tests/cache/test_cache_policy.c
+tests_cache_test_cache_policy_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_policy_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_basics_SOURCES = tests/cache/test_cache_basics.c \
 	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)

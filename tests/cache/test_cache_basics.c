@@ -657,10 +657,14 @@ static void test_zstd(void **state) {
   CU_OK(bc_cache_shards(f->c, list, 8, &n));
   assert_int_equal(n, 4);
   for (size_t k = 0; k < n; k++) {
-    size_t len = strlen(list[k].path);
-    assert_true(len > 5 && strcmp(list[k].path + len - 5, ".bagz") == 0);
+    char *path = NULL;
+    assert_true(list[k].zstd);
+    CU_OK(bc_cache_shard_path(f->c, &list[k], &path));
+    size_t len = strlen(path);
+    assert_true(len > 5 && strcmp(path + len - 5, ".bagz") == 0);
     bc_bag *bag = NULL;
-    CU_OK(bc_bag_open(&bag, list[k].path, NULL));
+    CU_OK(bc_bag_open(&bag, path, NULL));
+    free(path);
     bc_shard_info info;
     CU_OK(bc_bag_shard_info(bag, 0, &info));
     assert_int_equal(info.compression, BC_COMPRESSION_ZSTD);

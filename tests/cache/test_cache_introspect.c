@@ -108,12 +108,15 @@ static void scripted(fixture *f, bool with_skip) {
     assert_int_equal(list[k].end, 10 * k + 10);
     char name[64];
     snprintf(name, sizeof name, "shards/%zu.%zu.bag", 10 * k, 10 * k + 10);
-    char *want = cu_path(f->root, name);
-    assert_string_equal(list[k].path, want);
+    char *want = cu_path(f->root, name), *path = NULL;
+    assert_false(list[k].zstd);
+    CU_OK(bc_cache_shard_path(f->c, &list[k], &path));
+    assert_string_equal(path, want);
     free(want);
     struct stat sb;
-    assert_int_equal(stat(list[k].path, &sb), 0);
+    assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(list[k].bytes, (uint64_t)sb.st_size);
+    free(path);
   }
   assert_true(list[0].last_access < list[3].last_access);
   assert_true(list[3].last_access < list[1].last_access);

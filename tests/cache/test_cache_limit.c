@@ -299,7 +299,8 @@ static void test_nondeterministic_content(void **state) {
   CU_OK(bc_cache_shards(f->c, now, 8, &n_now));
   assert_int_equal(n_now, n_old);
   for (size_t k = 0; k < n_now; k++) {
-    assert_string_equal(now[k].path, old[k].path);
+    assert_int_equal(now[k].start, old[k].start);
+    assert_int_equal(now[k].end, old[k].end);
     assert_int_equal(now[k].bytes, old[k].bytes);
   }
   assert_int_equal(cu_dir_count(f->scratch), 0);
@@ -499,6 +500,76 @@ static void test_open_protects_from_own_eviction(void **state) {
   assert_int_equal(stats_of(f->c).evictions, 1);
 }
 
+/* ---- one publish evicting many shards -------------------------------------- */
+
+/* A source of SMALL_SHARDS records of 16 bytes, then one record of
+ * big_bytes (set by the test once the small shards' sizes are known), then
+ * the end.  Shards of one record. */
+#define SMALL_SHARDS 100
+static size_t big_bytes;
+
+static int many_open(void *payload, void **handle) {
+  (void)payload;
+  uint64_t *pos = calloc(1, sizeof *pos);
+  if (pos == NULL) return BC_ENOMEM;
+  *handle = pos;
+  return 0;
+}
+
+static int many_next(void *payload, void *handle, bc_buf *out) {
+  (void)payload;
+  uint64_t *pos = handle;
+  if (*pos > SMALL_SHARDS) return 0;
+  size_t n = *pos < SMALL_SHARDS ? 16 : big_bytes;
+  int rc = bc__buf_reserve(out, n);
+  if (rc != 0) return rc;
+  memset(out->data, 'a' + (int)(*pos % 26), n);
+  out->size = n;
+  ++*pos;
+  return 1;
+}
+
+static void many_close(void *payload, void *handle) {
+  (void)payload;
+  free(handle);
+}
+
+/* One publish that evicts more than 32 shards (issue 15: the victims were
+ * kept in an array of 32, and readers of the others stayed open, their
+ * unlinked files mapped): every victim's reader in this process is dropped
+ * and its file unmapped at once, before any other open. */
+static void test_publish_evicts_many(void **state) {
+  fixture *f = *state;
+  bc_source src = {.version = BC_SOURCE_VERSION, .open = many_open,
+                   .next = many_next, .close = many_close};
+  bc_cache_options o = limited(1, 0);
+  o.max_open_shards = 1000;
+  CU_OK(bc_cache_open(&f->c, f->root, &src, &o));
+  for (int64_t i = 0; i < SMALL_SHARDS; i++) CU_OK(bc_cache_get(f->c, i, &f->buf));
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.open_shards, SMALL_SHARDS);
+  uint64_t limit = st.bytes_on_disk, small = limit / SMALL_SHARDS;
+  assert_int_equal(limit % SMALL_SHARDS, 0);
+  /* Half the limit less a small shard's size: the big shard (its file a
+   * little larger than its record) stays within the smallest workable
+   * limit, and its publish must evict at least 40 small shards. */
+  big_bytes = (size_t)(limit / 2 - small);
+  bc_cache *other = NULL; /* stores the limit for every opener */
+  bc_cache_options lo = limited(1, limit);
+  CU_OK(bc_cache_open(&other, f->root, NULL, &lo));
+  bc_cache_close(other);
+  CU_OK(bc_cache_fill_all(f->c)); /* publishes the big shard: no open */
+  st = stats_of(f->c);
+  assert_true(st.length_final);
+  assert_int_equal(st.length, SMALL_SHARDS + 1);
+  assert_true(st.evictions >= 40);
+  assert_int_equal(st.shards_present, SMALL_SHARDS + 1 - st.evictions);
+  assert_true(st.bytes_on_disk <= limit);
+  /* Every victim's reader is gone, and no unlinked file stays mapped. */
+  assert_int_equal(st.open_shards, SMALL_SHARDS - st.evictions);
+  assert_int_equal(cu_deleted_held(f->shards), 0);
+}
+
 int main(void) {
   bc_set_notice_handler(NULL, NULL);
   const struct CMUnitTest tests[] = {
@@ -519,6 +590,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_open_protects_from_own_eviction,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_publish_evicts_many, setup, teardown),
   };
   return cmocka_run_group_tests_name("cache disk limit", tests, NULL, NULL);
 }

@@ -53,7 +53,7 @@ static int array_get(void *payload, uint64_t index, bc_buf *out) {
 bc_seq *array_leaf(unsigned leaf, size_t len, int thread_safe) {
   leaf_payload *p = malloc(sizeof *p);
   *p = (leaf_payload){leaf, len, len};
-  bc_callback_seq_options o = {0};
+  bc_callback_seq_options o = BC_CALLBACK_SEQ_OPTIONS_INIT;
   o.fixed_length = (bc_len){BC_LEN_EXACT, len};
   o.get = array_get;
   o.free_payload = free;
@@ -87,7 +87,7 @@ static int growing_get(void *payload, uint64_t index, bc_buf *out) {
 bc_seq *growing_leaf(unsigned leaf, size_t len, size_t known) {
   leaf_payload *p = malloc(sizeof *p);
   *p = (leaf_payload){leaf, len, known};
-  bc_callback_seq_options o = {0};
+  bc_callback_seq_options o = BC_CALLBACK_SEQ_OPTIONS_INIT;
   o.length = growing_length;
   o.get = growing_get;
   o.free_payload = free;
@@ -157,7 +157,7 @@ void check_against_model(bc_seq *seq, const model *m, uint64_t seed) {
 
   /* iteration */
   bc_readahead *it;
-  bc_readahead_options o = {3, 2};
+  bc_readahead_options o = {BC_READAHEAD_OPTIONS_VERSION, 3, 2};
   assert_int_equal(bc_seq_iterate(&it, seq, 0, &o), 0);
   size_t got = 0;
   uint64_t at;

@@ -467,7 +467,7 @@ static int gated_get(void *payload, uint64_t index, bc_buf *out) {
 static void test_readahead_ready(void **state) {
   (void)state;
   gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 2};
-  bc_callback_seq_options o = {0};
+  bc_callback_seq_options o = BC_CALLBACK_SEQ_OPTIONS_INIT;
   o.fixed_length = (bc_len){BC_LEN_EXACT, 4};
   o.get = gated_get;
   o.payload = &g;
@@ -475,7 +475,7 @@ static void test_readahead_ready(void **state) {
   bc_seq *leaf;
   assert_int_equal(bc_seq_new_callbacks(&leaf, &o), 0);
   bc_readahead *it;
-  bc_readahead_options ro = {4, 2};
+  bc_readahead_options ro = {BC_READAHEAD_OPTIONS_VERSION, 4, 2};
   assert_int_equal(bc_seq_iterate(&it, leaf, 0, &ro), 0);
   assert_false(bc_readahead_ready(it)); /* nothing asked for yet */
   bc_buf b = BC_BUF_INIT;
@@ -510,7 +510,7 @@ static void test_unknown_length_not_settled(void **state) {
   bc_len l;
   bc_buf b = BC_BUF_INIT;
   bc_readahead *it;
-  bc_readahead_options one = {1, 1};
+  bc_readahead_options one = {BC_READAHEAD_OPTIONS_VERSION, 1, 1};
   assert_int_equal(bc_seq_iterate(&it, g, 0, &one), 0);
   assert_int_equal(bc_readahead_next(it, &b, NULL), 1);
   assert_memory_equal(b.data, "L5:0", 4);
@@ -628,14 +628,14 @@ static void test_errors(void **state) {
   assert_int_equal(bc_seq_map(&v, a, affine_map, NULL, NULL,
                               (bc_len){BC_LEN_AT_LEAST, 3}), BC_EINVAL);
   assert_int_equal(bc_seq_concat(&v, NULL, 2), BC_EINVAL);
-  bc_callback_seq_options none = {0};
+  bc_callback_seq_options none = BC_CALLBACK_SEQ_OPTIONS_INIT;
   assert_int_equal(bc_seq_new_callbacks(&v, &none), BC_EINVAL);
   bc_seq fake;
   bc_seq_ops bad = {.version = 99, .type_name = "bad"};
   assert_int_equal(bc_seq_init(&fake, &bad, 0), BC_EINVAL);
 
   /* a failing leaf: batch and read-ahead report it at the right place */
-  bc_callback_seq_options o = {0};
+  bc_callback_seq_options o = BC_CALLBACK_SEQ_OPTIONS_INIT;
   o.fixed_length = (bc_len){BC_LEN_EXACT, 20};
   o.get = failing_get;
   o.thread_safe = true;
@@ -657,7 +657,7 @@ static void test_errors(void **state) {
 
   /* a failing index stream: records before it first, then its error */
   stream_state ss = {0, 5};
-  bc_readahead_options ro = {4, 2};
+  bc_readahead_options ro = {BC_READAHEAD_OPTIONS_VERSION, 4, 2};
   assert_int_equal(bc_readahead_open(&it, a, failing_stream, &ss, &ro), 0);
   for (int k = 0; k < 5; k++) {
     uint64_t at;

@@ -619,7 +619,15 @@ static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
   }
   PyObject *result = PyList_New((Py_ssize_t)count);
   for (size_t k = 0; result != NULL && k < count; k++) {
-    PyObject *path = PyUnicode_DecodeFSDefault(list[k].path);
+    char *file = NULL;
+    rc = bc_cache_shard_path(self->cache, &list[k], &file);
+    if (rc != 0) {
+      Py_CLEAR(result);
+      raise_rc(rc, NULL);
+      break;
+    }
+    PyObject *path = PyUnicode_DecodeFSDefault(file);
+    free(file);
     PyObject *item =
         path == NULL ? NULL
                      : Py_BuildValue("{s:K,s:K,s:N,s:K,s:K}", "start",

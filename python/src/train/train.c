@@ -139,7 +139,7 @@ static PyObject *train_epoch_indices(PyObject *mod, PyObject *args) {
     result = Py_NewRef(Py_None);
     goto cleanup;
   }
-  bc_callback_seq_options o = {0};
+  bc_callback_seq_options o = BC_CALLBACK_SEQ_OPTIONS_INIT;
   o.fixed_length = (bc_len){BC_LEN_EXACT, n};
   o.get = never_get;
   o.thread_safe = true;

@@ -1,0 +1,483 @@
+/*
+ * The store's typed calls: the engine's policy over the shared state,
+ * written once over bc__store_ops (store.h), so that it runs the same over
+ * LMDB (store_lmdb.c) and over the in-memory fake of the policy test.
+ *
+ * A publish (bc__store_publish), in ONE write transaction:
+ *   1. the claim must still be ours;
+ *   2. a checksum recorded at an earlier publish must match;
+ *   3. the length must agree with what earlier passes saw;
+ *   4. the disk limit must hold the shards at work;
+ *   5. dead claims are reaped and, while bytes + new > limit, victims are
+ *      evicted (their files removed first);
+ *   6. in a nested transaction: the file is installed, its state becomes
+ *      PRESENT, and bytes, clock, checksum and length are updated;
+ *   7. commit.
+ * A failure after evictions still commits them (their files are gone);
+ * when that commit fails too, both failures are reported.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/internal.h"
+
+void bc__victims_free(bc__victims *v) {
+  free(v->shards);
+  *v = (bc__victims){0};
+}
+
+/* Appends shard to v (room is made first, so an evicted shard is always
+ * recorded once its file is gone: call before removing it). */
+static int victims_reserve(bc__victims *v) {
+  if (v->n < v->cap) return 0;
+  size_t cap = v->cap ? 2 * v->cap : 16;
+  uint64_t *grown = realloc(v->shards, cap * sizeof *grown);
+  if (grown == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  v->shards = grown;
+  v->cap = cap;
+  return 0;
+}
+
+/* Commits t when rc is 0, else aborts it; returns the outcome. */
+static int finish(const bc__store *s, bc__store_txn *t, int rc) {
+  if (rc == 0) return s->ops->commit(t);
+  s->ops->abort(t);
+  return rc;
+}
+
+/* ---- reading ---------------------------------------------------------------- */
+
+int bc__store_read(const bc__store *s, uint64_t shard, bc__shard_rec *rec,
+                   bool *found, uint64_t *length, bool *final) {
+  const bc__store_ops *o = s->ops;
+  bc__store_txn *t;
+  int rc = o->begin(s->impl, false, &t);
+  if (rc != 0) return rc;
+  uint64_t len = 0, fin = 0;
+  bool f1 = false, f2 = false;
+  rc = o->get(t, shard, rec, found);
+  if (rc == 0 && length != NULL) rc = o->u64_get(t, BC__KEY_LENGTH, &len, &f1);
+  if (rc == 0 && length != NULL) rc = o->u64_get(t, BC__KEY_FINAL, &fin, &f2);
+  o->abort(t);
+  if (rc == 0 && length != NULL) {
+    *length = f1 ? len : 0;
+    *final = f2 && fin;
+  }
+  return rc;
+}
+
+/* ---- claims ----------------------------------------------------------------- */
+
+/* True when `rec` is the claim of fill `token` of this process. */
+static bool claim_is(const bc__store *s, const bc__shard_rec *rec, uint64_t token) {
+  return rec->state == SHARD_FILLING && rec->owner.pid == s->self.pid &&
+         rec->owner.start_time == s->self.start_time && rec->bytes == token;
+}
+
+int bc__store_claim(const bc__store *s, uint64_t shard, uint64_t token,
+                    bc__shard_rec *rec, bool *claimed) {
+  const bc__store_ops *o = s->ops;
+  bc__store_txn *t;
+  int rc = o->begin(s->impl, true, &t);
+  if (rc != 0) return rc;
+  bool found = false;
+  *claimed = false;
+  rc = o->get(t, shard, rec, &found);
+  bool ours = found && rec->owner.pid == s->self.pid &&
+              rec->owner.start_time == s->self.start_time;
+  bool free_to_take =
+      rc == 0 && (!found || (rec->state == SHARD_FILLING &&
+                             (ours || !o->owner_alive(s->impl, rec->owner))));
+  if (!free_to_take) {
+    o->abort(t);
+    return rc;
+  }
+  /* A dead claimant may have left its file in shards/ (a crash between
+   * install and commit): it is unknown to the state, so it goes. */
+  if (found) o->purge(s->impl, shard);
+  bc__shard_rec mine = {.state = SHARD_FILLING, .bytes = token, .owner = s->self};
+  rc = o->put(t, shard, &mine);
+  rc = finish(s, t, rc);
+  if (rc == 0) *claimed = true;
+  return rc;
+}
+
+void bc__store_release(const bc__store *s, uint64_t shard, uint64_t token) {
+  const bc__store_ops *o = s->ops;
+  bc__store_txn *t;
+  if (o->begin(s->impl, true, &t) != 0) return;
+  bc__shard_rec rec;
+  bool found = false;
+  if (o->get(t, shard, &rec, &found) == 0 && found && claim_is(s, &rec, token))
+    finish(s, t, o->del(t, shard));
+  else
+    o->abort(t); /* not ours (any more): nothing to drop */
+}
+
+/* ---- the length ------------------------------------------------------------- */
+
+/* Makes the length final at `end` (under write transaction t). */
+static int put_final_length(const bc__store *s, bc__store_txn *t, uint64_t end) {
+  int rc = s->ops->u64_put(t, BC__KEY_LENGTH, end);
+  if (rc == 0) rc = s->ops->u64_put(t, BC__KEY_FINAL, 1);
+  if (rc == 0) rc = s->ops->end(s->impl, end);
+  return rc;
+}
+
+int bc__store_record_end(const bc__store *s, uint64_t shard, uint64_t end) {
+  const bc__store_ops *o = s->ops;
+  bc__store_txn *t;
+  int rc = o->begin(s->impl, true, &t);
+  if (rc != 0) return rc;
+  uint64_t known = 0;
+  bool found;
+  rc = o->u64_get(t, BC__KEY_LENGTH, &known, &found);
+  if (rc == 0 && known > end)
+    rc = bc__error(BC_ENONDET,
+                   "%s: the source ended after %llu records, but %llu were "
+                   "seen before: the iterator is not deterministic", s->root,
+                   (unsigned long long)end, (unsigned long long)known);
+  if (rc == 0) rc = put_final_length(s, t, end);
+  if (rc == 0) rc = o->del(t, shard);
+  return finish(s, t, rc);
+}
+
+typedef struct {
+  uint64_t R, end;
+} highest_end;
+
+static int note_end(void *arg, uint64_t shard, const bc__shard_rec *r) {
+  highest_end *h = arg;
+  if (r->state == SHARD_PRESENT && shard * h->R + r->records > h->end)
+    h->end = shard * h->R + r->records;
+  return 0;
+}
+
+int bc__store_finalize(const bc__store *s, uint64_t *length) {
+  const bc__store_ops *o = s->ops;
+  bc__store_txn *t;
+  int rc = o->begin(s->impl, true, &t); /* serialises length writers */
+  if (rc != 0) return rc;
+  uint64_t fin = 0;
+  highest_end h = {s->R, 0};
+  bool found = false;
+  rc = o->u64_get(t, BC__KEY_FINAL, &fin, &found);
+  if (rc == 0 && !(found && fin)) {
+    rc = o->each(t, note_end, &h);
+    if (rc == 0) rc = put_final_length(s, t, h.end);
+  } else if (rc == 0) {
+    rc = o->u64_get(t, BC__KEY_LENGTH, &h.end, &found);
+  }
+  rc = finish(s, t, rc);
+  if (rc == 0) *length = h.end;
+  return rc;
+}
+
+/* ---- forgetting --------------------------------------------------------------- */
+
+/* Takes `bytes` off the bytes counter (under write transaction t). */
+static int bytes_less(const bc__store *s, bc__store_txn *t, uint64_t bytes) {
+  uint64_t total = 0;
+  bool found;
+  int rc = s->ops->u64_get(t, BC__KEY_BYTES, &total, &found);
+  if (rc == 0)
+    rc = s->ops->u64_put(t, BC__KEY_BYTES, total > bytes ? total - bytes : 0);
+  return rc;
+}
+
+int bc__store_forget(const bc__store *s, uint64_t shard, const bc__shard_rec *seen) {
+  const bc__store_ops *o = s->ops;
+  bc__store_txn *t;
+  int rc = o->begin(s->impl, true, &t);
+  if (rc != 0) return rc;
+  bc__shard_rec rec;
+  bool found = false;
+  rc = o->get(t, shard, &rec, &found);
+  if (rc == 0 && found && rec.state == SHARD_PRESENT &&
+      rec.bytes == seen->bytes && rec.records == seen->records) {
+    /* The file is damaged or gone: its state goes whether or not it can be
+     * removed (a file left behind is replaced by the refill's). */
+    (void)o->evict(s->impl, shard, &rec);
+    rc = bytes_less(s, t, rec.bytes);
+    if (rc == 0) rc = o->del(t, shard);
+  }
+  return finish(s, t, rc);
+}
+
+/* ---- eviction's policy --------------------------------------------------------- */
+
+/* Records a pass must read and drop before it can rebuild a shard starting
+ * at `start`: the distance from the nearest pass at or before it (from
+ * record 0 when there is none); 0 for a seekable source. */
+static uint64_t rebuild_skip(const bc__publish_req *q, uint64_t start) {
+  if (q->seekable) return 0;
+  uint64_t from = 0;
+  for (size_t i = 0; i < q->npasses && q->passes[i] <= start; i++) from = q->passes[i];
+  return start - from;
+}
+
+typedef struct {
+  const bc__publish_req *q;
+  uint64_t R;
+  double present, best;
+  uint64_t victim;
+  bc__shard_rec vrec;
+  bool found;
+} victim_walk;
+
+static int count_present(void *arg, uint64_t shard, const bc__shard_rec *r) {
+  (void)shard;
+  ((victim_walk *)arg)->present += r->state == SHARD_PRESENT;
+  return 0;
+}
+
+static int score_victim(void *arg, uint64_t s, const bc__shard_rec *r) {
+  victim_walk *w = arg;
+  if (r->state != SHARD_PRESENT || s == w->q->shard) return 0;
+  double score = (double)r->last_access +
+                 w->present * (double)rebuild_skip(w->q, s * w->R) / (double)w->R;
+  if (!w->found || score < w->best) {
+    w->victim = s;
+    w->vrec = *r;
+    w->found = true;
+    w->best = score;
+  }
+  return 0;
+}
+
+/* The lowest last_access + present * skip / R, where skip is
+ * rebuild_skip(): least recently used, except that a shard which costs k
+ * more shards of records to rebuild (from this process's passes) is kept
+ * as if it had been read k * present accesses later (a GreedyDual-style
+ * weighing of recency and cost).  Plain LRU when every shard costs the
+ * same (a seekable source, or passes at every shard).  Ties: the lowest
+ * shard. */
+int bc__store_pick_victim(const bc__store *s, bc__store_txn *t,
+                          const bc__publish_req *q, uint64_t *victim,
+                          bc__shard_rec *vrec, bool *found) {
+  victim_walk w = {.q = q, .R = s->R};
+  int rc = s->ops->each(t, count_present, &w);
+  if (rc == 0) rc = s->ops->each(t, score_victim, &w);
+  if (rc != 0) return rc;
+  *found = w.found;
+  if (w.found) {
+    *victim = w.victim;
+    *vrec = w.vrec;
+  }
+  return 0;
+}
+
+/* ---- publishing ------------------------------------------------------------------ */
+
+/* The counters a publish reads and writes, and what it found. */
+typedef struct {
+  uint64_t bytes, clock, length, limit;
+  bool final, have_sum;
+} pub_state;
+
+/* Steps 1 to 3: the claim, the checksum, the length. */
+static int publish_checks(const bc__store *s, bc__store_txn *t,
+                          const bc__publish_req *q, pub_state *st) {
+  const bc__store_ops *o = s->ops;
+  uint64_t start = q->shard * s->R, end = start + q->records;
+  bc__shard_rec rec;
+  bool found = false, f = false;
+  uint64_t old_sum = 0, fin = 0;
+  int rc = o->get(t, q->shard, &rec, &found);
+  if (rc == 0 && (!found || !claim_is(s, &rec, q->token)))
+    rc = bc__error(BC_EIO, "%s: shard %llu: our claim was taken over while "
+                   "filling it", s->root, (unsigned long long)q->shard);
+  if (rc == 0) rc = o->sum_get(t, q->shard, &old_sum, &st->have_sum);
+  if (rc == 0 && st->have_sum && old_sum != q->checksum)
+    rc = bc__error(BC_ENONDET,
+                   "%s: shard %llu (records %llu..%llu) came out different "
+                   "when regenerated: the iterator is not deterministic%s",
+                   s->root, (unsigned long long)q->shard,
+                   (unsigned long long)start, (unsigned long long)end, q->note);
+  if (rc == 0) rc = o->u64_get(t, BC__KEY_BYTES, &st->bytes, &f);
+  if (rc == 0) rc = o->u64_get(t, BC__KEY_CLOCK, &st->clock, &f);
+  if (rc == 0) rc = o->u64_get(t, BC__KEY_LENGTH, &st->length, &f);
+  if (rc == 0) rc = o->u64_get(t, BC__KEY_FINAL, &fin, &f);
+  st->final = f && fin;
+  /* A pass that ends where earlier passes went on, or goes past a known
+   * end, means the source is not deterministic. */
+  if (rc == 0 && ((q->ended && st->length > end) || (st->final && end > st->length) ||
+                  (st->final && q->ended && end != st->length)))
+    rc = bc__error(BC_ENONDET,
+                   "%s: shard %llu: the source now %s after %llu records "
+                   "(%s %llu before): the iterator is not deterministic%s",
+                   s->root, (unsigned long long)q->shard,
+                   q->ended ? "ends" : "goes on", (unsigned long long)end,
+                   st->final ? "length" : "at least",
+                   (unsigned long long)st->length, q->note);
+  return rc;
+}
+
+/* Step 4: the limit is shared (the one last stored by any process opening
+ * the root with a limit); one that cannot hold the shards at work would
+ * thrash, and is refused. */
+static int publish_limit(const bc__store *s, bc__store_txn *t,
+                         const bc__publish_req *q, pub_state *st) {
+  bool stored = false;
+  int rc = s->ops->u64_get(t, BC__KEY_LIMIT, &st->limit, &stored);
+  if (rc == 0 && !stored) st->limit = q->default_limit;
+  if (rc == 0 && st->limit != 0 &&
+      (q->size > st->limit ||
+       (q->records == s->R && st->limit / q->need < q->size)))
+    rc = bc__limit_error(s->root, st->limit, q->need, q->prefetched, q->size,
+                         "the size of this shard");
+  return rc;
+}
+
+typedef struct {
+  const bc__store *s;
+  uint64_t keep;
+  bc__victims dead;
+  int rc;
+} dead_walk;
+
+static int note_dead(void *arg, uint64_t shard, const bc__shard_rec *r) {
+  dead_walk *w = arg;
+  if (r->state != SHARD_FILLING || shard == w->keep ||
+      w->s->ops->owner_alive(w->s->impl, r->owner))
+    return 0;
+  int rc = victims_reserve(&w->dead);
+  if (rc == 0) w->dead.shards[w->dead.n++] = shard;
+  return rc;
+}
+
+/* Removes the claims (and any files) of dead fillers: a claimant killed
+ * between its install and its commit leaves a complete file that the
+ * state does not count.  Before the eviction decisions, so the limit also
+ * covers such files. */
+static int reap_dead_claims(const bc__store *s, bc__store_txn *t, uint64_t keep) {
+  dead_walk w = {.s = s, .keep = keep};
+  int rc = s->ops->each(t, note_dead, &w);
+  for (size_t i = 0; rc == 0 && i < w.dead.n; i++) {
+    s->ops->purge(s->impl, w.dead.shards[i]);
+    rc = s->ops->del(t, w.dead.shards[i]);
+  }
+  bc__victims_free(&w.dead);
+  return rc;
+}
+
+/* Step 5: evicts until the new shard fits under the limit.  Victims' files
+ * go before the new file appears, so the bytes in shards/ never exceed
+ * the limit, at any instant, across processes. */
+static int publish_evict(const bc__store *s, bc__store_txn *t,
+                         const bc__publish_req *q, pub_state *st,
+                         bc__victims *victims) {
+  if (st->limit == 0) return 0;
+  int rc = reap_dead_claims(s, t, q->shard);
+  /* This process's recent opens count before victims are picked. */
+  if (rc == 0 && q->bump != NULL) rc = q->bump(q->bump_arg, s, t, &st->clock);
+  while (rc == 0 && st->bytes + q->size > st->limit) {
+    uint64_t victim = 0;
+    bc__shard_rec vrec = {0};
+    bool any = false;
+    rc = bc__store_pick_victim(s, t, q, &victim, &vrec, &any);
+    if (rc == 0 && !any)
+      rc = bc__error(BC_ENOSPC, "%s: %llu bytes in use and nothing left to "
+                     "evict under the disk limit %llu", s->root,
+                     (unsigned long long)st->bytes, (unsigned long long)st->limit);
+    if (rc == 0) rc = victims_reserve(victims);
+    if (rc == 0) rc = s->ops->evict(s->impl, victim, &vrec);
+    if (rc != 0) break;
+    victims->shards[victims->n++] = victim;
+    rc = s->ops->del(t, victim);
+    st->bytes = vrec.bytes > st->bytes ? 0 : st->bytes - vrec.bytes;
+  }
+  return rc;
+}
+
+/* Step 6, in a nested transaction: if it fails only it is rolled back (and
+ * the file taken back out), so the evictions can still be committed. */
+static int publish_install(const bc__store *s, bc__store_txn *parent,
+                           const bc__publish_req *q, const pub_state *st) {
+  const bc__store_ops *o = s->ops;
+  bc__store_txn *t;
+  int rc = o->nest(parent, &t);
+  if (rc != 0) return rc;
+  uint64_t end = q->shard * s->R + q->records;
+  bool grow = end > st->length || q->ended;
+  uint64_t new_length = q->ended ? end : (end > st->length ? end : st->length);
+  bc__shard_rec rec = {.state = SHARD_PRESENT, .zstd = q->zstd,
+                       .records = q->records, .bytes = q->size,
+                       .last_access = st->clock};
+  rc = o->install(s->impl, q->scratch, q->shard, q->records);
+  bool installed = rc == 0;
+  if (rc == 0) rc = o->put(t, q->shard, &rec);
+  if (rc == 0) rc = o->u64_put(t, BC__KEY_BYTES, st->bytes + q->size);
+  if (rc == 0) rc = o->u64_put(t, BC__KEY_CLOCK, st->clock);
+  if (rc == 0 && !st->have_sum) rc = o->sum_put(t, q->shard, q->checksum);
+  if (rc == 0 && grow) {
+    rc = o->u64_put(t, BC__KEY_LENGTH, new_length);
+    if (rc == 0 && q->ended) rc = o->u64_put(t, BC__KEY_FINAL, 1);
+    /* The human-readable metadata records the end once it is known; the
+     * growing lower bound lives in the shared state (and a rebuild
+     * recovers it from the shard files), which saves a file rewrite and
+     * two fsyncs per shard. */
+    if (rc == 0 && q->ended) rc = o->end(s->impl, new_length);
+  }
+  rc = finish(s, t, rc); /* into the parent */
+  /* A file the state does not know must not stay in shards/. */
+  if (rc != 0 && installed) o->uninstall(s->impl, q->shard, q->records);
+  return rc;
+}
+
+/* A publish failed with `rc` (the thread's message says why).  When
+ * `save` (victims' files were removed, or clock bumps applied) the
+ * evictions are committed anyway, with the bytes and the clock, so the
+ * state matches the files.  Returns rc with its message; when that commit
+ * fails too, its error, saying both: the state then still lists files
+ * that are gone (readers find them missing and refill them) and counts
+ * their bytes. */
+static int keep_evictions(const bc__store *s, bc__store_txn *t,
+                          const pub_state *st, bool save, size_t evicted, int rc) {
+  if (!save) {
+    s->ops->abort(t);
+    return rc;
+  }
+  bc_error_state failure = BC_ERROR_STATE_INIT;
+  bc_error_save(&failure, rc);
+  int crc = s->ops->u64_put(t, BC__KEY_BYTES, st->bytes);
+  if (crc == 0) crc = s->ops->u64_put(t, BC__KEY_CLOCK, st->clock);
+  crc = finish(s, t, crc);
+  if (crc == 0) {
+    bc_error_restore(&failure);
+  } else {
+    char why[BC_ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", bc_errmsg());
+    rc = bc_set_error(crc, bc_errno(),
+                      "%s; then saving the state after it failed too (%zu "
+                      "evicted shards stay listed until a read refills "
+                      "them): %s", failure.message, evicted, why);
+  }
+  bc_error_state_clear(&failure);
+  return rc;
+}
+
+int bc__store_publish(const bc__store *s, const bc__publish_req *q,
+                      bc__victims *victims, bool *regenerated) {
+  bc__store_txn *t;
+  int rc = s->ops->begin(s->impl, true, &t);
+  if (rc != 0) return rc;
+  pub_state st = {0};
+  size_t before = victims->n;
+  rc = publish_checks(s, t, q, &st);
+  if (rc == 0) rc = publish_limit(s, t, q, &st);
+  if (rc == 0) rc = publish_evict(s, t, q, &st, victims);
+  size_t evicted = victims->n - before;
+  if (rc != 0) return keep_evictions(s, t, &st, evicted > 0, evicted, rc);
+  st.clock++; /* the new shard is the most recently used */
+  rc = publish_install(s, t, q, &st);
+  /* Its failure keeps the evictions and the bumps applied above. */
+  if (rc != 0) return keep_evictions(s, t, &st, true, evicted, rc);
+  rc = s->ops->commit(t);
+  if (rc != 0) s->ops->uninstall(s->impl, q->shard, q->records);
+  if (rc == 0) *regenerated = st.have_sum;
+  return rc;
+}

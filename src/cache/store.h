@@ -1,0 +1,175 @@
+/*
+ * src/cache/store.h - the shared state of a root behind a typed interface.
+ *
+ * Two levels:
+ *
+ *  - bc__store_ops, a small table of primitive operations: transactions
+ *    (one write transaction at a time across processes, nested ones for a
+ *    part that may fail alone), typed records (a shard's state, its
+ *    checksum, the counters of bc__store_key), a walk over the shards in
+ *    ascending order, and the files of shards/ that the state describes.
+ *    store_lmdb.c implements it over LMDB and the root's directories; the
+ *    policy test (tests/cache/test_cache_policy.c) over arrays in memory,
+ *    with failures injected where it likes.
+ *
+ *  - the store's typed calls, written once over the table (store.c): read
+ *    a shard's state with the length, claim a shard, release a claim,
+ *    publish a shard (evicting, and returning every victim), forget a
+ *    damaged shard, record the source's end.  They hold the engine's
+ *    policy: who may take a claim, which checks a publish makes, which
+ *    shards a limit evicts, what survives a failed publish.
+ *
+ * Ownership: a transaction handle belongs to its caller until commit or
+ * abort (both end it, success or not).  A nested transaction ends before
+ * its parent.  Every call returns 0 or a negative BC_E* code with the
+ * thread's message set.
+ *
+ * Included by cache/internal.h (after the shard record it names, before
+ * the cache object that holds a store): include that.
+ */
+#ifndef BC_CACHE_STORE_H
+#define BC_CACHE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bc__store_txn bc__store_txn; /* the implementation's */
+
+/* The counters of the "meta" database. */
+typedef enum {
+  BC__KEY_BYTES,  /* sum of PRESENT bytes */
+  BC__KEY_CLOCK,  /* the access clock */
+  BC__KEY_LENGTH, /* records known to exist */
+  BC__KEY_FINAL,  /* 1: the length is the source's end */
+  BC__KEY_LIMIT   /* the disk limit every process enforces (0: none) */
+} bc__store_key;
+
+/* Called by `each` for every shard record in ascending shard order;
+ * nonzero stops the walk and is returned. */
+typedef int (*bc__store_visit)(void *arg, uint64_t shard, const bc__shard_rec *rec);
+
+typedef struct bc__store_ops {
+  int (*begin)(void *impl, bool write, bc__store_txn **t);
+  int (*nest)(bc__store_txn *parent, bc__store_txn **t); /* write only */
+  int (*commit)(bc__store_txn *t);
+  void (*abort)(bc__store_txn *t);
+
+  int (*get)(bc__store_txn *t, uint64_t shard, bc__shard_rec *rec, bool *found);
+  int (*put)(bc__store_txn *t, uint64_t shard, const bc__shard_rec *rec);
+  int (*del)(bc__store_txn *t, uint64_t shard);
+  int (*each)(bc__store_txn *t, bc__store_visit visit, void *arg);
+  int (*sum_get)(bc__store_txn *t, uint64_t shard, uint64_t *sum, bool *found);
+  int (*sum_put)(bc__store_txn *t, uint64_t shard, uint64_t sum);
+  int (*u64_get)(bc__store_txn *t, bc__store_key key, uint64_t *v, bool *found);
+  int (*u64_put)(bc__store_txn *t, bc__store_key key, uint64_t v);
+
+  /* True while the process `o` is alive (a claim of a dead one is free). */
+  bool (*owner_alive)(void *impl, bc__owner o);
+  /* Files.  evict: removes a PRESENT shard's file (and its checksums);
+   * a file already gone is fine.  purge: removes whatever files shard
+   * `shard` has, of any length (a dead claimant's).  install: moves the
+   * finished file `scratch` (and its checksums) in as shard `shard` of
+   * `records` records, durably.  uninstall: takes an installed file back
+   * out (its state was not committed).  end: records the source's end
+   * (`length`) in the root's human-readable metadata. */
+  int (*evict)(void *impl, uint64_t shard, const bc__shard_rec *rec);
+  void (*purge)(void *impl, uint64_t shard);
+  int (*install)(void *impl, const char *scratch, uint64_t shard,
+                 uint64_t records);
+  void (*uninstall)(void *impl, uint64_t shard, uint64_t records);
+  int (*end)(void *impl, uint64_t length);
+} bc__store_ops;
+
+typedef struct bc__store {
+  const bc__store_ops *ops;
+  void *impl;       /* store_lmdb.c: the bc_cache */
+  const char *root; /* for messages */
+  uint64_t R;       /* records per shard */
+  bc__owner self;   /* this process, as its claims name it */
+} bc__store;
+
+/* The store of cache c, over LMDB (store_lmdb.c). */
+void bc__store_lmdb_init(bc__store *s, bc_cache *c);
+
+/* ---- the typed calls (store.c) ------------------------------------------ */
+
+/* A shard's state and the length, in one read transaction: *length the
+ * records known to exist, *final whether that is the source's end. */
+int bc__store_read(const bc__store *s, uint64_t shard, bc__shard_rec *rec,
+                   bool *found, uint64_t *length, bool *final);
+
+/* Claims shard `shard` for fill `token`: taken when it has no state, or a
+ * FILLING state whose owner died or is this process (the caller holds
+ * the process's filling record, so a claim of its own is stale).  A dead
+ * claimant's files are purged.  *claimed: ours now; else *rec is its
+ * state (PRESENT, or FILLING by a live owner). */
+int bc__store_claim(const bc__store *s, uint64_t shard, uint64_t token,
+                    bc__shard_rec *rec, bool *claimed);
+
+/* Drops fill `token`'s claim on `shard` (a newer claim is left alone).
+ * Best effort: may set the thread's error (a caller reporting a failure
+ * saves it around the call, bc_error_save/restore). */
+void bc__store_release(const bc__store *s, uint64_t shard, uint64_t token);
+
+/* Records that the source ends at `end`, found by the fill of `shard`
+ * (whose claim goes): BC_ENONDET if more records were seen before. */
+int bc__store_record_end(const bc__store *s, uint64_t shard, uint64_t end);
+
+/* Makes the length final at the highest end of a PRESENT shard, unless it
+ * is final already.  *length: the final length. */
+int bc__store_finalize(const bc__store *s, uint64_t *length);
+
+/* Forgets damaged shard `shard` (its file goes, its state and bytes too)
+ * if its state is still `seen`. */
+int bc__store_forget(const bc__store *s, uint64_t shard, const bc__shard_rec *seen);
+
+/* Shards evicted by one publish: any number. */
+typedef struct {
+  uint64_t *shards;
+  size_t n, cap;
+} bc__victims;
+void bc__victims_free(bc__victims *v);
+
+/* What a publish needs to know besides the state. */
+typedef struct {
+  uint64_t shard, token;
+  const char *scratch;  /* the finished file */
+  uint64_t records;     /* in it (R, or fewer when the source ended) */
+  uint64_t size;        /* its bytes */
+  uint64_t checksum;    /* of its records (bc__sum_add) */
+  bool ended;           /* the source ended after them */
+  bool zstd;            /* the file is .bagz */
+  const char *note;     /* appended to determinism errors ("" for none) */
+  /* The disk limit when none is stored, and the smallest workable one in
+   * shards (bc__limit_shards) with the prefetched ones among them. */
+  uint64_t default_limit;
+  unsigned need, prefetched;
+  /* Eviction's cost model: ascending positions of this process's passes
+   * (after the publish), whether the source seeks (then every shard costs
+   * the same to rebuild). */
+  const uint64_t *passes;
+  size_t npasses;
+  bool seekable;
+  /* Applied in the transaction before victims are picked (this process's
+   * pending access-clock bumps), NULL for none. */
+  int (*bump)(void *arg, const bc__store *s, bc__store_txn *t, uint64_t *clock);
+  void *bump_arg;
+} bc__publish_req;
+
+/* Publishes the claimed, finished shard q->shard in one write transaction
+ * (fill.c's header comment has the steps).  Every shard evicted is
+ * appended to *victims, also when the publish fails after evicting (their
+ * files are gone then too): the caller drops its readers of all of them.
+ * *regenerated: a checksum was recorded before (a shard refilled). */
+int bc__store_publish(const bc__store *s, const bc__publish_req *q,
+                      bc__victims *victims, bool *regenerated);
+
+/* The victim a limit evicts next among the PRESENT shards other than
+ * `keep` (eviction's policy, doc/cache.md "Eviction"): *found false when
+ * there is none. */
+int bc__store_pick_victim(const bc__store *s, bc__store_txn *t,
+                          const bc__publish_req *q, uint64_t *victim,
+                          bc__shard_rec *vrec, bool *found);
+
+#endif /* BC_CACHE_STORE_H */
