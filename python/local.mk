@@ -82,7 +82,8 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit_progress.py \
 	python/tests/test_loadit_damage.py \
 	python/tests/test_loadit_close.py \
-	python/tests/test_loadit_passes.py
+	python/tests/test_loadit_passes.py \
+	python/tests/test_loadit_fork_locks.py
 
 EXTRA_DIST += \
 	$(BC_PY_C_SOURCES) \
