@@ -16,10 +16,12 @@
  * _WriterBase to add options classes, pickling and the Sequence ABC.
  *
  * GIL rule: the GIL is released around every call that reads, writes or
- * waits (Py_BEGIN_ALLOW_THREADS); bagcache never calls back into Python
- * except through the index stream of ReaderIterator, which takes the GIL
- * itself (PyGILState_Ensure) and is only ever run in the thread that
- * released it.  No bagcache lock is held while the GIL is taken.
+ * waits (Py_BEGIN_ALLOW_THREADS).  bagcache calls back into Python from
+ * any thread (a LoadIt's source, a view's Python leaves and index maps,
+ * the index stream of ReaderIterator, the main thread's interrupt handler,
+ * the release of an exception payload); each callback takes the GIL
+ * itself (PyGILState_Ensure).  No bagcache lock is held while the GIL is
+ * taken, except by a payload's release (loadit/source.c).
  */
 #ifndef BCPY_H
 #define BCPY_H
@@ -35,8 +37,13 @@
 /* ---- errors (module.c) ------------------------------------------------ */
 
 /* Raises the Python exception for a bagcache error code, with `message`
- * (NULL or "": the calling thread's bc_errmsg(), and its bc_errno()).
- * BC_ERANGE -> IndexError, BC_ENOMEM -> MemoryError, the system failures
+ * (NULL or "": the calling thread's bc_errmsg(), and its bc_errno()), and
+ * clears the thread's error.  Errors map by code: BC_ESOURCE -> the
+ * exception of the thread's payload (the source's own exception object),
+ * else SourceError; BC_ECANCELED -> the exception the main thread's
+ * interrupt handler left pending (KeyboardInterrupt), else
+ * InterruptedError; BC_ERANGE -> IndexError, BC_ENOMEM -> MemoryError, the
+ * system failures
  * OSError(errno, message): BC_ENOTFOUND FileNotFoundError, BC_EPERM
  * PermissionError (EACCES, EPERM; EROFS a plain OSError), BC_ENOSPC and
  * BC_EIO OSError with their errno (or a subclass Python picks from it);
@@ -51,6 +58,12 @@ PyObject *bcpy_raise_errno(int code, int sys_errno, const char *message);
 /* The exception class bcpy_raise uses for a code (borrowed; OSError for
  * BC_EIO and BC_ENOSPC, whose subclass depends on the errno). */
 PyObject *bcpy_error_type(int code);
+
+/* Sets the interrupt handler that runs Python's signal handlers in the
+ * calling thread, which must be the main one (module.c; also after fork). */
+void bcpy_interrupt_install(void);
+/* True in the thread Python runs signal handlers in (loadit/runner.c). */
+bool bcpy_is_main_thread(void);
 
 /* Raised for an invalid slice: both TypeError (as bagz) and IndexError (as
  * sackli). */
@@ -187,9 +200,10 @@ extern PyObject *bcpy_NondeterministicError;
 /* Warned when the fill behind a first pass fails (a RuntimeWarning). */
 extern PyObject *bcpy_CacheWarning;
 
-/* The exception a cache's source raised, when `message` (a BC_ESOURCE
- * message) names one still stored: new reference, or NULL (no error set). */
-PyObject *bcpy_source_exception(const char *message);
+/* The exception a cache's source raised, when this thread's error carries
+ * one as its payload (loadit/source.c): new reference, or NULL (no error
+ * set). */
+PyObject *bcpy_payload_exception(void);
 
 /* Readies `type` and adds it to the module as `name` (module.c). */
 int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name);

@@ -698,66 +698,31 @@ static inline bool is_pyleaf(const bc_seq *leaf) { return leaf->ops == &pyleaf_o
 /* ---- reads that Ctrl-C can interrupt -------------------------------------------------- */
 
 /* A read of a tree with a LoadIt leaf may wait for a fill that runs the
- * user's iterator for minutes.  From the main thread such a wait runs on a
- * helper through bcpy_run (loadit.h) while the main thread checks for
- * signals.  The hop costs microseconds and brings the records in cold, so
- * only waits go there: a read-ahead refill takes what is ready first
- * (bc_readahead_ready); single elements and chunks of trees with Python
- * code are read in place with bc_cache_try_get (read_without_waiting),
- * which fills a shard nobody fills in this very thread (where the
- * iterator's Python code sees Ctrl-C itself) and says BC_EAGAIN where it
- * would wait for another thread or process: then that one record is read
- * here.  The read works on `arg` alone, without the GIL; when a signal
- * handler raises, the helper finishes the read on its own and then frees
- * `arg` and its reference to the tree (whose leaves the read uses). */
-typedef struct {
-  bcpy_job base;
-  bc_seq *tree;
-  void (*read)(void *arg);
-  void (*free_arg)(void *arg);
-  void *arg; /* NULL once the caller has it back */
-} read_job;
-
-static int read_job_run(bcpy_job *job) {
-  read_job *j = (read_job *)job;
-  j->read(j->arg);
-  return 0;
-}
-
-static void read_job_release(bcpy_job *job) {
-  read_job *j = (read_job *)job;
-  if (j->arg != NULL) j->free_arg(j->arg);
-  bc_seq_unref(j->tree);
-}
+ * user's iterator for minutes.  It runs in this thread with the GIL
+ * released; from the main thread Ctrl-C reaches the wait through the
+ * interrupt handler (module.c), and the read returns BC_ECANCELED with
+ * KeyboardInterrupt set.  Reads stay as they were shaped for a helper
+ * hop: a read-ahead refill takes what is ready first, and single elements
+ * and chunks of trees with Python code are read in place with
+ * bc_cache_try_get (read_without_waiting), then a record that would wait
+ * is read through read_waiting. */
 
 /* Whether a read of this view from this thread goes through read_waiting. */
 static bool interruptible(const bcpy_view *self) {
   return (self->kinds & VK_WAITS) && bcpy_is_main_thread();
 }
 
-/* Runs read(arg) with the GIL released, interruptibly when the view may
- * wait for a fill.  0 when it ran (arg is the caller's), or -1 with the
- * signal handler's exception (arg belongs to the helper now). */
+/* Runs read(arg) with the GIL released, listed as a waiter for a first
+ * pass (loadit/tee.c) when the view may wait for a fill.  Returns 0: arg is
+ * the caller's (free_arg is for the caller's use). */
 static int read_waiting(bcpy_view *self, void (*read)(void *), void (*free_arg)(void *),
                         void *arg) {
-  read_job *j = interruptible(self) ? PyMem_RawCalloc(1, sizeof *j) : NULL;
-  if (j == NULL) { /* no waiting, or no memory to wait interruptibly */
-    Py_BEGIN_ALLOW_THREADS
-    read(arg);
-    Py_END_ALLOW_THREADS
-    return 0;
-  }
-  j->base.run = read_job_run;
-  j->base.release = read_job_release;
-  j->tree = bc_seq_ref(self->seq);
-  j->read = read;
-  j->free_arg = free_arg;
-  j->arg = arg;
-  if (bcpy_run(&j->base, NULL) < 0) return -1;
-  j->arg = NULL;
-  Py_BEGIN_ALLOW_THREADS /* dropping the tree may close a cache */
-  bcpy_job_free(&j->base);
+  (void)free_arg;
+  int waiter = (self->kinds & VK_WAITS) ? bcpy_waiter_add() : -1;
+  Py_BEGIN_ALLOW_THREADS
+  read(arg);
   Py_END_ALLOW_THREADS
+  bcpy_waiter_remove(waiter);
   return 0;
 }
 
@@ -1424,6 +1389,30 @@ static void ra_read_run(void *arg) {
 /* Refill from the read-ahead window (trees read in C).  From the main
  * thread, over a LoadIt, what is ready is taken at once and a wait for
  * more is made interruptible (read_waiting). */
+/* Closes a read-ahead on a detached thread (or here, should none start). */
+typedef struct {
+  bcpy_job base;
+  bc_readahead *ra;
+} ra_close_job;
+
+static int ra_close_run(bcpy_job *job) {
+  bc_readahead_close(((ra_close_job *)job)->ra);
+  return 0;
+}
+
+static void close_detached(bc_readahead *ra) {
+  ra_close_job *j = PyMem_RawCalloc(1, sizeof *j);
+  if (j != NULL) {
+    j->base.run = ra_close_run;
+    j->ra = ra;
+    if (bcpy_run_detached(&j->base) == 0) return;
+    PyMem_RawFree(j);
+  }
+  Py_BEGIN_ALLOW_THREADS
+  bc_readahead_close(ra);
+  Py_END_ALLOW_THREADS
+}
+
 static void refill_readahead(bcpy_view_iter *it) {
   size_t want = it->chunk;
   ra_read *r = PyMem_RawCalloc(1, sizeof *r);
@@ -1452,12 +1441,17 @@ static void refill_readahead(bcpy_view_iter *it) {
     Py_END_ALLOW_THREADS
     r->nowait = false;
   }
-  if (r->n == 0 && r->rc == 1 && read_waiting(it->view, ra_read_run, ra_read_abandon, r) < 0) {
-    /* Ctrl-C: the helper finishes the wait, then closes the read-ahead. */
+  if (r->n == 0 && r->rc == 1) read_waiting(it->view, ra_read_run, ra_read_abandon, r);
+  if (r->rc == BC_ECANCELED && PyErr_Occurred()) {
+    /* Ctrl-C: the read-ahead's reads in flight may be long fills, so it
+     * is closed on a thread of its own. */
+    close_detached(it->ra);
     it->ra = NULL;
     PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
     it->failed = it->done = true;
     it->head = it->count = 0;
+    bc_error_clear();
+    ra_read_free(r);
     return;
   }
   size_t k, n = r->n;
