@@ -226,6 +226,21 @@ int bc_bag_get_views(const bc_bag *bag, const uint64_t *indices, size_t count,
 int bc_bag_get_many(const bc_bag *bag, const uint64_t *indices, size_t count,
                     bc_buf *outs);
 
+/* Reads `count` records straight into caller memory: record indices[k]
+ * into dst[k * size .. (k + 1) * size), copied from the mapping (or read)
+ * or zstd-decoded in place, with no intermediate buffer; spread over the
+ * worker pool as bc_bag_get_many.  Every record must have exactly `size`
+ * bytes: one of another size is BC_EINVAL ("record I (indices[K]) has N
+ * bytes, not the row size S"), found before any of its bytes is written
+ * when its size is known from the limits or the zstd frame header.  Nothing
+ * outside dst[0 .. count * size) is ever written.  All indices are checked
+ * before any read (BC_ERANGE).  Also BC_EINVAL for NULL dst with
+ * count * size > 0 or an overflowing count * size.  On failure returns the
+ * error of the lowest failing position, its message naming indices[K];
+ * dst's contents are then unspecified. */
+int bc_bag_read_into(const bc_bag *bag, const uint64_t *indices, size_t count,
+                     void *dst, size_t size);
+
 /* Reads every record (in parallel) to check limits and zstd frames.  Returns
  * 0 when all are valid; else the first error in index order, and its index
  * in *bad_index (if not NULL). */

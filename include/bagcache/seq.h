@@ -55,12 +55,14 @@ typedef struct bc_len {
 
 typedef struct bc_seq bc_seq;
 
-#define BC_SEQ_OPS_VERSION 1
+/* Version 2 added `read_into`; tables of version 1 (which end before it)
+ * are still accepted. */
+#define BC_SEQ_OPS_VERSION 2
 
 /* The operations table of a sequence type (cf. sqlite3_io_methods).  A view
  * implements `resolve`; a leaf implements `get` (and optionally
- * `get_many`).  Every function returns 0 or a negative BC_E* code (with
- * bc_set_errmsg for the detail). */
+ * `get_many` and `read_into`).  Every function returns 0 or a negative
+ * BC_E* code (with bc_set_errmsg for the detail). */
 typedef struct bc_seq_ops {
   unsigned version;      /* BC_SEQ_OPS_VERSION */
   const char *type_name; /* "bag", "slice", ...: used in messages */
@@ -86,6 +88,16 @@ typedef struct bc_seq_ops {
   /* Releases what the implementation holds (child references, memory);
    * called once when the last reference goes.  Must free `self`. */
   void (*destroy)(bc_seq *self);
+  /* Leaves, optional (version >= 2): reads count records straight into
+   * caller memory, record indices[k] into the `size` bytes at
+   * dst + rows[k] * size (rows NULL: at dst + k * size), on at most
+   * max_parallelism threads (as in bc_seq_read_into).  Every record must
+   * have exactly `size` bytes: another size is BC_EINVAL, and no byte
+   * outside the record's own row is ever written.  Indices may be past
+   * the end (BC_ERANGE).  On failure the rows' contents are unspecified.
+   * NULL: the library reads each record with `get` and copies it. */
+  int (*read_into)(bc_seq *self, const uint64_t *indices, const size_t *rows,
+                   size_t count, void *dst, size_t size, int max_parallelism);
 } bc_seq_ops;
 
 /* The common header of every sequence: embed it as the FIRST member of an
@@ -167,6 +179,29 @@ int bc_seq_get(bc_seq *seq, int64_t index, bc_buf *out);
  * request order, with its message. */
 int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
                     bc_buf *outs);
+
+/* Reads count elements straight into caller memory: element indices[k]
+ * (indices may repeat, and may be negative as in bc_seq_get) into
+ * dst[k * size .. (k + 1) * size), for arrays of fixed-size rows (a batch
+ * of a training loop).  Every element must have exactly `size` bytes.  No
+ * per-record buffer is allocated where the leaf reads into place (a bag:
+ * records are copied, or zstd-decoded, straight into their rows); other
+ * leaves are read with `get` and copied.  Nothing outside
+ * dst[0 .. count * size) is written.
+ * max_parallelism: threads per leaf read, the caller's included, from the
+ * worker pool: 0 = the leaf's own (a bag's reader option, a thread-safe
+ * foreign leaf: the CPUs), 1 = the calling thread only.  Give 1 when the
+ * caller already reads several batches at once on threads of its own (a
+ * data loader's workers): fanning out a batch of page-cache-warm rows
+ * then costs more than it gains (doc/performance.md, "Training loops").
+ * Errors, those of the first failing position in request order:
+ * BC_ERANGE (an index outside the sequence), BC_EINVAL (an element whose
+ * size is not `size`: "record I (indices[K]) has N bytes, not the row size
+ * S"; NULL dst with count * size > 0; count * size overflows), and the
+ * leaves' read errors; the message names indices[K].  On failure dst's
+ * contents are unspecified. */
+int bc_seq_read_into(bc_seq *seq, const int64_t *indices, size_t count,
+                     void *dst, size_t size, int max_parallelism);
 
 /* Maps an index (negative counts from the end) down to its leaf: *leaf is
  * borrowed from seq, *leaf_index the index to read there. */

@@ -261,12 +261,19 @@ class ARDataset(BaseDataset):
         return np.frombuffer(rec, dtype=self.dtype).reshape(self.row_shape)
 
     def __getitems__(self, idxs):
+        return self._gather(idxs, 0)
+
+    def _gather(self, idxs, max_parallelism):
+        """__getitems__ on at most ``max_parallelism`` threads of the
+        library's pool (0: the sequence's own setting; 1: the calling
+        thread only, for a loader whose workers already build batches at
+        once)."""
         np = _np()
         seq = self._live()
         idx = np.ascontiguousarray(idxs, dtype=np.int64).reshape(-1)
         out = np.empty((len(idx),) + self.row_shape, dtype=self.dtype)
         if len(idx):
-            _bagcache._gather(seq, idx, out.reshape(-1).view(np.uint8))
+            _bagcache._gather(seq, idx, out.reshape(-1).view(np.uint8), max_parallelism)
         return out
 
     def __len__(self):
@@ -684,6 +691,12 @@ class DataLoader:
         def fetch(ds, idx):
             if collate is not None:
                 return collate(_items(ds, idx))
+            if type(ds).__getitems__ is ARDataset.__getitems__:
+                # Each batch is gathered in the thread that builds it:
+                # fanning it out over the library's pool as well cost more
+                # CPU and time on 2 CPUs with any num_workers, 0 included
+                # (doc/performance.md, "Training loops").
+                return ds._gather(idx, 1)
             return ds.__getitems__(idx)
 
         def build(idx):

@@ -123,11 +123,51 @@ def test_gather_wrong_sizes(tmp_path):
             w.write(b"x" * (8 if k != 6 else 9))
     ds = ARDataset.from_sequence(bagcache.Reader(str(tmp_path / "v.bag")), np.int64)
     assert ds.__getitems__([0, 5]).shape == (2,)
-    with pytest.raises(ValueError, match="record 6 has 9 bytes"):
+    with pytest.raises(ValueError, match=r"record 6 \(indices\[1\]\) has 9 bytes, not the "
+                       r"row size 8 \(variable-size records need a collate function\)"):
         ds.__getitems__([1, 6])
     # Python objects are no raw records.
     with pytest.raises(TypeError, match="collate"):
         ARDataset.from_sequence([b"x" * 8] * 3, np.int64).__getitems__([0])
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_gather_into_rows_exactly(tmp_path, compression):
+    # Rows straight into the batch (bc_seq_read_into), at every parallelism,
+    # over shards of a converter's output, through views, compared with
+    # numpy; out-of-range and wrong sizes name the index as given.
+    a = np.random.default_rng(5).integers(0, 256, size=(70, 6, 5), dtype=np.uint8)
+    converter(a, tmp_path / "d", blocksize=16, compression=compression)
+    ds = ARDataset(tmp_path / "d")
+    idx = np.array([69, 0, 17, 17, 33, -1, -70, 48])
+    for par in (0, 1, 2):
+        np.testing.assert_array_equal(ds._gather(idx, par), a[idx])
+    np.testing.assert_array_equal(ds.__getitems__(idx), a[idx])
+    with pytest.raises(ValueError, match="max_parallelism"):
+        ds._gather(idx, -1)
+    with pytest.raises(IndexError, match=r"indices\[2\] = 70"):
+        ds.__getitems__([1, 2, 70])
+    view = bagcache.shuffle(ds._seq, seed=9)
+    perm = bagcache.chunk_shuffle_idx(None, 70, seed=9)
+    got = ARDataset.from_sequence(view, np.uint8, (6, 5)).__getitems__(idx)
+    np.testing.assert_array_equal(got, a[perm[idx]])
+    # Rows of another size: the view's own index and position are named.
+    with pytest.raises(ValueError, match=r"record -3 \(indices\[0\]\) has 30 bytes, not the "
+                       r"row size 10"):
+        ARDataset.from_sequence(view, np.uint8, (10,)).__getitems__([-3, 5])
+    ds.close()
+
+
+def test_gather_wrong_sizes_in_a_loadit(tmp_path):
+    rows = [bytes([k]) * (12 if k != 9 else 11) for k in range(20)]
+    cache = LoadIt(lambda: iter(rows), root_dir=str(tmp_path / "c"), serializer="raw",
+                   max_shard_length=8)
+    ds = ARDataset.from_sequence(cache, np.uint8, (12,))
+    np.testing.assert_array_equal(ds.__getitems__([19, 0, 8]),
+                                  np.array([[19] * 12, [0] * 12, [8] * 12], np.uint8))
+    with pytest.raises(ValueError, match=r"record 9 \(indices\[2\]\) has 11 bytes"):
+        ds.__getitems__([0, 10, 9])
+    cache.close()
 
 
 def test_collate_for_variable_records_and_objects(tmp_path):

@@ -128,6 +128,36 @@ static int decode_streaming(ZSTD_DCtx *c, const void *src, size_t size,
   return 0;
 }
 
+/* Checks that src[0..size) is exactly one complete zstd frame and reads
+ * its content size (ZSTD_CONTENTSIZE_UNKNOWN when the header has none),
+ * which must not exceed `cap`.  Messages name "PATH: record N". */
+static int frame_content(const void *src, size_t size, uint64_t cap,
+                         unsigned long long *content, const char *path,
+                         uint64_t record) {
+  size_t frame = ZSTD_findFrameCompressedSize(src, size);
+  if (ZSTD_isError(frame))
+    return bc__error(BC_ECORRUPT,
+                     "%s: record %llu: invalid zstd frame (%zu bytes): %s",
+                     path, (unsigned long long)record, size,
+                     ZSTD_getErrorName(frame));
+  if (frame != size)
+    return bc__error(BC_ECORRUPT,
+                     "%s: record %llu: %zu bytes follow the zstd frame (one "
+                     "frame per record expected)",
+                     path, (unsigned long long)record, size - frame);
+  unsigned long long c = ZSTD_getFrameContentSize(src, size);
+  if (c == ZSTD_CONTENTSIZE_ERROR)
+    return bc__error(BC_ECORRUPT, "%s: record %llu: invalid zstd frame header",
+                     path, (unsigned long long)record);
+  if (c != ZSTD_CONTENTSIZE_UNKNOWN && c > cap)
+    return bc__error(BC_ECORRUPT,
+                     "%s: record %llu: zstd frame claims %llu bytes (limit %llu)",
+                     path, (unsigned long long)record, c,
+                     (unsigned long long)cap);
+  *content = c;
+  return 0;
+}
+
 int bc__decoder_decode(bc__decoder *d, const void *src, size_t size,
                        bc_buf *out, const char *path, uint64_t record) {
   /* Messages name "PATH: record N"; formatted only when something fails. */
@@ -141,27 +171,14 @@ int bc__decoder_decode(bc__decoder *d, const void *src, size_t size,
   }
   /* Exactly one frame, and it must be complete: this also rejects trailing
    * bytes and truncated frames before any allocation. */
-  size_t frame = ZSTD_findFrameCompressedSize(src, size);
-  if (ZSTD_isError(frame))
-    return bc__error(BC_ECORRUPT, "%s: invalid zstd frame (%zu bytes): %s",
-                     WHAT(), size, ZSTD_getErrorName(frame));
-  if (frame != size)
-    return bc__error(BC_ECORRUPT,
-                     "%s: %zu bytes follow the zstd frame (one frame per "
-                     "record expected)", WHAT(), size - frame);
-  unsigned long long content = ZSTD_getFrameContentSize(src, size);
-  if (content == ZSTD_CONTENTSIZE_ERROR)
-    return bc__error(BC_ECORRUPT, "%s: invalid zstd frame header", WHAT());
   uint64_t cap = expansion_bound(size);
   if (cap > d->max_record_size) cap = d->max_record_size;
-  if (content != ZSTD_CONTENTSIZE_UNKNOWN && content > cap)
-    return bc__error(BC_ECORRUPT,
-                     "%s: zstd frame claims %llu bytes (limit %llu)", WHAT(),
-                     content, (unsigned long long)cap);
+  unsigned long long content;
+  int rc = frame_content(src, size, cap, &content, path, record);
+  if (rc != 0) return rc;
 
   ZSTD_DCtx *c = dctx_take(d);
   if (c == NULL) return bc__error(BC_ENOMEM, "cannot create a zstd context");
-  int rc = 0;
   if (content == ZSTD_CONTENTSIZE_UNKNOWN) {
     ZSTD_DCtx_reset(c, ZSTD_reset_session_only);
     rc = decode_streaming(c, src, size, cap, out, WHAT());
@@ -181,6 +198,60 @@ int bc__decoder_decode(bc__decoder *d, const void *src, size_t size,
     }
   }
   dctx_give(d, c);
+  return rc;
+#undef WHAT
+}
+
+bc__dctx *bc__decoder_take(bc__decoder *d) {
+  bc__dctx *c = (bc__dctx *)dctx_take(d);
+  if (c == NULL) bc__error(BC_ENOMEM, "cannot create a zstd context");
+  return c;
+}
+
+void bc__decoder_give(bc__decoder *d, bc__dctx *c) {
+  if (c != NULL) dctx_give(d, (ZSTD_DCtx *)c);
+}
+
+int bc__decoder_decode_into(bc__decoder *d, bc__dctx *ctx, const void *src,
+                            size_t size, void *dst, size_t want,
+                            bc_buf *scratch, uint64_t *actual,
+                            const char *path, uint64_t record) {
+  char what[4200];
+#define WHAT() (snprintf(what, sizeof what, "%s: record %llu", path, \
+                         (unsigned long long)record), what)
+  if (size == 0) { /* an empty record */
+    *actual = 0;
+    return want == 0 ? 0 : 1;
+  }
+  uint64_t cap = expansion_bound(size);
+  if (cap > d->max_record_size) cap = d->max_record_size;
+  unsigned long long content;
+  int rc = frame_content(src, size, cap, &content, path, record);
+  if (rc != 0) return rc;
+  if (content == ZSTD_CONTENTSIZE_UNKNOWN) {
+    /* Rare (bagz and bagcache write content sizes): the size is known only
+     * once decoded, so decode in full, then compare. */
+    if ((rc = bc__decoder_decode(d, src, size, scratch, path, record)) != 0)
+      return rc;
+    *actual = scratch->size;
+    if (scratch->size != want) return 1;
+    if (want > 0) memcpy(dst, scratch->data, want);
+    return 0;
+  }
+  *actual = content;
+  if (content != want) return 1; /* nothing written */
+  ZSTD_DCtx *c = ctx != NULL ? (ZSTD_DCtx *)ctx : dctx_take(d);
+  if (c == NULL) return bc__error(BC_ENOMEM, "cannot create a zstd context");
+  /* dst holds exactly `want` bytes: zstd never writes past its capacity. */
+  size_t r = ZSTD_decompressDCtx(c, dst, want, src, size);
+  if (ZSTD_isError(r))
+    rc = bc__error(BC_ECORRUPT, "%s: invalid zstd data: %s", WHAT(),
+                   ZSTD_getErrorName(r));
+  else if (r != content)
+    rc = bc__error(BC_ECORRUPT,
+                   "%s: zstd frame holds %zu bytes, header says %llu", WHAT(),
+                   r, content);
+  if (ctx == NULL) dctx_give(d, c);
   return rc;
 #undef WHAT
 }

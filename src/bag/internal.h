@@ -87,6 +87,26 @@ void bc__decoder_free(bc__decoder *d);
 int bc__decoder_decode(bc__decoder *d, const void *src, size_t size,
                        bc_buf *out, const char *path, uint64_t record);
 
+/* A decompression context of the decoder's pool, for a thread decoding
+ * many records: take it once, give it back when done.  NULL (BC_ENOMEM
+ * set) when none can be made. */
+typedef struct bc__dctx bc__dctx;
+bc__dctx *bc__decoder_take(bc__decoder *d);
+void bc__decoder_give(bc__decoder *d, bc__dctx *ctx); /* NULL is fine */
+
+/* Decompresses one stored record straight into dst[0..want), for a caller
+ * that knows the size every record must have, with `ctx` (NULL: one of
+ * the pool's for this call).  Returns 0 when the record has exactly `want`
+ * bytes (all written), 1 with its size in *actual when it has another
+ * size (nothing outside dst[0..want) is written, and nothing at all when
+ * the frame states its content size), or a BC_E* code (as
+ * bc__decoder_decode).  A frame without a content size is decoded into
+ * `scratch` first (bagz and bagcache always write one). */
+int bc__decoder_decode_into(bc__decoder *d, bc__dctx *ctx, const void *src,
+                            size_t size, void *dst, size_t want,
+                            bc_buf *scratch, uint64_t *actual,
+                            const char *path, uint64_t record);
+
 typedef struct bc__encoder bc__encoder; /* one thread at a time */
 
 int bc__encoder_new(bc__encoder **out, int level, const void *dict,
@@ -198,6 +218,14 @@ int bc__writer_checksum_frames(bc_writer *w);
 /* The device and inode of shard 0's records file as it was opened: which
  * file a bag reads even after its name was replaced or removed. */
 void bc__bag_file_id(const bc_bag *bag, uint64_t *dev, uint64_t *ino);
+
+/* bc_bag_read_into with rows: record indices[k] into the `size` bytes at
+ * dst + rows[k] * size (rows NULL: at dst + k * size), on at most
+ * max_parallelism threads (0: the bag's option).  The rows a caller gives
+ * must be distinct and below the rows of dst (not checked). */
+int bc__bag_read_rows(const bc_bag *bag, const uint64_t *indices,
+                      const size_t *rows, size_t count, void *dst,
+                      size_t size, int max_parallelism);
 
 /* True when every shard can serve zero-copy views (uncompressed and
  * mapped), so bc_bag_get_view never fails with BC_EUNSUPPORTED. */

@@ -20,6 +20,10 @@ struct bc_bag {
   size_t nshards;
   bc__shard *shards;
   uint64_t *ends;   /* CONCATENATED: ends[s] = records in shards 0..s */
+  /* CONCATENATED, when every shard but the last holds exactly this many
+   * records and the last no more (as sharded writers make them): shard s
+   * holds indices [s * uniform, (s + 1) * uniform).  0 otherwise. */
+  uint64_t uniform;
   uint64_t len;
   uint64_t records_bytes;
   bc__decoder *decoder; /* NULL when no shard is zstd */
@@ -31,6 +35,11 @@ struct bc_bag {
   const unsigned char *fast_records, *fast_limits;
   uint64_t fast_records_size;
   bc__crc_table *crcs; /* record checksums (bc__bag_attach_crcs), or NULL */
+  /* Set at open when every non-empty shard is mapped (BC_CACHE_SYSTEM),
+   * with ON_DISK limits in a mapping: reads into caller memory then take
+   * the bounds straight from the mapped limits and copy, or decode, from
+   * the mapping (into_fast). */
+  bool mapped;
 };
 
 /* ---- opening ------------------------------------------------------------ */
@@ -138,6 +147,13 @@ static int open_paths(bc_bag **out, const bc__shard_path *paths, size_t npaths,
   if (bag->opts.sharding_layout == BC_LAYOUT_INTERLEAVED &&
       (rc = check_interleaved(bag)) != 0)
     goto cleanup;
+  if (npaths > 1 && bag->opts.sharding_layout == BC_LAYOUT_CONCATENATED) {
+    uint64_t u = bag->shards[0].count;
+    bool uniform = u > 0 && bag->shards[npaths - 1].count <= u;
+    for (size_t i = 1; i + 1 < npaths && uniform; i++)
+      uniform = bag->shards[i].count == u;
+    bag->uniform = uniform ? u : 0;
+  }
   if (npaths == 1) {
     const bc__shard *s0 = &bag->shards[0];
     const bc__file *lf = bc__shard_limits_file(s0);
@@ -148,6 +164,14 @@ static int open_paths(bc_bag **out, const bc__shard_path *paths, size_t npaths,
       bag->fast_limits = lf->map + s0->limits_offset;
       bag->fast_records_size = s0->records_size;
     }
+  }
+  bag->mapped = true;
+  for (size_t i = 0; i < npaths; i++) {
+    const bc__shard *s = &bag->shards[i];
+    if (s->count > 0 &&
+        (s->limits_in_memory || s->records.policy != BC_CACHE_SYSTEM ||
+         s->records.map == NULL || bc__shard_limits_file(s)->map == NULL))
+      bag->mapped = false;
   }
   if (any_zstd) {
     rc = bc__decoder_new(&bag->decoder, bag->dict, opts->dictionary_size,
@@ -262,6 +286,9 @@ static inline void locate(const bc_bag *bag, uint64_t index, size_t *shard,
   } else if (bag->opts.sharding_layout == BC_LAYOUT_INTERLEAVED) {
     *shard = (size_t)(index % bag->nshards);
     *local = index / bag->nshards;
+  } else if (bag->uniform > 0) {
+    *shard = (size_t)(index / bag->uniform);
+    *local = index % bag->uniform;
   } else {
     /* First shard whose end exceeds index (skips empty shards). */
     size_t lo = 0, hi = bag->nshards - 1;
@@ -538,6 +565,227 @@ int bc_bag_get_many(const bc_bag *bag, const uint64_t *indices, size_t count,
                 outs};
   size_t ntasks = (count + j.chunk - 1) / j.chunk;
   return bc__parallel_for(ntasks, bag->opts.max_parallelism, many_task, &j);
+}
+
+/* ---- reading into caller memory ------------------------------------------ */
+
+typedef struct {
+  const bc_bag *bag;
+  const uint64_t *indices;
+  const size_t *rows; /* NULL: position k goes to row k */
+  size_t count, chunk, size;
+  unsigned char *dst;
+} into_job;
+
+/* The state of one task: positions [p, end), the one being read in `at`
+ * (volatile: read after a fault in the guarded loop), and what a record of
+ * the wrong size had. */
+typedef struct {
+  const into_job *job;
+  size_t p, end;
+  volatile size_t at;
+  volatile bool in_fast; /* into_fast is running (still set after a fault) */
+  uint64_t actual;
+  bc_buf *packed;   /* compressed bytes of a record read with pread */
+  bc_buf *unpacked; /* a frame without a content size, decoded */
+  bc__dctx *ctx;    /* the task's zstd context (taken at its first frame) */
+} into_task;
+
+/* Returned by into_fast for a record it leaves to into_general. */
+#define INTO_GENERAL 2
+
+/* Row p of dst (dst itself for rows of 0 bytes: dst may then be NULL). */
+static inline unsigned char *into_row(const into_job *j, size_t p) {
+  if (j->size == 0) return j->dst;
+  return j->dst + (j->rows != NULL ? j->rows[p] : p) * j->size;
+}
+
+/* Records resolved per round of into_fast: their limits are loaded (and
+ * their first bytes prefetched) before any is copied, so the cache misses
+ * of a round overlap instead of following one another. */
+#define INTO_ROUND 32
+
+/* Decodes a mapped record into its row with the task's context. */
+static int into_decode(into_task *t, const bc__shard *s, uint64_t local,
+                       const unsigned char *src, size_t n, unsigned char *row) {
+  const bc_bag *bag = t->job->bag;
+  if (t->ctx == NULL && (t->ctx = bc__decoder_take(bag->decoder)) == NULL)
+    return BC_ENOMEM;
+  return bc__decoder_decode_into(bag->decoder, t->ctx, src, n, row,
+                                 t->job->size, t->unpacked, &t->actual,
+                                 s->records.path, local);
+}
+
+/* The fast path (bag->mapped), over positions t->p.. of the task, run
+ * guarded: bounds from the mapped limits, then one copy (or one zstd
+ * decode) from the mapping into the row.  Returns 0 when it reached the
+ * end, INTO_GENERAL at a record whose limits it does not serve (the
+ * general path reads it or reports them), 1 at a record of the wrong size
+ * (t->actual), or a BC_E* code; t->at is then the position it stopped
+ * at. */
+static int into_fast(void *arg) {
+  into_task *t = arg;
+  const into_job *j = t->job;
+  const bc_bag *bag = j->bag;
+  size_t size = j->size;
+  const bc__shard *shard[INTO_ROUND];
+  const unsigned char *src[INTO_ROUND];
+  uint64_t len[INTO_ROUND], local[INTO_ROUND];
+  int rc = 0;
+  t->in_fast = true;
+  while (rc == 0 && t->p < t->end) {
+    size_t n = t->end - t->p < INTO_ROUND ? t->end - t->p : INTO_ROUND;
+    size_t ok = 0; /* records of the round that the copy loop may take */
+    for (; ok < n; ok++) {
+      t->at = t->p + ok;
+      size_t si;
+      locate(bag, j->indices[t->p + ok], &si, &local[ok]);
+      const bc__shard *s = shard[ok] = &bag->shards[si];
+      uint64_t i = local[ok];
+      const unsigned char *lim =
+          bc__shard_limits_file(s)->map + s->limits_offset + 8 * i;
+      uint64_t hi = bc__load_u64le(lim);
+      uint64_t lo = i ? bc__load_u64le(lim - 8) : 0;
+      /* hi == 0 may be zeros of a truncated file: the general path checks. */
+      if (lo > hi || hi > s->records_size || hi == 0) break;
+      src[ok] = s->records.map + lo;
+      len[ok] = hi - lo;
+      __builtin_prefetch(src[ok]);
+    }
+    for (size_t k = 0; k < ok && rc == 0; k++) {
+      t->at = t->p;
+      unsigned char *row = into_row(j, t->p);
+      if (shard[k]->zstd) {
+        rc = into_decode(t, shard[k], local[k], src[k], (size_t)len[k], row);
+      } else if (len[k] != size) {
+        t->actual = len[k];
+        rc = 1;
+      } else if (bag->crcs != NULL) { /* copied and checked in one pass */
+        rc = bc__crc_table_copy(bag->crcs, local[k], row, src[k], size,
+                                bag->shards[0].records.path);
+      } else if (size > 0) {
+        memcpy(row, src[k], size);
+      }
+      if (rc == 0) t->p++;
+    }
+    if (rc == 0 && ok < n) {
+      t->at = t->p;
+      rc = INTO_GENERAL;
+    }
+  }
+  t->in_fast = false;
+  return rc;
+}
+
+/* Reads the record at position t->p into its row, the general way: 0, 1 at
+ * the wrong size (t->actual; checked before the copy whenever the limits
+ * or the frame header tell it), or a BC_E* code.  Runs guarded. */
+static int into_general(void *arg) {
+  into_task *t = arg;
+  const into_job *j = t->job;
+  const bc_bag *bag = j->bag;
+  unsigned char *row = into_row(j, t->p);
+  size_t si;
+  uint64_t local, start, end;
+  locate(bag, j->indices[t->p], &si, &local);
+  bc__shard *s = &bag->shards[si];
+  int rc = bc__shard_range(s, local, &start, &end);
+  if (rc != 0) return rc;
+  size_t n = (size_t)(end - start);
+  if (!s->zstd) {
+    t->actual = n;
+    if (n != j->size) return 1;
+    rc = bc__file_read(&s->records, start, row, n);
+    if (rc == 0 && bag->crcs != NULL)
+      rc = bc__crc_table_check(bag->crcs, local, row, n, s->records.path);
+    return rc;
+  }
+  const void *src = NULL;
+  if (s->records.map != NULL) {
+    src = s->records.map + start;
+  } else if (n > 0) {
+    if ((rc = bc__buf_reserve(t->packed, n)) != 0) return rc;
+    if ((rc = bc__file_read(&s->records, start, t->packed->data, n)) != 0)
+      return rc;
+    src = t->packed->data;
+  }
+  return bc__decoder_decode_into(bag->decoder, NULL, src, n, row, j->size,
+                                 t->unpacked, &t->actual, s->records.path,
+                                 local);
+}
+
+static int into_task_run(void *arg, size_t task) {
+  into_job *j = arg;
+  const bc_bag *bag = j->bag;
+  bc_buf packed = BC_BUF_INIT, unpacked = BC_BUF_INIT;
+  into_task t = {.job = j, .p = task * j->chunk, .packed = &packed,
+                 .unpacked = &unpacked};
+  t.end = t.p + j->chunk < j->count ? t.p + j->chunk : j->count;
+  t.at = t.p;
+  int rc = 0;
+  while (rc == 0 && t.p < t.end) {
+    if (bag->mapped) {
+      rc = bc__guarded(into_fast, &t, "a shard");
+      if (t.in_fast) { /* a fault in a mapping: name the record's file */
+        size_t si;
+        uint64_t local;
+        locate(bag, j->indices[t.at], &si, &local);
+        rc = bc__error(BC_ECORRUPT,
+                       "%s: the file shrank while open (a mapped read failed)",
+                       bag->shards[si].records.path);
+      }
+      if (rc != INTO_GENERAL) continue; /* done (t.p == t.end) or failed */
+    }
+    t.at = t.p;
+    size_t si;
+    uint64_t local;
+    locate(bag, j->indices[t.p], &si, &local);
+    const bc__shard *s = &bag->shards[si];
+    rc = s->records.map == NULL && !s->separate && bag->crcs == NULL
+             ? into_general(&t) /* nothing mapped: nothing to guard */
+             : bc__guarded(into_general, &t, s->records.path);
+    if (rc == 0) t.p++;
+  }
+  if (rc != 0) {
+    size_t p = t.at;
+    if (rc == 1) {
+      rc = bc__error(BC_EINVAL,
+                     "record %llu (indices[%zu]) has %llu bytes, not the row "
+                     "size %zu",
+                     (unsigned long long)j->indices[p], p,
+                     (unsigned long long)t.actual, j->size);
+    } else { /* say which request failed, keeping the record's own detail */
+      rc = bc__error_wrap(rc, "indices[%zu] = %llu: %s", p,
+                          (unsigned long long)j->indices[p], bc_errmsg());
+    }
+  }
+  bc__decoder_give(bag->decoder, t.ctx);
+  bc_buf_release(&packed);
+  bc_buf_release(&unpacked);
+  return rc;
+}
+
+int bc__bag_read_rows(const bc_bag *bag, const uint64_t *indices,
+                      const size_t *rows, size_t count, void *dst,
+                      size_t size, int max_parallelism) {
+  if (size > 0 && count > SIZE_MAX / size)
+    return bc__error(BC_EINVAL, "%zu rows of %zu bytes overflow", count, size);
+  if (dst == NULL && count * size > 0)
+    return bc__error(BC_EINVAL, "bc_bag_read_into: NULL dst");
+  for (size_t p = 0; p < count; p++)
+    if (indices[p] >= bag->len)
+      return bc__error(BC_ERANGE, "indices[%zu] = %llu out of range [0, %llu)",
+                       p, (unsigned long long)indices[p],
+                       (unsigned long long)bag->len);
+  int par = max_parallelism > 0 ? max_parallelism : bag->opts.max_parallelism;
+  into_job j = {bag, indices, rows, count, batch_chunk(count, par), size, dst};
+  size_t ntasks = (count + j.chunk - 1) / j.chunk;
+  return bc__parallel_for(ntasks, par, into_task_run, &j);
+}
+
+int bc_bag_read_into(const bc_bag *bag, const uint64_t *indices, size_t count,
+                     void *dst, size_t size) {
+  return bc__bag_read_rows(bag, indices, NULL, count, dst, size, 0);
 }
 
 typedef struct {

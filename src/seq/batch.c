@@ -13,6 +13,7 @@
  * On failure the error reported is that of the first failing position in
  * request order: failing groups are re-read one by one to find it.
  * A leaf asked directly skips steps 1 and 2 (until something fails).
+ * Steps 1 and 2 (bc__seq_group) serve bc_seq_read_into too.
  */
 #include "config.h"
 
@@ -103,20 +104,24 @@ static int leaf_direct(bc_seq *leaf, const int64_t *indices, size_t count,
   return rc == 0 ? 0 : 1;
 }
 
-int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
-                    bc_buf *outs) {
-  /* A leaf needs no resolving nor grouping (a Reader's own batches). */
-  if (seq->ops->resolve == NULL && leaf_direct(seq, indices, count, outs) == 0)
-    return 0;
-  uint64_t *leaf_index = malloc((count ? count : 1) * sizeof *leaf_index);
-  size_t *leaf_id = malloc((count ? count : 1) * sizeof *leaf_id);
-  size_t *order = malloc((count ? count : 1) * sizeof *order);
-  uint64_t *group_indices = malloc((count ? count : 1) * sizeof *group_indices);
-  bc_buf *group_bufs = malloc((count ? count : 1) * sizeof *group_bufs);
-  size_t *start = NULL;
+void bc__seq_groups_free(bc__seq_groups *g) {
+  free(g->leaves);
+  free(g->start);
+  free(g->order);
+  free(g->leaf_index);
+  free(g->leaf_id);
+  memset(g, 0, sizeof *g);
+}
+
+int bc__seq_group(bc_seq *seq, const int64_t *indices, size_t count,
+                  bc__seq_groups *out) {
+  bc__seq_groups g = {.count = count};
+  g.leaf_index = malloc((count ? count : 1) * sizeof *g.leaf_index);
+  g.leaf_id = malloc((count ? count : 1) * sizeof *g.leaf_id);
+  g.order = malloc((count ? count : 1) * sizeof *g.order);
   leaf_table table = {0};
   int rc = 0;
-  if (!leaf_index || !leaf_id || !order || !group_indices || !group_bufs) {
+  if (!g.leaf_index || !g.leaf_id || !g.order) {
     rc = bc__error(BC_ENOMEM, "out of memory for a batch of %zu", count);
     goto cleanup;
   }
@@ -129,7 +134,7 @@ int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
     uint64_t pos;
     bc_seq *leaf;
     rc = bc__seq_position(seq, indices[p], &pos);
-    if (rc == 0) rc = bc__seq_resolve_leaf(seq, pos, &leaf, &leaf_index[p]);
+    if (rc == 0) rc = bc__seq_resolve_leaf(seq, pos, &leaf, &g.leaf_index[p]);
     if (rc != 0) {
       rc = bc__error_wrap(rc, "indices[%zu] = %lld: %s", p,
                           (long long)indices[p], bc_errmsg());
@@ -137,62 +142,87 @@ int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
     }
     if (table.count * 2 > table.mask) { /* keep the load factor below 1/2 */
       leaf_table bigger;
-      if ((rc = table_init(&bigger, table.count * 2)) != 0) goto cleanup;
+      if ((rc = table_init(&bigger, table.count * 2)) != 0) {
+        table_free(&bigger);
+        goto cleanup;
+      }
       for (size_t id = 0; id < table.count; id++) table_id(&bigger, table.leaves[id]);
       table_free(&table);
       table = bigger;
     }
-    leaf_id[p] = table_id(&table, leaf);
+    g.leaf_id[p] = table_id(&table, leaf);
   }
 
   /* 2. group: counting sort of positions by leaf id (stable). */
-  start = calloc(table.count + 1, sizeof *start);
-  if (start == NULL) {
+  g.nleaves = table.count;
+  g.start = calloc(table.count + 1, sizeof *g.start);
+  size_t *fill = malloc((table.count ? table.count : 1) * sizeof *fill);
+  if (g.start == NULL || fill == NULL) {
+    free(fill);
     rc = bc__error(BC_ENOMEM, "out of memory");
     goto cleanup;
   }
-  for (size_t p = 0; p < count; p++) start[leaf_id[p] + 1]++;
-  for (size_t id = 0; id < table.count; id++) start[id + 1] += start[id];
-  {
-    size_t *fill = malloc((table.count ? table.count : 1) * sizeof *fill);
-    if (fill == NULL) {
-      rc = bc__error(BC_ENOMEM, "out of memory");
-      goto cleanup;
-    }
-    memcpy(fill, start, table.count * sizeof *fill);
-    for (size_t p = 0; p < count; p++) order[fill[leaf_id[p]]++] = p;
-    free(fill);
+  for (size_t p = 0; p < count; p++) g.start[g.leaf_id[p] + 1]++;
+  for (size_t id = 0; id < table.count; id++) g.start[id + 1] += g.start[id];
+  memcpy(fill, g.start, table.count * sizeof *fill);
+  for (size_t p = 0; p < count; p++) g.order[fill[g.leaf_id[p]]++] = p;
+  free(fill);
+  g.leaves = table.leaves; /* the id -> leaf array moves into g */
+  table.leaves = NULL;
+  *out = g;
+  g = (bc__seq_groups){0};
+cleanup:
+  table_free(&table);
+  bc__seq_groups_free(&g);
+  return rc;
+}
+
+int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
+                    bc_buf *outs) {
+  /* A leaf needs no resolving nor grouping (a Reader's own batches). */
+  if (seq->ops->resolve == NULL && leaf_direct(seq, indices, count, outs) == 0)
+    return 0;
+  bc__seq_groups g = {0};
+  uint64_t *group_indices = NULL;
+  bc_buf *group_bufs = NULL;
+  int rc = bc__seq_group(seq, indices, count, &g);
+  if (rc != 0) goto cleanup;
+  group_indices = malloc((count ? count : 1) * sizeof *group_indices);
+  group_bufs = malloc((count ? count : 1) * sizeof *group_bufs);
+  if (!group_indices || !group_bufs) {
+    rc = bc__error(BC_ENOMEM, "out of memory for a batch of %zu", count);
+    goto cleanup;
   }
 
   /* 3. one batch per leaf */
   size_t first_failed = SIZE_MAX;
-  for (size_t id = 0; id < table.count; id++) {
-    size_t lo = start[id], n = start[id + 1] - lo;
+  for (size_t id = 0; id < g.nleaves; id++) {
+    size_t lo = g.start[id], n = g.start[id + 1] - lo;
     for (size_t k = 0; k < n; k++) {
-      group_indices[lo + k] = leaf_index[order[lo + k]];
-      group_bufs[lo + k] = outs[order[lo + k]];
+      group_indices[lo + k] = g.leaf_index[g.order[lo + k]];
+      group_bufs[lo + k] = outs[g.order[lo + k]];
     }
-    int grc = leaf_get_many(table.leaves[id], group_indices + lo, n,
+    int grc = leaf_get_many(g.leaves[id], group_indices + lo, n,
                             group_bufs + lo);
-    for (size_t k = 0; k < n; k++) outs[order[lo + k]] = group_bufs[lo + k];
+    for (size_t k = 0; k < n; k++) outs[g.order[lo + k]] = group_bufs[lo + k];
     if (grc == 0) continue;
     /* Find this group's first failing position (request order). */
     bool found = false;
     for (size_t k = 0; k < n && !found; k++) {
-      size_t p = order[lo + k];
+      size_t p = g.order[lo + k];
       if (p >= first_failed) break; /* positions ascend within a group */
-      bc_seq *leaf = table.leaves[id];
-      if (leaf->ops->get(leaf, leaf_index[p], &outs[p]) != 0) {
+      bc_seq *leaf = g.leaves[id];
+      if (leaf->ops->get(leaf, g.leaf_index[p], &outs[p]) != 0) {
         first_failed = p;
         found = true;
       }
     }
-    if (!found && first_failed == SIZE_MAX) first_failed = order[lo];
+    if (!found && first_failed == SIZE_MAX) first_failed = g.order[lo];
   }
   if (first_failed != SIZE_MAX) {
     size_t p = first_failed;
-    bc_seq *leaf = table.leaves[leaf_id[p]];
-    rc = leaf->ops->get(leaf, leaf_index[p], &outs[p]);
+    bc_seq *leaf = g.leaves[g.leaf_id[p]];
+    rc = leaf->ops->get(leaf, g.leaf_index[p], &outs[p]);
     if (rc == 0) /* the batch failed but the element alone reads fine */
       rc = bc__error(BC_EIO, "indices[%zu] = %lld: batch read failed", p,
                      (long long)indices[p]);
@@ -201,11 +231,7 @@ int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
                           (long long)indices[p], bc_errmsg());
   }
 cleanup:
-  table_free(&table);
-  free(start);
-  free(leaf_index);
-  free(leaf_id);
-  free(order);
+  bc__seq_groups_free(&g);
   free(group_indices);
   free(group_bufs);
   return rc;

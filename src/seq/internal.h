@@ -28,6 +28,37 @@ static inline int bc__seq_settle(bc_seq *seq, bc_len *len) {
   return seq->ops->length(seq, true, len);
 }
 
+/* The positions of a batch resolved down to their leaves and grouped by
+ * leaf (batch.c): leaf g's positions are order[start[g] .. start[g + 1]),
+ * ascending within the group; position p reads leaf_index[p] of
+ * leaves[leaf_id[p]].  Leaves are borrowed from the sequence. */
+typedef struct bc__seq_groups {
+  size_t count;   /* positions */
+  size_t nleaves; /* leaves (groups) */
+  bc_seq **leaves;
+  size_t *start;  /* nleaves + 1 entries */
+  size_t *order;
+  uint64_t *leaf_index;
+  size_t *leaf_id;
+} bc__seq_groups;
+
+/* Resolves and groups indices[0..count) of seq (signed, as bc_seq_get).
+ * Fails, naming "indices[P] = I", at the first index that does not
+ * resolve; *out is set only on success.  Release with
+ * bc__seq_groups_free. */
+int bc__seq_group(bc_seq *seq, const int64_t *indices, size_t count,
+                  bc__seq_groups *out);
+void bc__seq_groups_free(bc__seq_groups *g);
+
+/* A leaf's read_into operation, or NULL (absent, or a version-1 table that
+ * ends before it). */
+typedef int (*bc__read_into_fn)(bc_seq *self, const uint64_t *indices,
+                                const size_t *rows, size_t count, void *dst,
+                                size_t size, int max_parallelism);
+static inline bc__read_into_fn bc__seq_read_into_op(const bc_seq *leaf) {
+  return leaf->ops->version >= 2 ? leaf->ops->read_into : NULL;
+}
+
 /* Allocates an implementation struct of `size` bytes (zeroed) with its
  * header initialised (one reference). */
 void *bc__seq_alloc(size_t size, const bc_seq_ops *ops, unsigned flags);

@@ -2,6 +2,7 @@ BC_SEQ_SOURCES = \
 	src/seq/internal.h \
 	src/seq/seq.c \
 	src/seq/batch.c \
+	src/seq/read_into.c \
 	src/seq/slice.c \
 	src/seq/take.c \
 	src/seq/concat.c \

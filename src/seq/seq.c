@@ -14,10 +14,15 @@
 int bc_seq_init(bc_seq *seq, const bc_seq_ops *ops, unsigned flags) {
   if (seq == NULL || ops == NULL)
     return bc__error(BC_EINVAL, "bc_seq_init: NULL argument");
-  if (ops->version != BC_SEQ_OPS_VERSION)
-    return bc__error(BC_EINVAL, "sequence type %s: ops version %u, expected %u",
+  /* Version 1 tables end before read_into (bc__seq_read_into_op). */
+  if (ops->version < 1 || ops->version > BC_SEQ_OPS_VERSION)
+    return bc__error(BC_EINVAL,
+                     "sequence type %s: ops version %u, expected 1 to %u",
                      ops->type_name ? ops->type_name : "?", ops->version,
                      BC_SEQ_OPS_VERSION);
+  if (ops->version >= 2 && ops->read_into != NULL && ops->get == NULL)
+    return bc__error(BC_EINVAL, "sequence type %s: read_into is for leaves",
+                     ops->type_name ? ops->type_name : "?");
   if (ops->length == NULL || ops->destroy == NULL ||
       (ops->resolve == NULL) == (ops->get == NULL))
     return bc__error(BC_EINVAL,
@@ -170,6 +175,13 @@ static int bag_get_many(bc_seq *self, const uint64_t *indices, size_t count,
   return bc_bag_get_many(((bag_seq *)self)->bag, indices, count, outs);
 }
 
+static int bag_read_into(bc_seq *self, const uint64_t *indices,
+                         const size_t *rows, size_t count, void *dst,
+                         size_t size, int max_parallelism) {
+  return bc__bag_read_rows(((bag_seq *)self)->bag, indices, rows, count, dst,
+                           size, max_parallelism);
+}
+
 static void bag_destroy(bc_seq *self) {
   bc_bag_close(((bag_seq *)self)->bag);
   free(self);
@@ -182,6 +194,7 @@ static const bc_seq_ops bag_ops = {
     .get = bag_get,
     .get_many = bag_get_many,
     .destroy = bag_destroy,
+    .read_into = bag_read_into,
 };
 
 int bc_seq_wrap_bag(bc_seq **out, bc_bag *bag) {

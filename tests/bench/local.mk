@@ -39,8 +39,10 @@ EXTRA_DIST += tests/bench/regen_bench.py
 # "Training loops"):
 #   cd build && PYTHONPATH=python/pkg python3 ../tests/bench/train_bench.py
 # make check runs it once with --quick --no-torch
-# (python/tests/test_train_bench_quick.py).
-EXTRA_DIST += tests/bench/train_bench.py
+# (python/tests/test_train_bench_quick.py).  gather_floor.c: the plain-C
+# floors (a memcpy gather, zstd alone), which train_bench.py compiles with
+# the system's compiler when it runs.
+EXTRA_DIST += tests/bench/train_bench.py tests/bench/gather_floor.c
 
 # Results, baselines and how to reproduce them.
 dist_doc_DATA += doc/performance.md

@@ -41,30 +41,47 @@ clock on a shared machine; n/a for torch, whose workers are processes).
 Rows:
   numpy memmap X[idx]   the floor: fancy indexing of the memory-mapped .npy
                         with each batch, on the calling thread.
+  (C memcpy gather)     the floor in plain C (gather_floor.c beside this
+                        file, compiled into DIR with $CC or Python's CC and
+                        called through ctypes, GIL released): one memcpy
+                        per row from a mapping of the .npy into a fresh
+                        batch (np.empty, as X[idx] makes), on the calling
+                        thread.  n/a where it does not compile.
+  (C zstd decompression, 1 thread / W threads)
+                        the floor under .bagz: ZSTD_decompressDCtx of each
+                        row's frame, straight from mappings of the shards
+                        (bounds from their limits, read before timing) into
+                        a fresh batch, on the calling thread, then on W
+                        Python threads taking batches in turn (as the
+                        DataLoader's workers): zstd alone, no bagcache
+                        code.
   (numpy np.load in the run)
                         X[idx] on a memmap opened by np.load in the run.
   (numpy in memory)     X[idx] on the array in memory (information).
   (bytes gather)        per row, a bytes slice of an mmap of the .npy,
                         then b"".join into the batch: the Python floor of
                         any loader that touches each row in Python.
-  (zstd alone)          bagcache's C reader decompressing each batch's
+  (reader alone .bagz)  bagcache's C reader decompressing each batch's
                         records of the .bagz into 256 preallocated buffers
                         reused from batch to batch (bc_bag_get_many through
                         ctypes, GIL released, the Reader's default
                         parallelism), on W Python threads taking batches
-                        in turn: the rate at which the records' zstd frames
-                        come out on this machine, with no batch assembled
-                        and no Python object per record.
-  (reader alone)        the same over the .bag: what bagcache's C reader
-                        costs before the batch is assembled.
+                        in turn, with no batch assembled and no Python
+                        object per record.
+  (reader alone .bag)   the same over the .bag.
+  (ARDataset.__getitems__, calling thread)
+                        one batch at a time on the calling thread: the C
+                        gather (bc_seq_read_into) with no loader around it,
+                        against the C floor of its format.
   DataLoader .bag       bagcache.DataLoader(ARDataset.from_sequence(the
                         .bag Reader, uint8, (32, 32, 3)), num_workers=W,
                         batch_size=B, mode=IID, seed=seed):
                         against numpy memmap X[idx] (target >= 0.8x), the
                         loaderx-style loader (>= 3x) and torch's (>= 3x).
-  DataLoader .bagz      the same over DIR/bagz: against zstd alone
-                        (>= 0.8x) and the loaderx-style loader on .bagz
-                        (>= 3x).
+  DataLoader .bagz      the same over DIR/bagz: against zstd alone in C on
+                        as many threads (target 1.0x: the rate of zstd
+                        alone), bagcache's reader alone, and the
+                        loaderx-style loader on .bagz (>= 3x).
   (DataLoader, ARDataset(path) in the run)
                         DataLoader(ARDataset(DIR/bag)) made in the run:
                         against numpy's np.load in the run.
@@ -86,11 +103,15 @@ import argparse
 import collections
 import concurrent.futures
 import ctypes
+import glob
 import mmap
 import os
+import shlex
 import shutil
 import statistics
+import subprocess
 import sys
+import sysconfig
 import tempfile
 import queue
 import time
@@ -181,6 +202,51 @@ def torch_loader(a, np, bagcache, spec, batches):
     return tud.DataLoader(RowDataset(spec, a.rows), batch_size=a.batch_size, sampler=flat,
                           num_workers=a.torch_workers,
                           persistent_workers=a.torch_workers > 0)
+
+
+def build_floors(tmp):
+    """Compiles gather_floor.c (beside this file) into tmp: (the library
+    through ctypes, None), or (None, why not)."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gather_floor.c")
+    out = os.path.join(tmp, "gather_floor.so")
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    try:
+        flags = shlex.split(subprocess.run(["pkg-config", "--cflags", "--libs", "libzstd"],
+                                           capture_output=True, text=True,
+                                           check=True).stdout)
+    except (OSError, subprocess.CalledProcessError):
+        flags = ["-lzstd"]
+    try:
+        subprocess.run(cc + ["-O2", "-shared", "-fPIC", "-o", out, src] + flags,
+                       capture_output=True, text=True, check=True)
+        lib = ctypes.CDLL(out)
+    except (OSError, subprocess.CalledProcessError) as e:
+        return None, f"n/a (gather_floor.c: {getattr(e, 'stderr', '') or e})".splitlines()[0]
+    lib.floor_copy.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                               ctypes.c_void_p]
+    lib.floor_copy.restype = None
+    lib.floor_zstd.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                               ctypes.c_size_t, ctypes.c_void_p]
+    lib.floor_zstd.restype = ctypes.c_size_t
+    return lib, None
+
+
+def frame_table(np, shard_dir, keep):
+    """(addresses, sizes) of every record of the .bagz shards in shard_dir,
+    in global order, inside mappings appended to keep (tail limits: the
+    file's last 8 bytes are the records section's size)."""
+    starts, lens = [], []
+    for f in sorted(glob.glob(os.path.join(shard_dir, "data-*"))):
+        with open(f, "rb") as fh:
+            m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        keep.append(m)
+        a = np.frombuffer(m, np.uint8)
+        records = int(np.frombuffer(m[-8:], "<u8")[0])
+        ends = np.frombuffer(m[records:], "<u8").astype(np.uint64)
+        begins = np.concatenate([np.zeros(1, np.uint64), ends[:-1]])
+        starts.append(a.ctypes.data + begins)
+        lens.append(ends - begins)
+    return np.concatenate(starts).astype(np.uint64), np.concatenate(lens).astype(np.uint64)
 
 
 # ---- timing and the table -----------------------------------------------------------
@@ -275,6 +341,16 @@ def main():
         closers.append(npy_map.close)
         header = len(npy_map) - a.rows * ROW_BYTES
         offsets = [[header + int(i) * ROW_BYTES for i in b] for b in batches]
+        floors, floors_why = build_floors(tmp)
+        if floors is not None:
+            npy_addr = np.frombuffer(npy_map, np.uint8).ctypes.data + header
+            copy_srcs = [(npy_addr + b.astype(np.uint64) * ROW_BYTES).astype(np.uint64)
+                         for b in batches]
+            maps = []
+            closers.append(lambda: [m.close() for m in maps])
+            z_starts, z_lens = frame_table(np, dirs["bagz"], maps)
+            zstd_frames = [(np.ascontiguousarray(z_starts[b]), np.ascontiguousarray(z_lens[b]))
+                           for b in batches]
 
         def check(name, got):
             got = np.asarray(got)
@@ -302,6 +378,46 @@ def main():
             for b in batches:
                 out = x_mem[b]
             return out
+
+        def c_copy_batch(srcs):
+            out = np.empty((len(srcs),) + ROW_SHAPE, np.uint8)
+            floors.floor_copy(srcs.ctypes.data, len(srcs), ROW_BYTES, out.ctypes.data)
+            return out
+
+        def c_zstd_batch(frames):
+            starts, lens = frames
+            out = np.empty((len(starts),) + ROW_SHAPE, np.uint8)
+            bad = floors.floor_zstd(starts.ctypes.data, lens.ctypes.data, len(starts),
+                                    ROW_BYTES, out.ctypes.data)
+            if bad:
+                raise RuntimeError(f"floor_zstd: frame {bad - 1} is not one row")
+            return out
+
+        def c_copy():
+            out = None
+            for srcs in copy_srcs:
+                out = c_copy_batch(srcs)
+            return out
+
+        def c_zstd():
+            out = None
+            for frames in zstd_frames:
+                out = c_zstd_batch(frames)
+            return out
+
+        def c_zstd_threads():
+            return threaded(c_zstd_batch, zstd_frames, a.workers)
+
+        def getitems(kind):
+            ds = ARDataset.from_sequence(readers[kind], np.uint8, ROW_SHAPE)
+
+            def run():
+                out = None
+                for b in batches:
+                    out = ds.__getitems__(b)
+                return out
+
+            return run
 
         def bytes_gather():
             out = None
@@ -370,6 +486,14 @@ def main():
 
         # Correctness first: every loader's first batch is numpy's.
         check("numpy memmap", xm[batches[0]])
+        if floors is not None:
+            check("C memcpy gather", c_copy_batch(copy_srcs[0]))
+            check("C zstd decompression", c_zstd_batch(zstd_frames[0]))
+        for kind in dirs:
+            check(f"ARDataset.__getitems__ .{kind}",
+                  ARDataset.from_sequence(readers[kind], np.uint8, ROW_SHAPE)
+                  .__getitems__(batches[0]))
+
         check("bytes gather", np.frombuffer(
             b"".join([npy_map[o:o + ROW_BYTES] for o in offsets[0]]),
             np.uint8).reshape(want.shape))
@@ -394,12 +518,15 @@ def main():
                 "numpy memory": numpy_memory,
                 "bytes gather": bytes_gather, "zstd alone": c_alone("bagz"),
                 "reader alone": c_alone("bag"),
+                "getitems bag": getitems("bag"), "getitems bagz": getitems("bagz"),
                 "DataLoader .bag": dataloader("bag"), "DataLoader .bagz": dataloader("bagz"),
                 "DataLoader fresh": dataloader("bag", fresh=True),
                 "DataLoader 2": dataloader("bag", workers=2),
                 "loaderx .bag": loaderx("bag"), "loaderx .bagz": loaderx("bagz")}
         if tl is not None:
             runs["torch"] = torch_run
+        if floors is not None:
+            runs.update({"c copy": c_copy, "c zstd": c_zstd, "c zstd W": c_zstd_threads})
         res = measure_all(a.repeat, runs)
         if tl is not None:
             del tl
@@ -423,8 +550,13 @@ def main():
         "numpy fresh": "(numpy memmap, np.load in the run)",
         "numpy memory": "(numpy in-memory X[idx])",
         "bytes gather": "(bytes gather: per-row mmap slices, b''.join)",
-        "zstd alone": f"(zstd alone: bc_bag_get_many .bagz, {a.workers} threads)",
+        "c copy": "(C memcpy gather from the .npy mapping, 1 thread)",
+        "c zstd": "(C zstd decompression of the rows' frames, 1 thread)",
+        "c zstd W": f"(C zstd decompression of the rows' frames, {a.workers} threads)",
+        "zstd alone": f"(reader alone: bc_bag_get_many .bagz, {a.workers} threads)",
         "reader alone": f"(reader alone: bc_bag_get_many .bag, {a.workers} threads)",
+        "getitems bag": "(ARDataset.__getitems__ .bag, calling thread)",
+        "getitems bagz": "(ARDataset.__getitems__ .bagz, calling thread)",
         "DataLoader .bag": f"DataLoader ARDataset .bag, {a.workers} workers",
         "DataLoader .bagz": f"DataLoader ARDataset .bagz, {a.workers} workers",
         "DataLoader fresh": f"(DataLoader .bag, ARDataset(path) in the run, {a.workers} workers)",
@@ -434,11 +566,15 @@ def main():
         "torch": f"torch DataLoader r[i] .bag, {a.torch_workers} workers",
     }
     # (subject, baseline, target ratio or None for information)
-    plan = [("numpy memmap", None, None), ("numpy fresh", "numpy memmap", None),
+    plan = [("numpy memmap", None, None), ("c copy", "numpy memmap", None),
+            ("c zstd", "numpy memmap", None), ("c zstd W", "numpy memmap", None),
+            ("numpy fresh", "numpy memmap", None),
             ("numpy memory", "numpy memmap", None),
             ("bytes gather", "numpy memmap", None), ("zstd alone", "numpy memmap", None),
             ("reader alone", "numpy memmap", None),
-            ("DataLoader .bag", "numpy memmap", 0.8), ("DataLoader .bagz", "zstd alone", 0.8),
+            ("getitems bag", "c copy", None), ("getitems bagz", "c zstd", None),
+            ("DataLoader .bag", "numpy memmap", 0.8), ("DataLoader .bagz", "c zstd W", 1.0),
+            ("DataLoader .bagz", "zstd alone", None),
             ("DataLoader .bag", "loaderx .bag", 3.0), ("DataLoader .bagz", "loaderx .bagz", 3.0),
             ("DataLoader .bag", "torch", 3.0),
             ("DataLoader fresh", "numpy fresh", None), ("DataLoader 2", "numpy memmap", None)]
@@ -446,6 +582,15 @@ def main():
             "CPU ratio", "target", "ok")
     table = []
     for sub, base, target in plan:
+        if any(k is not None and k not in res and k != "torch" for k in (sub, base)):
+            # The C floors did not build.
+            def rate_or_na(k):
+                return ("", "") if k is None else rate(k) if k in res else ("n/a", "")
+
+            table.append((names[sub], *rate_or_na(sub), names[base] if base else "-",
+                          *rate_or_na(base), floors_why if base else "-", "",
+                          f">= {target:g}x" if target else "-", ""))
+            continue
         if base == "torch" and torch_why is not None:
             table.append((names[sub], *rate(sub), names[base], "", "", torch_why, "",
                           f">= {target:g}x", ""))

@@ -1,10 +1,13 @@
 /*
  * train/train.c - the C parts of bagcache.train (training-loop loaders):
  *
- *   _gather(seq, indices, out)
+ *   _gather(seq, indices, out[, max_parallelism])
  *       reads seq[indices[k]] for every k straight into row k of `out`, a
  *       writable C-contiguous buffer of len(indices) equal rows (a numpy
- *       batch), with the GIL released and no Python object per record.
+ *       batch), with the GIL released and no Python object per record:
+ *       bc_seq_read_into, which copies (or zstd-decodes) each record of a
+ *       bag straight into its row, on at most max_parallelism threads
+ *       (0, the default: the sequence's own; 1: this thread only).
  *       seq is anything whose elements are its raw records: a Reader (or
  *       a slice of one), a view over such leaves, a LoadIt with
  *       serializer="raw".  A record whose size is not the row size is a
@@ -46,52 +49,18 @@ static int index_buffer(PyObject *obj, Py_buffer *view, int flags, size_t *n,
 
 /* ---- _gather ----------------------------------------------------------------------- */
 
-/* One failure of a round, found without the GIL. */
-typedef struct {
-  int rc;       /* 0, a BC_E* code, or 1: a record of the wrong size */
-  int sys_errno;
-  int64_t index; /* the index that failed (sizes) */
-  size_t size;   /* its size */
-  char *message; /* malloc'd bc_errmsg() for rc < 0 */
-} gather_failure;
-
-/* Reads one round into st->bufs and copies it into rows (no GIL).  On a
- * batch failure the records are read one by one so the error names the
- * first failing index, as bulk.c does. */
-static void gather_round(bc_seq *seq, bcpy_stage *st, size_t m, unsigned char *rows,
-                         size_t row_size, gather_failure *f) {
-  int rc = bc_seq_get_many(seq, st->idx, m, st->bufs);
-  if (rc != 0) {
-    size_t k = 0;
-    int one = 0;
-    for (; k < m && one == 0; k++) one = bc_seq_get(seq, st->idx[k], &st->bufs[k]);
-    char msg[1100];
-    if (one != 0)
-      snprintf(msg, sizeof msg, "index %lld: %s", (long long)st->idx[k - 1], bc_errmsg());
-    else
-      snprintf(msg, sizeof msg, "%s", bc_errmsg());
-    f->rc = one != 0 ? one : rc;
-    f->sys_errno = bc_errno();
-    f->message = strdup(msg);
-    return;
-  }
-  for (size_t k = 0; k < m; k++) {
-    if (st->bufs[k].size != row_size) {
-      f->rc = 1;
-      f->index = st->idx[k];
-      f->size = st->bufs[k].size;
-      return;
-    }
-    if (row_size > 0) memcpy(rows + k * row_size, st->bufs[k].data, row_size);
-  }
-}
-
 static PyObject *train_gather(PyObject *mod, PyObject *args) {
   (void)mod;
   PyObject *src, *idx_obj, *out_obj;
-  if (!PyArg_ParseTuple(args, "OOO:_gather", &src, &idx_obj, &out_obj)) return NULL;
+  int max_parallelism = 0;
+  if (!PyArg_ParseTuple(args, "OOO|i:_gather", &src, &idx_obj, &out_obj, &max_parallelism))
+    return NULL;
+  if (max_parallelism < 0) {
+    PyErr_SetString(PyExc_ValueError, "max_parallelism must be >= 0");
+    return NULL;
+  }
   Py_buffer iv = {0}, ov = {0};
-  bcpy_stage *st = NULL;
+  int64_t *idx = NULL;
   PyObject *result = NULL;
   size_t n = 0;
   bc_seq *seq = bcpy_record_seq(src);
@@ -104,32 +73,31 @@ static PyObject *train_gather(PyObject *mod, PyObject *args) {
     goto cleanup;
   }
   size_t row_size = n == 0 ? 0 : (size_t)ov.len / n;
-  const int64_t *idx = iv.buf;
-  unsigned char *rows = ov.buf;
-  if ((st = bcpy_stage_take()) == NULL) goto cleanup;
-  gather_failure f = {0};
-  for (size_t off = 0; off < n && f.rc == 0;) {
-    size_t m = bcpy_stage_next(st, n - off, false);
-    memcpy(st->idx, idx + off, m * sizeof *idx);
-    Py_BEGIN_ALLOW_THREADS
-    gather_round(seq, st, m, rows + off * row_size, row_size, &f);
-    Py_END_ALLOW_THREADS
-    bcpy_stage_done(st, m);
-    off += m;
+  /* A copy of the indices: another thread may change the caller's array
+   * while the GIL is released, and the read checks each index before it
+   * reads it.  (The output's buffer export keeps its memory in place.) */
+  if ((idx = PyMem_RawMalloc(n ? n * sizeof *idx : 1)) == NULL) {
+    PyErr_NoMemory();
+    goto cleanup;
   }
-  if (f.rc == 1) {
-    PyErr_Format(PyExc_ValueError,
-                 "record %lld has %zu bytes, not the row size %zu (variable-size "
-                 "records need a collate function)",
-                 (long long)f.index, f.size, row_size);
-  } else if (f.rc != 0) {
-    bcpy_raise_errno(f.rc, f.sys_errno, f.message != NULL ? f.message : "read failed");
+  if (n > 0) memcpy(idx, iv.buf, n * sizeof *idx);
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_seq_read_into(seq, idx, n, ov.buf, row_size, max_parallelism);
+  Py_END_ALLOW_THREADS
+  if (rc == BC_EINVAL) {
+    /* Raw records read into rows fail with BC_EINVAL only for a record that
+     * is not one row: the message names it. */
+    PyErr_Format(PyExc_ValueError, "%s (variable-size records need a collate function)",
+                 bc_errmsg());
+    bc_error_clear();
+  } else if (rc != 0) {
+    bcpy_raise(rc, NULL);
   } else {
     result = Py_NewRef(Py_None);
   }
-  free(f.message);
 cleanup:
-  if (st != NULL) bcpy_stage_give(st);
+  PyMem_RawFree(idx);
   if (iv.obj != NULL) PyBuffer_Release(&iv);
   if (ov.obj != NULL) PyBuffer_Release(&ov);
   /* The last reference to a LoadIt's sequence may close its cache. */
@@ -262,7 +230,8 @@ static PyObject *train_iid_indices(PyObject *mod, PyObject *args) {
 
 static PyMethodDef train_methods[] = {
     {"_gather", train_gather, METH_VARARGS,
-     "_gather(seq, indices, out): seq's raw records at indices into the rows of out."},
+     "_gather(seq, indices, out[, max_parallelism]): seq's raw records at indices into "
+     "the rows of out."},
     {"_epoch_indices", train_epoch_indices, METH_VARARGS,
      "_epoch_indices(n, seed, start, stride, out): shuffle(range(n), seed)[start::stride] "
      "into out."},
