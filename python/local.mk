@@ -53,6 +53,7 @@ BC_PY_TEST_FILES = \
 	python/tests/test_batch_reads.py \
 	python/tests/test_os_errors.py \
 	python/tests/test_index_edges.py \
+	python/tests/test_min_python.py \
 	$(BC_PY_VIEWS_TEST_FILES) \
 	$(BC_PY_LOADIT_TEST_FILES) \
 	$(BC_PY_TRAIN_TEST_FILES)
@@ -82,7 +83,8 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit_progress.py \
 	python/tests/test_loadit_damage.py \
 	python/tests/test_loadit_close.py \
-	python/tests/test_loadit_passes.py
+	python/tests/test_loadit_passes.py \
+	python/tests/test_loadit_fork_locks.py
 
 EXTRA_DIST += \
 	$(BC_PY_C_SOURCES) \
@@ -164,6 +166,17 @@ python/run-pytest.sh: $(srcdir)/python/tests/run-pytest.sh.in Makefile
 	    -e 's|@EXT_SUFFIX[@]|$(PYTHON_EXT_SUFFIX)|g' \
 	    $(srcdir)/python/tests/run-pytest.sh.in > $@.tmp && mv -f $@.tmp $@
 
+# make check's last word on the Python tests that did not run, after the
+# summary (which says SKIP but not why): why run-pytest.sh skipped them all
+# (no pytest), or pytest's skipped tests with their reasons (e.g. no numpy).
+bc-python-check-notice: check-TESTS
+	@log=python/run-pytest.log; [ -f $$log ] || exit 0; \
+	sed -n 's/^run-pytest: SKIP: /make check: the Python tests were skipped: /p' $$log; \
+	if grep -q '^SKIPPED' $$log; then \
+	  echo "make check: pytest skipped tests (python/run-pytest.log):"; \
+	  grep '^SKIPPED' $$log | sed 's/^/  /'; \
+	fi
+
 # ---- install: the extension under the interpreter's suffix ------------------
 # libtool installs _bagcache.so (+ .la); Python would import that name too,
 # but the suffixed name keeps another interpreter version from loading it.
@@ -194,10 +207,14 @@ bc-python-uninstall:
 	@:
 bc-python-installcheck:
 	@:
+bc-python-check-notice:
+	@:
 
 endif !BC_PYTHON
 
 install-exec-hook: bc-python-install-exec
 uninstall-hook: bc-python-uninstall
 installcheck-local: bc-python-installcheck
-.PHONY: bc-python-install-exec bc-python-uninstall bc-python-installcheck
+check-local: bc-python-check-notice
+.PHONY: bc-python-install-exec bc-python-uninstall bc-python-installcheck \
+	bc-python-check-notice

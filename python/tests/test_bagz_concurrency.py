@@ -6,7 +6,6 @@ import multiprocessing as mp
 import threading
 import time
 
-import numpy as np
 import pytest
 
 import bagcache as bagz
@@ -35,6 +34,7 @@ def test_multiprocessing_pool(bag_path, records):
 
 
 def test_threads_share_one_reader(tmp_path):
+    np = pytest.importorskip("numpy")
     n = 3000
     records = [b"%05d:" % i + b"x" * (i % 97) for i in range(n)]
     bd.write_records(tmp_path / "t.bagz", records)

@@ -7,13 +7,14 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 import bagcache as bagz
 
 import bagz_data as bd
 from bagz_data import generate_record
+
+np = pytest.importorskip("numpy")
 
 READ_AHEADS = [None, 0, 1, 3, 4, 5, 1000]
 

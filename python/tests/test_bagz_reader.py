@@ -6,7 +6,6 @@ import os
 import pickle
 from collections.abc import Sequence
 
-import numpy as np
 import pytest
 
 import bagcache as bagz
@@ -36,6 +35,7 @@ def all_slices(n):
     "name,placement,compression,storage",
     list(itertools.product(("data.bagz", "data.bag"), PLACEMENTS, COMPRESSIONS, STORAGES)))
 def test_write_read_matrix(tmp_path, name, placement, compression, storage):
+    np = pytest.importorskip("numpy")
     path = tmp_path / name
     records = generate_records()
     bd.write_records(path, records, bagz.Writer.Options(
@@ -150,6 +150,7 @@ def test_slices_of_slices(bag_path, records):
 
 
 def test_negative_indices_are_a_superset(bag_path, records):
+    np = pytest.importorskip("numpy")
     reader = bagz.Reader(bag_path)
     assert reader[-1] == records[-1]
     assert reader[-NUM_RECORDS] == records[0]
@@ -165,6 +166,7 @@ def test_negative_indices_are_a_superset(bag_path, records):
 
 
 def test_read_indices_forms(bag_path, records):
+    np = pytest.importorskip("numpy")
     reader = bagz.Reader(bag_path)
     want = [records[i] for i in (7, 1, 7, 19)]
     for dtype in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
@@ -203,6 +205,7 @@ def test_read_indices_forms(bag_path, records):
 
 
 def test_read_indices_large_and_duplicated(tmp_path):
+    np = pytest.importorskip("numpy")
     # More than one chunk of the extension's bulk reads, shuffled, repeated.
     path = tmp_path / "big.bag"
     n = 3 * bagz._bagcache.CHUNK + 17

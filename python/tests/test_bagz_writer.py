@@ -5,7 +5,6 @@ publication at close, closing an unclosed writer when collected)."""
 import gc
 import warnings
 
-import numpy as np
 import pytest
 
 import bagcache as bagz
@@ -14,6 +13,7 @@ import bagz_data as bd
 
 
 def test_write_str_bytes_and_buffers(tmp_path):
+    np = pytest.importorskip("numpy")
     path = tmp_path / "w.bag"
     with bagz.Writer(path) as writer:
         writer.write(b"bytes")

@@ -10,12 +10,13 @@ and a staging area used again by a nested read."""
 
 import pickle
 
-import numpy as np
 import pytest
 
 import bagcache
 
 import bagz_data as bd
+
+np = pytest.importorskip("numpy")
 
 SIZES = (0, 1, 15, 16, 17, 63, 64, 65, 255, 256, 257, 1000, 8191, 8192, 8193, 20_000,
          70_000)

@@ -12,7 +12,6 @@ import sys
 import textwrap
 import time
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip(
@@ -22,6 +21,8 @@ torch = pytest.importorskip(
 import bagcache  # noqa: E402
 from bagcache import train  # noqa: E402
 from bagcache.torch import Dataset, DistributedSampler  # noqa: E402
+
+np = pytest.importorskip("numpy")
 
 EPOCH = train.Sampler.Mode.EPOCH
 N = 37

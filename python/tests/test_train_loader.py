@@ -5,11 +5,12 @@ Readers, views and LoadIt, collate, close and errors."""
 import threading
 import time
 
-import numpy as np
 import pytest
 
 import bagcache
 from bagcache import ARDataset, DataLoader, LoadIt, NPDataset, Sampler, converter
+
+np = pytest.importorskip("numpy")
 
 EPOCH = Sampler.Mode.EPOCH
 

@@ -9,11 +9,12 @@ import pathlib
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 import bagcache
 import bagcache as loaderx
+
+np = pytest.importorskip("numpy")
 
 TRAIN_NAMES = ("converter", "NPDataset", "ARDataset", "BagDataset", "BaseDataset",
                "DataLoader", "Sampler")

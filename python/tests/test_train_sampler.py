@@ -1,11 +1,12 @@
 """Sampler beyond loaderx: EPOCH permutations, ranks, drop_last, num_epochs
 and resumable state, checked against plain models."""
 
-import numpy as np
 import pytest
 
 import bagcache
 from bagcache import Sampler, _bagcache
+
+np = pytest.importorskip("numpy")
 
 EPOCH = Sampler.Mode.EPOCH
 

@@ -135,36 +135,40 @@ int bc__cache_load_length(bc_cache *c, MDB_txn *t) {
  * workers (threads do not survive fork), the pending access-clock bumps
  * (the parent's opens).  The LMDB environment is reopened
  * by the child's first transaction (state.c).
- * Lock order: open_caches_lock, then each cache's locks in the order of
- * internal.h, then the environments' locks (state.c). */
+ * Lock order: open_caches_lock, then the environments' locks (state.c:
+ * the registry, then each fill registry), then each cache's locks in the
+ * order of internal.h.  The registry comes before the caches because
+ * elsewhere it is held while an environment is opened, which takes LMDB's
+ * writer mutex, and a publish takes a cache's access lock while it holds
+ * that mutex (access.c): taking a cache's lock before the registry here
+ * would close that cycle. */
 static pthread_mutex_t open_caches_lock = PTHREAD_MUTEX_INITIALIZER;
 static bc_cache *open_caches;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void before_fork(void) {
   pthread_mutex_lock(&open_caches_lock);
+  bc__envs_before_fork();
   for (bc_cache *c = open_caches; c; c = c->next_open) {
     pthread_mutex_lock(&c->pool.lock); /* the order of internal.h */
     pthread_mutex_lock(&c->prefetch.lock);
     pthread_mutex_lock(&c->readers.lock);
     pthread_mutex_lock(&c->access.lock);
   }
-  bc__envs_before_fork();
 }
 
 static void after_fork_parent(void) {
-  bc__envs_after_fork(false);
   for (bc_cache *c = open_caches; c; c = c->next_open) {
     pthread_mutex_unlock(&c->access.lock);
     pthread_mutex_unlock(&c->readers.lock);
     pthread_mutex_unlock(&c->prefetch.lock);
     pthread_mutex_unlock(&c->pool.lock);
   }
+  bc__envs_after_fork(false);
   pthread_mutex_unlock(&open_caches_lock);
 }
 
 static void after_fork_child(void) {
-  bc__envs_after_fork(true);
   for (bc_cache *c = open_caches; c; c = c->next_open) {
     c->self = bc__owner_self();
     c->store.self = c->self;
@@ -192,6 +196,7 @@ static void after_fork_child(void) {
     pthread_mutex_unlock(&c->prefetch.lock);
     pthread_mutex_unlock(&c->pool.lock);
   }
+  bc__envs_after_fork(true);
   pthread_mutex_unlock(&open_caches_lock);
 }
 

@@ -171,9 +171,11 @@ typedef struct {
  * (fills.h, shared by the process's caches on the root).  None is held
  * while waiting for another, nor across a source call, LMDB or file I/O
  * (taking one inside an LMDB transaction is fine).  Only the fork
- * handlers (cache.c) hold several: open_caches_lock, then for each cache
- * pool, prefetch, readers, access, in that order, then the environments'
- * registry and fill registries (state.c). */
+ * handlers (cache.c) hold several: open_caches_lock, the environments'
+ * registry and fill registries (state.c), then for each cache pool,
+ * prefetch, readers, access, in that order (the registry first: it is held
+ * while an environment opens, which takes LMDB's writer mutex, and a
+ * publish takes the access lock under that mutex). */
 struct bc_cache {
   bc_seq base; /* first: the cache is a sequence leaf */
   char *root, *shards_dir, *sums_dir, *scratch_dir, *locks_dir, *meta_path;
