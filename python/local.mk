@@ -22,6 +22,7 @@ BC_PY_C_SOURCES = \
 	python/src/core/bcpy.h \
 	python/src/core/scratch.c \
 	python/src/core/indices.c \
+	python/src/core/sequence.c \
 	python/src/core/seq.c \
 	python/src/core/bulk.c \
 	python/src/core/iterator.c \

@@ -5,21 +5,31 @@
  * against an installed libbagcache as well as inside the source tree.
  *
  * Object model:
- *   _SeqBase     a read-only view of a bc_seq: length, items, slices (which
- *                are views again), bulk reads, read-ahead iteration.  It is
- *                generic over the sequence behind it; nothing in it knows
- *                about Bagz files.
- *   _ReaderBase  a _SeqBase whose root is a bag set opened from a file spec
- *                (bc_seq_open_bag); adds what only a bag can answer.
+ *   _Sequence    the one sequence base type (core/sequence.c): an object
+ *                over a bc_seq whose subtype supplies how an element is
+ *                read and decoded and how a blocking call waits
+ *                (bcpy_seq_kind).  Subscripts (ints, numpy integers,
+ *                slices, index lists), slicing (always bc_seq_slice of the
+ *                object's own sequence, so slices of slices compose in C)
+ *                and slice bounds are one code path for every subtype.
+ *   _SeqBase     raw records of a bag set or a slice of one, with bulk
+ *                reads and read-ahead iteration; _ReaderBase opens it from
+ *                a file spec.
+ *   _CacheSeq    a LoadIt or a view of one (loadit/loadit.c): unpickled
+ *                records, reads that may wait for a cache's fill.
+ *   _View        a loadit-compatible view over any sequences (views/).
  *   ReaderIterator, _WriterBase, Index, MultiIndex.
  * The pure-Python package (bagcache/__init__.py) subclasses _ReaderBase and
  * _WriterBase to add options classes, pickling and the Sequence ABC.
  *
  * GIL rule: the GIL is released around every call that reads, writes or
- * waits (Py_BEGIN_ALLOW_THREADS); bagcache never calls back into Python
- * except through the index stream of ReaderIterator, which takes the GIL
- * itself (PyGILState_Ensure) and is only ever run in the thread that
- * released it.  No bagcache lock is held while the GIL is taken.
+ * waits (Py_BEGIN_ALLOW_THREADS).  bagcache does call back into Python: a
+ * LoadIt's source runs the user's iterator and serializer on whichever
+ * thread fills a shard, views call Python index maps and read Python
+ * sequences, decoders (pickle.loads) turn records into objects, and
+ * ReaderIterator's index stream calls next() on a Python iterator.  Every
+ * such callback takes the GIL itself (PyGILState_Ensure), and no bagcache
+ * lock is held while it runs.
  */
 #ifndef BCPY_H
 #define BCPY_H
@@ -95,15 +105,100 @@ size_t bcpy_stage_next(bcpy_stage *s, size_t left, bool whole);
 /* After a round of `n` records has been read: sizes the next round. */
 void bcpy_stage_done(bcpy_stage *s, size_t n);
 
-/* ---- sequences (core/seq.c) ----------------------------------------------- */
+/* ---- the sequence base type (core/sequence.c) --------------------------- */
+
+/* A blocking library call handed to a sequence's wait policy.  run() works
+ * on the call alone, without the GIL; free() frees it (it was allocated
+ * with PyMem_RawCalloc) and whatever it still holds. */
+typedef struct bcpy_call bcpy_call;
+struct bcpy_call {
+  int (*run)(bcpy_call *c); /* 0 or a BC_E* code */
+  void (*free)(bcpy_call *c);
+  int rc;        /* run's result */
+  char *msg;     /* its bc_errmsg() when rc != 0 (malloc'd, or NULL) */
+  int sys_errno; /* and its bc_errno() */
+};
+
+/* Runs c->run and keeps its result, message and errno in c (no GIL). */
+void bcpy_call_run(bcpy_call *c);
+
+/* The interruptible wait: runs a call that may wait for another thread's
+ * fill so that Ctrl-C stops the wait (the main thread waits in slices on a
+ * helper that runs the call).  0 when the call ran (it is the caller's
+ * again); -1 with the signal handler's exception: the call is then freed
+ * by the thread that finishes it.  Plain until loadit/ installs its own
+ * (bcpy_loadit_init): a call with the GIL released. */
+typedef struct {
+  int (*wait)(bcpy_call *c);
+  bool (*needed)(void); /* whether this thread's waits must go through it */
+} bcpy_waiter;
+extern bcpy_waiter bcpy_fill_waiter;
+
+typedef struct bcpy_sobj bcpy_sobj;
+
+/* What a subtype adds to the base: the read and decode of an element, the
+ * wait policy, index lists, and the object a slice makes. */
+typedef struct {
+  /* 0 when the object can be read, else -1 with an exception. */
+  int (*check)(bcpy_sobj *self);
+  /* self[i], i any int64 (negative counts from the end); checked object. */
+  PyObject *(*item)(bcpy_sobj *self, int64_t i);
+  /* self[key] for a key that is neither an integer nor a slice (an index
+   * list); NULL: such keys are a TypeError. */
+  PyObject *(*take)(bcpy_sobj *self, PyObject *key);
+  /* The wait policy of a call that may wait (a slice that settles the
+   * length): as bcpy_waiter.wait. */
+  int (*wait)(bcpy_sobj *self, bcpy_call *c);
+  /* The object self[key] (a slice) over `seq` (reference taken over);
+   * self may have been closed while the slice waited. */
+  PyObject *(*wrap)(bcpy_sobj *self, bc_seq *seq, PyObject *key);
+  /* Raises for a failed library call (message NULL: bc_errmsg()). */
+  PyObject *(*raise)(int rc, int sys_errno, const char *message);
+} bcpy_seq_kind;
+
+/* The head of every sequence object: its sequence (NULL until opened, or
+ * once closed) and its kind. */
+#define BCPY_SEQ_HEAD \
+  PyObject_HEAD       \
+  bc_seq *seq;        \
+  const bcpy_seq_kind *kind;
+
+struct bcpy_sobj {
+  BCPY_SEQ_HEAD
+};
+
+extern PyTypeObject bcpy_Sequence_Type;
+
+/* The one subscript path: ints and numpy integers -> kind->item, slices ->
+ * bcpy_sobj_slice, anything else -> kind->take (or TypeError). */
+PyObject *bcpy_sobj_subscript(bcpy_sobj *self, PyObject *key);
+/* self[key] for a slice: bc_seq_slice of self->seq, waiting through
+ * kind->wait when the slice needs a length not known yet. */
+PyObject *bcpy_sobj_slice(bcpy_sobj *self, PyObject *key);
+/* self[::-1]. */
+PyObject *bcpy_sobj_reversed(bcpy_sobj *self, PyObject *unused);
+/* The plain wait policy: the call with the GIL released. */
+int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c);
+
+/* The slice-bound rule of every sequence: None -> BC_NONE (a step of None
+ * -> 1), an integer clamped to [INT64_MIN + 1, INT64_MAX] (*big set when
+ * one above INT64_MAX was clamped), anything else InvalidSliceError; a
+ * zero step ValueError.  0, or -1 with the exception set. */
+int bcpy_slice_bound(PyObject *obj, int64_t *out, bool *big);
+int bcpy_slice_bounds(PyObject *slice, int64_t *start, int64_t *stop, int64_t *step,
+                      bool *big);
+/* PySlice_Unpack + PySlice_AdjustIndices over `len` elements, with the
+ * bounds rule above; returns the element count, or -1 with an exception. */
+Py_ssize_t bcpy_slice_indices(PyObject *slice, Py_ssize_t len, Py_ssize_t *start,
+                              Py_ssize_t *step);
+
+/* ---- raw records of a bag set (core/seq.c) -------------------------------- */
 
 typedef struct {
-  PyObject_HEAD
-  bc_seq *seq;   /* the view this object reads; NULL until opened */
-  bc_seq *root;  /* the unsliced sequence the view selects from */
+  BCPY_SEQ_HEAD
+  bc_seq *root;  /* the bag set the view selects from (seq is root or a
+                    bc_seq_slice of it) */
   uint64_t len;  /* exact length of seq */
-  int64_t start; /* element k of seq is root[start + k * step] */
-  int64_t step;
   int max_parallelism; /* as requested; negative makes bulk reads fail */
   int readahead_threads;
   PyObject *meta; /* opaque Python state shared with every slice */
@@ -112,11 +207,6 @@ typedef struct {
 
 extern PyTypeObject bcpy_SeqBase_Type;
 extern PyTypeObject bcpy_ReaderBase_Type;
-
-/* Makes `self` (fresh from tp_alloc) a view of `root` selecting
- * root[start + k * step] for k < len.  Takes new references. */
-int bcpy_seq_set_view(bcpy_seq *self, bc_seq *root, int64_t start,
-                      int64_t step, uint64_t len);
 
 /* Checks the object is open; sets ValueError and returns -1 otherwise. */
 int bcpy_seq_check(bcpy_seq *self);
@@ -164,7 +254,8 @@ extern PyTypeObject bcpy_MultiIndex_Type;
 extern PyTypeObject bcpy_View_Type;
 extern PyTypeObject bcpy_ViewIterator_Type;
 /* The context of a "bagcache.bc_seq" capsule whose reads may wait for a
- * cache's fill (a LoadIt's): views over it wait so that Ctrl-C works. */
+ * cache's fill (a LoadIt's): views over it wait through bcpy_fill_waiter
+ * so that Ctrl-C works. */
 extern const char bcpy_waits_mark[];
 
 /* The C sequence of `obj` when its elements are raw records read in C (a

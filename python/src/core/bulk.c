@@ -398,19 +398,9 @@ PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args) {
 PyObject *bcpy_seq_read_indices(bcpy_seq *self, PyObject *indices) {
   if (bcpy_seq_check_bulk(self) < 0) return NULL;
   if (PySlice_Check(indices)) {
-    Py_ssize_t start, stop, step;
-    if (PySlice_Unpack(indices, &start, &stop, &step) < 0) {
-      if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyErr_Format(bcpy_InvalidSliceError, "Invalid slice: %S", value);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-      }
-      return NULL;
-    }
-    Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)self->len, &start, &stop, step);
+    Py_ssize_t start, step;
+    Py_ssize_t n = bcpy_slice_indices(indices, (Py_ssize_t)self->len, &start, &step);
+    if (n < 0) return NULL;
     if (step == 1) return read_span(self, (uint64_t)start, (size_t)n);
     int64_t *idx = PyMem_RawMalloc((n > 0 ? (size_t)n : 1) * sizeof *idx);
     if (idx == NULL) return PyErr_NoMemory();
@@ -512,17 +502,13 @@ PyObject *bcpy_seq_count(bcpy_seq *self, PyObject *value) {
   return PyLong_FromSsize_t(count);
 }
 
-/* A bound of index(): None keeps *out, an integer is clamped to Py_ssize_t. */
-static int slice_bound(PyObject *obj, Py_ssize_t *out) {
-  if (obj == Py_None) return 0;
-  if (!PyIndex_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "slice indices must be integers or None, not %.200s",
-                 Py_TYPE(obj)->tp_name);
-    return -1;
-  }
-  Py_ssize_t v = PyNumber_AsSsize_t(obj, NULL);
-  if (v == -1 && PyErr_Occurred()) return -1;
-  *out = v;
+/* A bound of index(): None keeps *out, an integer is clamped like a slice
+ * bound (bcpy_slice_bound). */
+static int index_bound(PyObject *obj, Py_ssize_t *out) {
+  int64_t v;
+  bool big = false;
+  if (bcpy_slice_bound(obj, &v, &big) < 0) return -1;
+  if (v != BC_NONE) *out = (Py_ssize_t)v;
   return 0;
 }
 
@@ -535,7 +521,7 @@ PyObject *bcpy_seq_index(bcpy_seq *self, PyObject *args, PyObject *kwds) {
   if (bcpy_seq_check_bulk(self) < 0) return NULL;
   /* list.index semantics: bounds are clamped like slice bounds. */
   Py_ssize_t start = 0, stop = PY_SSIZE_T_MAX;
-  if (slice_bound(start_obj, &start) < 0 || slice_bound(stop_obj, &stop) < 0)
+  if (index_bound(start_obj, &start) < 0 || index_bound(stop_obj, &stop) < 0)
     return NULL;
   PySlice_AdjustIndices((Py_ssize_t)self->len, &start, &stop, 1);
   Py_ssize_t pos;

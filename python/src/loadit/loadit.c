@@ -70,9 +70,8 @@ typedef struct {
 } bcpy_core;
 
 typedef struct bcpy_lobj {
-  PyObject_HEAD
-  bc_seq *seq;        /* the cache's sequence or a view of it; NULL once
-                         the core is closed */
+  BCPY_SEQ_HEAD       /* seq: the cache's sequence or a view of it; NULL
+                         once the core is closed */
   bcpy_core *core;
   PyObject *parent;   /* a view: the object it was taken from */
   PyObject *key;      /* ... and the key (a slice, or int64 bytes) */
@@ -320,23 +319,44 @@ static int len_run(bcpy_job *job) {
 
 static void len_release(bcpy_job *job) { bc_seq_unref(((len_job *)job)->seq); }
 
+/* The interruptible wait policy of sequences (core/bcpy.h, bcpy_waiter):
+ * a bcpy_call run as a job, so that from the main thread a helper runs it
+ * while Ctrl-C stays live.  Abandoned, the job frees the call when done. */
 typedef struct {
   bcpy_job base;
-  bc_seq *seq;
-  int64_t start, stop, step;
-  bc_seq *out; /* the result, until taken */
-} slice_job;
+  bcpy_call *call; /* NULL once the caller took it back */
+} call_job;
 
-static int slice_run(bcpy_job *job) {
-  slice_job *j = (slice_job *)job;
-  return bc_seq_slice(&j->out, j->seq, j->start, j->stop, j->step);
+static int call_run(bcpy_job *job) {
+  bcpy_call *c = ((call_job *)job)->call;
+  bcpy_call_run(c);
+  return c->rc;
 }
 
-static void slice_release(bcpy_job *job) {
-  slice_job *j = (slice_job *)job;
-  bc_seq_unref(j->seq);
-  bc_seq_unref(j->out);
+static void call_release(bcpy_job *job) {
+  bcpy_call *c = ((call_job *)job)->call;
+  if (c != NULL) c->free(c);
 }
+
+/* Runs the call as a job (cancelling `src`'s passes on an interrupt, and
+ * again after a fill cancelled elsewhere when `retry`): 0 when it ran, -1
+ * with an exception (the call is the job's then, or freed). */
+static int call_wait(bcpy_call *c, bcpy_source *src, bool retry) {
+  call_job *j = job_new(sizeof *j, call_run, call_release);
+  if (j == NULL) {
+    Py_BEGIN_ALLOW_THREADS
+    c->free(c);
+    Py_END_ALLOW_THREADS
+    return -1;
+  }
+  j->call = c;
+  if ((retry ? run_job(&j->base, src) : bcpy_run(&j->base, src)) < 0) return -1;
+  j->call = NULL;
+  job_free(&j->base);
+  return 0;
+}
+
+static int fill_wait(bcpy_call *c) { return call_wait(c, NULL, false); }
 
 /* Drains the source, then fills the shards below the end that are missing
  * (never read, or evicted): afterwards everything is on disk unless the
@@ -1216,6 +1236,8 @@ static Py_ssize_t lobj_length(bcpy_lobj *self) {
 
 /* ---- _CacheSeq: views ---------------------------------------------------------- */
 
+static const bcpy_seq_kind lobj_kind;
+
 /* A new view object (of the class named by type(self)._view_class, else
  * _CacheSeq) over seq (reference taken over). */
 static PyObject *new_view(bcpy_lobj *self, bc_seq *seq, PyObject *key, bool safe) {
@@ -1232,6 +1254,7 @@ static PyObject *new_view(bcpy_lobj *self, bc_seq *seq, PyObject *key, bool safe
     bc_seq_unref(seq);
     return NULL;
   }
+  v->kind = &lobj_kind;
   v->seq = seq;
   Py_INCREF(self->core);
   v->core = self->core;
@@ -1244,69 +1267,21 @@ static PyObject *new_view(bcpy_lobj *self, bc_seq *seq, PyObject *key, bool safe
   return (PyObject *)v;
 }
 
-static int slice_bound(PyObject *obj, int64_t *out) {
-  if (obj == Py_None) {
-    *out = BC_NONE;
-    return 0;
-  }
-  if (!PyIndex_Check(obj)) {
-    PyErr_Format(bcpy_InvalidSliceError,
-                 "slice indices must be integers or None, not %.200s",
-                 Py_TYPE(obj)->tp_name);
-    return -1;
-  }
-  Py_ssize_t v = PyNumber_AsSsize_t(obj, NULL); /* clamped like list slices */
-  if (v == -1 && PyErr_Occurred()) return -1;
-  *out = v == (Py_ssize_t)BC_NONE ? v + 1 : (int64_t)v;
-  return 0;
-}
-
-/* self[a:b:c] with Python's rules, lazy while the end is unknown and the
- * bounds are non-negative with a positive step. */
-static PyObject *get_slice(bcpy_lobj *self, PyObject *key) {
-  PySliceObject *sl = (PySliceObject *)key;
-  int64_t start, stop, step;
-  if (slice_bound(sl->start, &start) < 0 || slice_bound(sl->stop, &stop) < 0 ||
-      slice_bound(sl->step, &step) < 0)
-    return NULL;
-  if (step == BC_NONE) step = 1;
-  if (step == 0) {
-    PyErr_SetString(PyExc_ValueError, "slice step cannot be zero");
+/* self[a:b:c] (core/sequence.c made `seq`, perhaps after a wait in which
+ * the loader may have been closed). */
+static PyObject *lobj_wrap(bcpy_sobj *base, bc_seq *seq, PyObject *key) {
+  bcpy_lobj *self = (bcpy_lobj *)base;
+  if (lobj_check(self) < 0) {
+    teardown(NULL, seq, NULL);
     return NULL;
   }
-  bc_seq *out = NULL;
-  int rc;
-  char msg[1024] = "";
-  bc_len l;
-  bool lazy = step > 0 && (start == BC_NONE || start >= 0) && (stop == BC_NONE || stop >= 0);
-  if (lazy || (bc_seq_length(self->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT)) {
-    rc = bc_seq_slice(&out, self->seq, start, stop, step); /* no waiting */
-    if (rc != 0) snprintf(msg, sizeof msg, "%s", bc_errmsg());
-  } else {
-    slice_job *j = job_new(sizeof *j, slice_run, slice_release);
-    if (j == NULL) return NULL;
-    j->seq = bc_seq_ref(self->seq);
-    j->start = start;
-    j->stop = stop;
-    j->step = step;
-    if (run_job(&j->base, self->core->src) < 0) return NULL;
-    rc = j->base.rc;
-    out = j->out;
-    j->out = NULL;
-    memcpy(msg, j->base.msg, sizeof msg);
-    job_free(&j->base);
-    if (rc == 0 && lobj_check(self) < 0) { /* closed while it waited */
-      teardown(NULL, out, NULL);
-      return NULL;
-    }
-  }
-  if (rc != 0) return raise_rc(rc, msg);
-  return new_view(self, out, key, self->resolve_safe);
+  return new_view(self, seq, key, self->resolve_safe);
 }
 
 /* self[indices]: a view of the records at those positions (checked when
  * read); key is kept as int64 bytes for pickling. */
-static PyObject *get_take(bcpy_lobj *self, PyObject *key) {
+static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
+  bcpy_lobj *self = (bcpy_lobj *)base;
   if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
       PyFloat_Check(key)) {
     PyErr_Format(PyExc_TypeError, "indices must be integers, slices or sequences "
@@ -1340,21 +1315,30 @@ static PyObject *get_take(bcpy_lobj *self, PyObject *key) {
   return v;
 }
 
-static PyObject *lobj_subscript(bcpy_lobj *self, PyObject *key) {
-  if (lobj_check(self) < 0) return NULL;
-  if (PyIndex_Check(key)) {
-    Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
-    if (i != -1 || !PyErr_Occurred()) return lobj_item(self, (int64_t)i);
-    /* numpy arrays have __index__, which only 1-element ones honour */
-    if (!PyErr_ExceptionMatches(PyExc_TypeError) || !PyObject_CheckBuffer(key)) return NULL;
-    PyErr_Clear();
-  }
-  if (PySlice_Check(key)) return get_slice(self, key);
-  return get_take(self, key);
+static int lobj_check_seq(bcpy_sobj *self) { return lobj_check((bcpy_lobj *)self); }
+
+static PyObject *lobj_item_seq(bcpy_sobj *self, int64_t i) {
+  return lobj_item((bcpy_lobj *)self, i);
 }
 
-static PyObject *lobj_sq_item(bcpy_lobj *self, Py_ssize_t i) {
-  return lobj_item(self, (int64_t)i);
+/* A slice that settles the length waits as every wait of a LoadIt does. */
+static int lobj_wait(bcpy_sobj *self, bcpy_call *c) {
+  return call_wait(c, ((bcpy_lobj *)self)->core->src, true);
+}
+
+static const bcpy_seq_kind lobj_kind = {
+    .check = lobj_check_seq,
+    .item = lobj_item_seq,
+    .take = get_take,
+    .wait = lobj_wait,
+    .wrap = lobj_wrap,
+    .raise = raise_rc_errno,
+};
+
+static PyObject *lobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  bcpy_lobj *self = (bcpy_lobj *)PyType_GenericNew(type, args, kwds);
+  if (self != NULL) self->kind = &lobj_kind;
+  return (PyObject *)self;
 }
 
 /* ---- _CacheSeq: bulk reads and the rest ---------------------------------------- */
@@ -1571,13 +1555,8 @@ static PyMemberDef lobj_members[] = {
      "A view: its key (a slice, or the indices as int64 bytes)."},
     {NULL, 0, 0, 0, NULL}};
 
-static PySequenceMethods lobj_as_sequence = {
-    .sq_item = (ssizeargfunc)lobj_sq_item,
-};
-
 static PyMappingMethods lobj_as_mapping = {
     .mp_length = (lenfunc)lobj_length,
-    .mp_subscript = (binaryfunc)lobj_subscript,
 };
 
 PyTypeObject bcpy_CacheSeq_Type = {
@@ -1585,7 +1564,6 @@ PyTypeObject bcpy_CacheSeq_Type = {
     .tp_name = "bagcache._bagcache._CacheSeq",
     .tp_basicsize = sizeof(bcpy_lobj),
     .tp_dealloc = (destructor)lobj_dealloc,
-    .tp_as_sequence = &lobj_as_sequence,
     .tp_as_mapping = &lobj_as_mapping,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A sequence of the records of a cache, or a view of one.",
@@ -1595,7 +1573,8 @@ PyTypeObject bcpy_CacheSeq_Type = {
     .tp_iter = (getiterfunc)lobj_iter,
     .tp_methods = lobj_methods,
     .tp_members = lobj_members,
-    .tp_new = PyType_GenericNew,
+    .tp_base = &bcpy_Sequence_Type,
+    .tp_new = lobj_new,
 };
 
 /* ---- _CacheIter --------------------------------------------------------------- */
@@ -1988,6 +1967,8 @@ static int add_exception(PyObject *mod, PyObject **slot, const char *name,
 
 int bcpy_loadit_init(PyObject *mod) {
   if (bcpy_runner_init() < 0) return -1;
+  /* Views over a LoadIt wait for its fills as the LoadIt does. */
+  bcpy_fill_waiter = (bcpy_waiter){fill_wait, bcpy_is_main_thread};
   if (bcpy_add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0 ||

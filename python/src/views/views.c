@@ -40,7 +40,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "loadit/loadit.h"
 #include "structmember.h"
 
 /* ---- kinds of leaves in a tree ------------------------------------------------ */
@@ -53,8 +52,7 @@
 const char bcpy_waits_mark[] = "a LoadIt's sequence: reads may wait for fills";
 
 typedef struct {
-  PyObject_HEAD
-  bc_seq *seq;       /* the view; NULL until an _init_* method ran */
+  BCPY_SEQ_HEAD      /* seq: the view; NULL until an _init_* method ran */
   unsigned kinds;    /* VK_* of every leaf and map in the tree */
   PyObject *recipe;  /* (callable, args) rebuilding the view, for pickling */
   PyObject *weakrefs;
@@ -698,65 +696,31 @@ static inline bool is_pyleaf(const bc_seq *leaf) { return leaf->ops == &pyleaf_o
 /* ---- reads that Ctrl-C can interrupt -------------------------------------------------- */
 
 /* A read of a tree with a LoadIt leaf may wait for a fill that runs the
- * user's iterator for minutes.  From the main thread such a wait runs on a
- * helper through bcpy_run (loadit.h) while the main thread checks for
- * signals.  The hop costs microseconds and brings the records in cold, so
- * only waits go there: a read-ahead refill takes what is ready first
- * (bc_readahead_ready); single elements and chunks of trees with Python
- * code are read in place with bc_cache_try_get (read_without_waiting),
- * which fills a shard nobody fills in this very thread (where the
- * iterator's Python code sees Ctrl-C itself) and says BC_EAGAIN where it
- * would wait for another thread or process: then that one record is read
- * here.  The read works on `arg` alone, without the GIL; when a signal
- * handler raises, the helper finishes the read on its own and then frees
- * `arg` and its reference to the tree (whose leaves the read uses). */
-typedef struct {
-  bcpy_job base;
-  bc_seq *tree;
-  void (*read)(void *arg);
-  void (*free_arg)(void *arg);
-  void *arg; /* NULL once the caller has it back */
-} read_job;
+ * user's iterator for minutes.  From the main thread such a wait goes
+ * through the interruptible wait policy (bcpy_fill_waiter, core/bcpy.h),
+ * which keeps Ctrl-C working.  The hop costs microseconds and brings the
+ * records in cold, so only waits go there: a read-ahead refill takes what
+ * is ready first (bc_readahead_ready); single elements and chunks of trees
+ * with Python code are read in place with bc_cache_try_get
+ * (read_without_waiting), which fills a shard nobody fills in this very
+ * thread (where the iterator's Python code sees Ctrl-C itself) and says
+ * BC_EAGAIN where it would wait for another thread or process: then that
+ * one record is read through the policy.  The call holds its own
+ * reference to the tree (whose leaves it uses): when a signal handler
+ * raises, it is finished and freed by the thread that runs it. */
 
-static int read_job_run(bcpy_job *job) {
-  read_job *j = (read_job *)job;
-  j->read(j->arg);
-  return 0;
-}
-
-static void read_job_release(bcpy_job *job) {
-  read_job *j = (read_job *)job;
-  if (j->arg != NULL) j->free_arg(j->arg);
-  bc_seq_unref(j->tree);
-}
-
-/* Whether a read of this view from this thread goes through read_waiting. */
+/* Whether a read of this view from this thread goes through the policy. */
 static bool interruptible(const bcpy_view *self) {
-  return (self->kinds & VK_WAITS) && bcpy_is_main_thread();
+  return (self->kinds & VK_WAITS) && bcpy_fill_waiter.needed();
 }
 
-/* Runs read(arg) with the GIL released, interruptibly when the view may
- * wait for a fill.  0 when it ran (arg is the caller's), or -1 with the
- * signal handler's exception (arg belongs to the helper now). */
-static int read_waiting(bcpy_view *self, void (*read)(void *), void (*free_arg)(void *),
-                        void *arg) {
-  read_job *j = interruptible(self) ? PyMem_RawCalloc(1, sizeof *j) : NULL;
-  if (j == NULL) { /* no waiting, or no memory to wait interruptibly */
-    Py_BEGIN_ALLOW_THREADS
-    read(arg);
-    Py_END_ALLOW_THREADS
-    return 0;
-  }
-  j->base.run = read_job_run;
-  j->base.release = read_job_release;
-  j->tree = bc_seq_ref(self->seq);
-  j->read = read;
-  j->free_arg = free_arg;
-  j->arg = arg;
-  if (bcpy_run(&j->base, NULL) < 0) return -1;
-  j->arg = NULL;
-  Py_BEGIN_ALLOW_THREADS /* dropping the tree may close a cache */
-  bcpy_job_free(&j->base);
+/* Runs the call with the GIL released, interruptibly when the view may
+ * wait for a fill.  0 when it ran (c is the caller's), or -1 with the
+ * signal handler's exception (c is not). */
+static int read_waiting(bcpy_view *self, bcpy_call *c) {
+  if (interruptible(self)) return bcpy_fill_waiter.wait(c);
+  Py_BEGIN_ALLOW_THREADS
+  bcpy_call_run(c);
   Py_END_ALLOW_THREADS
   return 0;
 }
@@ -776,25 +740,25 @@ static int read_without_waiting(bc_seq *leaf, uint64_t li, bc_buf *out) {
                        : bc_seq_get(records, (int64_t)at, out);
 }
 
-/* One record read on a helper (read_waiting). */
+/* One record read through the wait policy (read_waiting). */
 typedef struct {
-  bc_seq *leaf; /* borrowed: the job's tree holds it */
+  bcpy_call base;
+  bc_seq *tree; /* own reference: the leaf is the tree's */
+  bc_seq *leaf;
   uint64_t index;
   bc_buf buf;
-  int rc;
-  char *message; /* malloc'd, when rc != 0 */
 } one_read;
 
-static void one_read_run(void *arg) {
-  one_read *r = arg;
-  r->rc = bc_seq_get(r->leaf, (int64_t)r->index, &r->buf);
-  if (r->rc != 0) r->message = strdup(bc_errmsg());
+static int one_read_run(bcpy_call *c) {
+  one_read *r = (one_read *)c;
+  return bc_seq_get(r->leaf, (int64_t)r->index, &r->buf);
 }
 
-static void one_read_free(void *arg) {
-  one_read *r = arg;
+static void one_read_free(bcpy_call *c) {
+  one_read *r = (one_read *)c;
   bc_buf_release(&r->buf);
-  free(r->message);
+  bc_seq_unref(r->tree);
+  free(c->msg);
   PyMem_RawFree(r);
 }
 
@@ -809,16 +773,21 @@ static int read_after_wait(bcpy_view *self, bc_seq *leaf, uint64_t li, bc_buf *o
     PyErr_NoMemory();
     return -1;
   }
+  r->base.run = one_read_run;
+  r->base.free = one_read_free;
+  r->tree = bc_seq_ref(self->seq);
   r->leaf = leaf;
   r->index = li;
-  if (read_waiting(self, one_read_run, one_read_free, r) < 0) return -1;
+  if (read_waiting(self, &r->base) < 0) return -1;
   bc_buf_release(out);
   *out = r->buf;
   r->buf = (bc_buf)BC_BUF_INIT;
-  *rc = r->rc;
-  *message = r->message;
-  r->message = NULL;
-  one_read_free(r);
+  *rc = r->base.rc;
+  *message = r->base.msg;
+  r->base.msg = NULL;
+  Py_BEGIN_ALLOW_THREADS /* the last reference to the tree may close a cache */
+  one_read_free(&r->base);
+  Py_END_ALLOW_THREADS
   return 0;
 }
 
@@ -1052,6 +1021,8 @@ cleanup:
 
 /* ---- items, slices, keys ------------------------------------------------------------ */
 
+static const bcpy_seq_kind view_kind;
+
 /* A new view of view_class over `seq` (stolen) with the given kinds. */
 static PyObject *derived(bcpy_view *self, bc_seq *seq, PyObject *recipe_fn,
                          PyObject *recipe_args) {
@@ -1061,6 +1032,7 @@ static PyObject *derived(bcpy_view *self, bc_seq *seq, PyObject *recipe_fn,
     bc_seq_unref(seq);
     return NULL;
   }
+  v->kind = &view_kind;
   v->seq = seq;
   v->kinds = self->kinds;
   if (recipe_fn != NULL && recipe_args != NULL)
@@ -1080,80 +1052,10 @@ static PyObject *getitem_fn(void) {
   return fn;
 }
 
-/* One bound of a slice: None -> BC_NONE, else clamped to int64 (*big set
- * when a bound above INT64_MAX was clamped).  Clamping keeps the meaning
- * for a sequence with an end (no length exceeds INT64_MAX), not for an
- * endless one: the caller checks. */
-static int slice_bound(PyObject *obj, int64_t *out, bool *big) {
-  if (obj == Py_None) {
-    *out = BC_NONE;
-    return 0;
-  }
-  PyObject *num = PyNumber_Index(obj);
-  if (num == NULL) {
-    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-      PyErr_Clear();
-      PyErr_Format(bcpy_InvalidSliceError,
-                   "Invalid slice: slice indices must be integers or None, not %.200s",
-                   Py_TYPE(obj)->tp_name);
-    }
-    return -1;
-  }
-  int overflow;
-  long long v = PyLong_AsLongLongAndOverflow(num, &overflow);
-  Py_DECREF(num);
-  if (v == -1 && PyErr_Occurred()) return -1;
-  if (overflow > 0) {
-    v = INT64_MAX;
-    *big = true;
-  }
-  if (overflow < 0 || v == BC_NONE) v = INT64_MIN + 1;
-  *out = v;
-  return 0;
-}
-
-static PyObject *get_slice(bcpy_view *self, PyObject *key) {
-  PySliceObject *s = (PySliceObject *)key;
-  int64_t start, stop, step;
-  bool big = false;
-  if (slice_bound(s->start, &start, &big) < 0 || slice_bound(s->stop, &stop, &big) < 0 ||
-      slice_bound(s->step, &step, &big) < 0)
-    return NULL;
-  if (step == 0) {
-    PyErr_SetString(PyExc_ValueError, "slice step cannot be zero");
-    return NULL;
-  }
-  bc_seq *seq = NULL;
-  int rc;
-  if (big) {
-    /* An endless sequence has elements at every index, but only indices
-     * up to 2**63-1 can be named (as view[2**63] is an IndexError): a
-     * bound beyond that cannot be clamped without changing the elements. */
-    bc_len l;
-    GIL_RELEASE_IF(self->kinds & VK_NATIVE)
-    rc = bc_seq_length(self->seq, false, &l);
-    GIL_RESTORE
-    if (rc != 0) return view_raise(rc, NULL);
-    if (l.kind == BC_LEN_INFINITE) {
-      PyErr_SetString(PyExc_IndexError,
-                      "slice bound out of range: an endless view has indices up to "
-                      "2**63-1 only");
-      return NULL;
-    }
-  }
-  GIL_RELEASE_IF(self->kinds & VK_NATIVE)
-  rc = bc_seq_slice(&seq, self->seq, start, stop, step);
-  GIL_RESTORE
-  if (rc != 0) {
-    if (rc == BC_EINVAL && !PyErr_Occurred()) {
-      /* only an endless sequence refuses a slice (step 0 was checked) */
-      PyErr_SetString(PyExc_TypeError,
-                      "an endless view has no end to count from: slice it with "
-                      "non-negative bounds and a positive step");
-      return NULL;
-    }
-    return view_raise(rc, NULL);
-  }
+/* view[a:b:c] (core/sequence.c made `seq`): remembers (operator.getitem,
+ * (self, key)) for pickling. */
+static PyObject *view_wrap(bcpy_sobj *base, bc_seq *seq, PyObject *key) {
+  bcpy_view *self = (bcpy_view *)base;
   PyObject *args = PyTuple_Pack(2, (PyObject *)self, key);
   PyObject *r = derived(self, seq, getitem_fn(), args);
   Py_XDECREF(args);
@@ -1185,7 +1087,17 @@ static PyObject *view_indices_array(PyObject *unused, PyObject *indices) {
 }
 
 /* view[indices]: a take view. */
-static PyObject *get_take(bcpy_view *self, PyObject *key) {
+static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
+  bcpy_view *self = (bcpy_view *)base;
+  if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
+      PyFloat_Check(key) || key == Py_None ||
+      (!PySequence_Check(key) && !PyObject_CheckBuffer(key))) {
+    PyErr_Format(PyExc_TypeError,
+                 "view indices must be integers, slices or sequences of integers, "
+                 "not %.200s",
+                 Py_TYPE(key)->tp_name);
+    return NULL;
+  }
   bcpy_ivec a = {0};
   if (bcpy_indices_from_object(key, &a) < 0) {
     PyMem_RawFree(a.v);
@@ -1203,44 +1115,6 @@ cleanup:
   Py_XDECREF(args);
   PyMem_RawFree(a.v);
   return r;
-}
-
-static PyObject *view_subscript(bcpy_view *self, PyObject *key) {
-  if (check_open(self) < 0) return NULL;
-  if (PyIndex_Check(key)) {
-    /* An ndarray has __index__ too, for its 0-d case only. */
-    PyObject *num = PyNumber_Index(key);
-    if (num == NULL) {
-      if (!PySequence_Check(key) || !PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
-      PyErr_Clear();
-      return get_take(self, key);
-    }
-    int overflow;
-    long long i = PyLong_AsLongLongAndOverflow(num, &overflow);
-    Py_DECREF(num);
-    if (i == -1 && PyErr_Occurred()) return NULL;
-    if (overflow != 0) {
-      PyErr_SetString(PyExc_IndexError, "view index out of range");
-      return NULL;
-    }
-    return get_one(self, i);
-  }
-  if (PySlice_Check(key)) return get_slice(self, key);
-  if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
-      PyFloat_Check(key) || key == Py_None ||
-      (!PySequence_Check(key) && !PyObject_CheckBuffer(key))) {
-    PyErr_Format(PyExc_TypeError,
-                 "view indices must be integers, slices or sequences of integers, "
-                 "not %.200s",
-                 Py_TYPE(key)->tp_name);
-    return NULL;
-  }
-  return get_take(self, key);
-}
-
-static PyObject *view_sq_item(bcpy_view *self, Py_ssize_t i) {
-  if (check_open(self) < 0) return NULL;
-  return get_one(self, (int64_t)i);
 }
 
 static Py_ssize_t view_length(bcpy_view *self) {
@@ -1275,17 +1149,37 @@ static int view_bool(bcpy_view *self) {
   return l.kind == BC_LEN_INFINITE || l.value > 0;
 }
 
-static PyObject *view_reversed(bcpy_view *self, PyObject *unused) {
-  (void)unused;
-  if (check_open(self) < 0) return NULL;
-  PyObject *minus_one = PyLong_FromLong(-1);
-  if (minus_one == NULL) return NULL;
-  PyObject *key = PySlice_New(NULL, NULL, minus_one);
-  Py_DECREF(minus_one);
-  if (key == NULL) return NULL;
-  PyObject *r = get_slice(self, key);
-  Py_DECREF(key);
-  return r;
+static int view_check(bcpy_sobj *self) { return check_open((bcpy_view *)self); }
+
+static PyObject *view_item(bcpy_sobj *self, int64_t i) { return get_one((bcpy_view *)self, i); }
+
+static PyObject *view_raise_errno(int rc, int sys_errno, const char *message) {
+  (void)sys_errno;
+  return view_raise(rc, message);
+}
+
+/* A slice that settles the length: the GIL released when the tree may
+ * block, interruptibly when it may wait for a fill. */
+static int view_wait(bcpy_sobj *base, bcpy_call *c) {
+  bcpy_view *self = (bcpy_view *)base;
+  if (self->kinds & VK_NATIVE) return read_waiting(self, c);
+  bcpy_call_run(c); /* Python leaves only: arithmetic and Python code */
+  return 0;
+}
+
+static const bcpy_seq_kind view_kind = {
+    .check = view_check,
+    .item = view_item,
+    .take = get_take,
+    .wait = view_wait,
+    .wrap = view_wrap,
+    .raise = view_raise_errno,
+};
+
+static PyObject *view_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  bcpy_view *self = (bcpy_view *)PyType_GenericNew(type, args, kwds);
+  if (self != NULL) self->kind = &view_kind;
+  return (PyObject *)self;
 }
 
 /* ---- iteration ------------------------------------------------------------------------ */
@@ -1371,45 +1265,41 @@ static void iter_stop_readahead(bcpy_view_iter *it) {
   Py_END_ALLOW_THREADS
 }
 
-/* A refill's reads from the read-ahead window; one allocation the helper
- * can free if the wait is abandoned (it then owns the read-ahead too). */
+/* A refill's reads from the read-ahead window: a call of the wait policy,
+ * which closes the read-ahead too when the wait was abandoned. */
 typedef struct {
+  bcpy_call base;
   bc_readahead *ra; /* borrowed from the iterator, owned if abandoned */
-  bc_seq *seq;      /* the tree (kept alive by the iterator or the job) */
+  bc_seq *seq;      /* the tree (own reference) */
+  bool owns_ra;     /* set before a wait that may be abandoned */
   bool decode;
   bool nowait;      /* take only what is ready (bc_readahead_ready) */
   size_t want, n;
+  int got;          /* the last bc_readahead_next: 1 more, 0 end, < 0 error */
   bc_buf *bufs;
   uint64_t *index;
   bc_seq **leaf;
-  int rc;
-  char *msg;
 } ra_read;
 
-static void ra_read_free(void *arg) {
-  ra_read *r = arg;
+static void ra_read_free(bcpy_call *c) {
+  ra_read *r = (ra_read *)c;
   if (r == NULL) return;
+  if (r->owns_ra) bc_readahead_close(r->ra);
   if (r->bufs != NULL)
     for (size_t j = 0; j < r->want; j++) bc_buf_release(&r->bufs[j]);
   PyMem_RawFree(r->bufs);
   PyMem_RawFree(r->index);
   PyMem_RawFree(r->leaf);
-  free(r->msg);
+  bc_seq_unref(r->seq);
+  free(c->msg);
   PyMem_RawFree(r);
 }
 
-/* Frees an abandoned refill and closes its read-ahead (no GIL). */
-static void ra_read_abandon(void *arg) {
-  ra_read *r = arg;
-  bc_readahead_close(r->ra);
-  ra_read_free(r);
-}
-
-static void ra_read_run(void *arg) {
-  ra_read *r = arg;
-  r->rc = 1;
+static int ra_read_run(bcpy_call *c) {
+  ra_read *r = (ra_read *)c;
+  r->got = 1;
   while (r->n < r->want && (!r->nowait || bc_readahead_ready(r->ra)) &&
-         (r->rc = bc_readahead_next(r->ra, &r->bufs[r->n], &r->index[r->n])) == 1) {
+         (r->got = bc_readahead_next(r->ra, &r->bufs[r->n], &r->index[r->n])) == 1) {
     uint64_t li;
     bc_seq **leaf = &r->leaf[r->n];
     *leaf = NULL;
@@ -1418,7 +1308,7 @@ static void ra_read_run(void *arg) {
       *leaf = NULL;
     r->n++;
   }
-  if (r->rc < 0) r->msg = strdup(bc_errmsg());
+  return r->got < 0 ? r->got : 0;
 }
 
 /* Refill from the read-ahead window (trees read in C).  From the main
@@ -1428,31 +1318,34 @@ static void refill_readahead(bcpy_view_iter *it) {
   size_t want = it->chunk;
   ra_read *r = PyMem_RawCalloc(1, sizeof *r);
   if (r != NULL) {
+    r->base.run = ra_read_run;
+    r->base.free = ra_read_free;
     r->want = want;
     r->bufs = PyMem_RawCalloc(want, sizeof *r->bufs);
     r->index = PyMem_RawMalloc(want * sizeof *r->index);
     r->leaf = PyMem_RawMalloc(want * sizeof *r->leaf);
   }
   if (r == NULL || r->bufs == NULL || r->index == NULL || r->leaf == NULL) {
-    ra_read_free(r);
+    ra_read_free(&r->base);
     PyErr_NoMemory();
     PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
     it->failed = it->done = true;
     return;
   }
   r->ra = it->ra;
-  r->rc = 1; /* nothing read, not at the end */
-  r->seq = it->view->seq;
+  r->got = 1; /* nothing read, not at the end */
+  r->seq = bc_seq_ref(it->view->seq);
   r->decode = (it->view->kinds & VK_DECODE) != 0;
   if (interruptible(it->view)) {
     /* What is ready is taken here; only a wait goes to a helper. */
     r->nowait = true;
     Py_BEGIN_ALLOW_THREADS
-    ra_read_run(r);
+    bcpy_call_run(&r->base);
     Py_END_ALLOW_THREADS
     r->nowait = false;
   }
-  if (r->n == 0 && r->rc == 1 && read_waiting(it->view, ra_read_run, ra_read_abandon, r) < 0) {
+  r->owns_ra = true; /* until the wait is back */
+  if (r->n == 0 && r->got == 1 && read_waiting(it->view, &r->base) < 0) {
     /* Ctrl-C: the helper finishes the wait, then closes the read-ahead. */
     it->ra = NULL;
     PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
@@ -1460,6 +1353,7 @@ static void refill_readahead(bcpy_view_iter *it) {
     it->head = it->count = 0;
     return;
   }
+  r->owns_ra = false;
   size_t k, n = r->n;
   for (k = 0; k < n; k++) {
     bc_buf *b = &r->bufs[k];
@@ -1474,17 +1368,19 @@ static void refill_readahead(bcpy_view_iter *it) {
   if (k < n) { /* a decoder raised: that is where the iteration ends */
     PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
     it->failed = it->done = true;
-  } else if (r->rc != 1) {
+  } else if (r->got != 1) {
     it->done = true;
-    if (r->rc < 0) {
+    if (r->got < 0) {
       it->failed = true;
-      it->fail.rc = r->rc;
-      it->fail.message = r->msg;
-      r->msg = NULL;
+      it->fail.rc = r->got;
+      it->fail.message = r->base.msg;
+      r->base.msg = NULL;
     }
   }
   if (it->done) iter_stop_readahead(it);
-  ra_read_free(r);
+  Py_BEGIN_ALLOW_THREADS /* the last reference to the tree may close a cache */
+  ra_read_free(&r->base);
+  Py_END_ALLOW_THREADS
 }
 
 /* Refill by resolving a chunk of positions (trees with Python code). */
@@ -1770,7 +1666,7 @@ static PyMethodDef view_methods[] = {
      "_init_repeat(seq, times): seq times over (None: forever)."},
     {"_init_chunk_shuffle", (PyCFunction)view_init_chunk_shuffle, METH_VARARGS,
      "_init_chunk_shuffle(seq, chunk_size, length, seed)."},
-    {"__reversed__", (PyCFunction)view_reversed, METH_NOARGS,
+    {"__reversed__", (PyCFunction)bcpy_sobj_reversed, METH_NOARGS,
      "__reversed__() -> the view in reverse order (a view)."},
     {"_describe", (PyCFunction)view_describe, METH_NOARGS,
      "_describe() -> (type name, length kind, known length)."},
@@ -1791,13 +1687,11 @@ static PyMethodDef view_methods[] = {
 
 static PySequenceMethods view_as_sequence = {
     .sq_length = (lenfunc)view_length,
-    .sq_item = (ssizeargfunc)view_sq_item,
     .sq_contains = (objobjproc)view_contains,
 };
 
 static PyMappingMethods view_as_mapping = {
     .mp_length = (lenfunc)view_length,
-    .mp_subscript = (binaryfunc)view_subscript,
 };
 
 static PyNumberMethods view_as_number = {
@@ -1820,5 +1714,6 @@ PyTypeObject bcpy_View_Type = {
     .tp_weaklistoffset = offsetof(bcpy_view, weakrefs),
     .tp_iter = (getiterfunc)view_iter,
     .tp_methods = view_methods,
-    .tp_new = PyType_GenericNew,
+    .tp_base = &bcpy_Sequence_Type,
+    .tp_new = view_new,
 };
