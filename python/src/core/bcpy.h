@@ -39,6 +39,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <bagcache.h>
 
@@ -105,6 +106,12 @@ size_t bcpy_stage_next(bcpy_stage *s, size_t left, bool whole);
 /* After a round of `n` records has been read: sizes the next round. */
 void bcpy_stage_done(bcpy_stage *s, size_t n);
 
+/* core/indices.c: a growable array of int64 indices (free v with PyMem_RawFree). */
+typedef struct bcpy_ivec {
+  int64_t *v;
+  size_t n, cap;
+} bcpy_ivec;
+
 /* ---- the sequence base type (core/sequence.c) --------------------------- */
 
 /* A blocking library call handed to a sequence's wait policy.  run() works
@@ -117,6 +124,7 @@ struct bcpy_call {
   int rc;        /* run's result */
   char *msg;     /* its bc_errmsg() when rc != 0 (malloc'd, or NULL) */
   int sys_errno; /* and its bc_errno() */
+  bool rerunnable; /* run may be run again (after a fill cancelled elsewhere) */
 };
 
 /* Runs c->run and keeps its result, message and errno in c (no GIL). */
@@ -131,10 +139,15 @@ void bcpy_call_run(bcpy_call *c);
 typedef struct {
   int (*wait)(bcpy_call *c);
   bool (*needed)(void); /* whether this thread's waits must go through it */
+  /* Hands a call that may wait (closing a read-ahead whose reads may be
+   * fills) to a helper that runs and frees it, where this thread must not
+   * wait (the main thread, a source callback): true when handed over. */
+  bool (*detach)(bcpy_call *c);
 } bcpy_waiter;
 extern bcpy_waiter bcpy_fill_waiter;
 
 typedef struct bcpy_sobj bcpy_sobj;
+typedef struct bcpy_iter bcpy_iter;
 
 /* What a subtype adds to the base: the read and decode of an element, the
  * wait policy, index lists, and the object a slice makes. */
@@ -154,6 +167,22 @@ typedef struct {
   PyObject *(*wrap)(bcpy_sobj *self, bc_seq *seq, PyObject *key);
   /* Raises for a failed library call (message NULL: bc_errmsg()). */
   PyObject *(*raise)(int rc, int sys_errno, const char *message);
+  /* Iteration (core/iterator.c).  The element of a record read at
+   * position `index`; NULL: the record's bytes. */
+  PyObject *(*decode)(bcpy_sobj *self, bc_buf *record, uint64_t index);
+  /* Whether reads may wait for a cache's fill (NULL: never): iterators
+   * then wait through the wait policy and close through a helper. */
+  bool (*waits)(bcpy_sobj *self);
+  /* Lists (add) or unlists an iterator of self, e.g. to stop it when the
+   * sequence is closed (NULL: nothing to do). */
+  void (*track)(bcpy_sobj *self, bcpy_iter *it, bool add);
+  /* A failed read that is worth a new read-ahead from the same position
+   * (NULL: none is). */
+  bool (*retry)(int rc, const char *message);
+  /* The refill of an iterator opened without read-ahead: puts up to
+   * it->batch elements into it->items[0..count), and sets done and the
+   * end (end_rc/end_msg or the exc_* triple) when they are all. */
+  void (*chunk)(bcpy_sobj *self, bcpy_iter *it);
 } bcpy_seq_kind;
 
 /* The head of every sequence object: its sequence (NULL until opened, or
@@ -227,7 +256,57 @@ PyObject *bcpy_seq_index(bcpy_seq *self, PyObject *args, PyObject *kwds);
 
 /* ---- iterators (core/iterator.c) ------------------------------------------ */
 
+/* The one iterator of every sequence: records read ahead on worker threads
+ * (bc_readahead) and handed out a batch at a time, decoded by the
+ * sequence's kind; or, for views with Python code, elements made a chunk at
+ * a time by kind->chunk.  ReaderIterator, _CacheIter and ViewIterator are
+ * its names for the three subtypes. */
+struct bcpy_iter {
+  PyObject_HEAD
+  bcpy_sobj *owner;        /* the sequence (own reference) */
+  bc_readahead *ra;        /* NULL: chunked, or ended */
+  struct bcpy_stream *stream; /* a lazy stream of positions, if any */
+  PyObject *source;        /* an iterator of indices (ReaderIterator) */
+  bcpy_ivec array;         /* or the indices of a native integer buffer */
+  size_t array_pos;
+  uint64_t len;            /* the owner's length, for streamed indices */
+  pid_t pid;               /* the process whose threads serve ra */
+  bool busy, done;
+  bc_buf *bufs;            /* read-ahead: records bufs[head..count) */
+  uint64_t *index;         /* ... read at these positions */
+  PyObject **items;        /* chunked: elements items[head..count) */
+  size_t cap, head, count;
+  size_t batch, max_batch; /* records per refill, doubling up to max */
+  size_t window;           /* the read-ahead's window */
+  int threads;             /* ... and its threads (0: the default) */
+  uint64_t next;           /* chunked: the next position */
+  bool bounded;            /* chunked: the length was exact at the start */
+  uint64_t end;            /* ... and was this */
+  uint64_t pulled;         /* records taken from the read-ahead */
+  int retries;
+  int end_rc;              /* how it ended: 0 or a BC_E* code */
+  char *end_msg;           /* its message (malloc'd) */
+  int end_errno;
+  PyObject *exc_type, *exc_value, *exc_tb; /* or a Python exception */
+  bcpy_iter *next_iter, **prev_iter;       /* kind->track's list */
+};
+
 extern PyTypeObject bcpy_Iterator_Type;
+
+/* An iterator of type `type` (bcpy_Iterator_Type or a subtype) over
+ * `seq` (owner->seq or a slice of it) from position `from`: read ahead in
+ * a window of `window` records on `threads` threads (0: the default),
+ * `batch` records per refill doubling up to `max_batch`.  `lazy`: the
+ * positions are streamed while the end is not known (a cache still being
+ * filled); else bc_seq_iterate, which settles the length first.  `chunked`:
+ * no read-ahead, kind->chunk makes the elements. */
+PyObject *bcpy_iter_open(bcpy_sobj *owner, PyTypeObject *type, bc_seq *seq, uint64_t from,
+                         size_t window, int threads, size_t batch, size_t max_batch,
+                         bool lazy, bool chunked);
+
+/* Stops an iterator's read-ahead (a helper closes it where this thread must
+ * not wait); it then ends after the records it holds. */
+void bcpy_iter_stop(bcpy_iter *it);
 
 /* An iterator over view[start : start + count] (count records). */
 PyObject *bcpy_iter_range(bcpy_seq *seq, uint64_t start, uint64_t count,
@@ -287,12 +366,6 @@ int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name);
 
 /* Adds _CacheCore, _CacheSeq, _CacheIter and the exceptions above. */
 int bcpy_loadit_init(PyObject *mod);
-
-/* core/indices.c: a growable array of int64 indices (free v with PyMem_RawFree). */
-typedef struct bcpy_ivec {
-  int64_t *v;
-  size_t n, cap;
-} bcpy_ivec;
 
 /* Doubles the capacity (64 at first); -1 with MemoryError set. */
 int bcpy_ivec_grow(bcpy_ivec *a);

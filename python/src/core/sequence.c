@@ -44,7 +44,12 @@ static int wait_inline(bcpy_call *c) {
 
 static bool never(void) { return false; }
 
-bcpy_waiter bcpy_fill_waiter = {wait_inline, never};
+static bool keep(bcpy_call *c) {
+  (void)c;
+  return false;
+}
+
+bcpy_waiter bcpy_fill_waiter = {wait_inline, never, keep};
 
 int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c) {
   (void)self;
@@ -212,6 +217,7 @@ PyObject *bcpy_sobj_slice(bcpy_sobj *self, PyObject *key) {
   if (c == NULL) return PyErr_NoMemory();
   c->base.run = slice_run;
   c->base.free = slice_free;
+  c->base.rerunnable = true;
   c->seq = bc_seq_ref(self->seq);
   c->start = start;
   c->stop = stop;

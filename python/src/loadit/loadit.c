@@ -65,7 +65,7 @@ typedef struct {
    * and the root's shared state are released then, not when the last of
    * them is collected. */
   struct bcpy_lobj *users;
-  struct bcpy_citer *iters;
+  bcpy_iter *iters;
   PyObject *weakrefs;
 } bcpy_core;
 
@@ -357,6 +357,22 @@ static int call_wait(bcpy_call *c, bcpy_source *src, bool retry) {
 }
 
 static int fill_wait(bcpy_call *c) { return call_wait(c, NULL, false); }
+
+/* Runs the call on a helper where this thread must not wait for it: the
+ * main thread (the reads in flight may be long fills) or inside a source
+ * callback (this thread may be one of the engine's workers). */
+static bool fill_detach(bcpy_call *c) {
+  if (!bcpy_is_main_thread() && !bcpy_in_callback) return false;
+  call_job *j = job_new(sizeof *j, call_run, call_release);
+  if (j == NULL) {
+    PyErr_Clear();
+    return false;
+  }
+  j->call = c;
+  if (bcpy_run_detached(&j->base) == 0) return true;
+  PyMem_RawFree(j);
+  return false;
+}
 
 /* Drains the source, then fills the shards below the end that are missing
  * (never read, or evicted): afterwards everything is on disk unless the
@@ -1315,6 +1331,31 @@ static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
   return v;
 }
 
+/* Iterators are listed in their core, which stops them when it closes. */
+static void lobj_track(bcpy_sobj *self, bcpy_iter *it, bool add) {
+  bcpy_core *core = ((bcpy_lobj *)self)->core;
+  if (add) {
+    it->next_iter = core->iters;
+    if (core->iters != NULL) core->iters->prev_iter = &it->next_iter;
+    core->iters = it;
+    it->prev_iter = &core->iters;
+  } else if (it->prev_iter != NULL) {
+    *it->prev_iter = it->next_iter;
+    if (it->next_iter != NULL) it->next_iter->prev_iter = it->prev_iter;
+    it->prev_iter = NULL;
+  }
+}
+
+static PyObject *lobj_decode(bcpy_sobj *self, bc_buf *b, uint64_t index) {
+  (void)index;
+  return to_record(((bcpy_lobj *)self)->core, b);
+}
+
+static bool lobj_waits(bcpy_sobj *self) {
+  (void)self;
+  return true;
+}
+
 static int lobj_check_seq(bcpy_sobj *self) { return lobj_check((bcpy_lobj *)self); }
 
 static PyObject *lobj_item_seq(bcpy_sobj *self, int64_t i) {
@@ -1323,7 +1364,7 @@ static PyObject *lobj_item_seq(bcpy_sobj *self, int64_t i) {
 
 /* A slice that settles the length waits as every wait of a LoadIt does. */
 static int lobj_wait(bcpy_sobj *self, bcpy_call *c) {
-  return call_wait(c, ((bcpy_lobj *)self)->core->src, true);
+  return call_wait(c, ((bcpy_lobj *)self)->core->src, c->rerunnable);
 }
 
 static const bcpy_seq_kind lobj_kind = {
@@ -1333,6 +1374,10 @@ static const bcpy_seq_kind lobj_kind = {
     .wait = lobj_wait,
     .wrap = lobj_wrap,
     .raise = raise_rc_errno,
+    .decode = lobj_decode,
+    .waits = lobj_waits,
+    .track = lobj_track,
+    .retry = cancelled_fill,
 };
 
 static PyObject *lobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -1577,177 +1622,15 @@ PyTypeObject bcpy_CacheSeq_Type = {
     .tp_new = lobj_new,
 };
 
-/* ---- _CacheIter --------------------------------------------------------------- */
+/* ---- _CacheIter ----------------------------------------------------------------- */
 
-/* The read-ahead and its index stream: 0, 1, 2, ... up to the length once
- * it is exact, never waiting for it (bc_seq_iterate would settle the length
- * first, draining the source: see the report of the py2 LoadIt work).  A
- * read past the end then fails with BC_ERANGE, which ends the iteration
- * when that position is at or past the now exact length.  Heap-allocated:
- * an interrupted iterator hands it to the job that finishes its read. */
-typedef struct {
-  bc_readahead *ra;
-  bc_seq *seq;  /* own reference */
-  uint64_t next; /* next position the stream yields */
-} rstream;
-
-static int rstream_next(void *payload, uint64_t *index) {
-  rstream *r = payload;
-  bc_len l;
-  int rc = bc_seq_length(r->seq, false, &l);
-  if (rc != 0) return rc;
-  if (l.kind == BC_LEN_EXACT && r->next >= l.value) return 0;
-  *index = r->next++;
-  return 1;
-}
-
-/* Opens a read-ahead of seq from position `from`. */
-static int rstream_open(rstream **out, bc_seq *seq, uint64_t from) {
-  rstream *r = calloc(1, sizeof *r);
-  if (r == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
-  r->seq = bc_seq_ref(seq);
-  r->next = from;
-  bc_readahead_options o = BC_READAHEAD_OPTIONS_INIT;
-  o.window = ITER_WINDOW;
-  int rc = bc_readahead_open(&r->ra, seq, rstream_next, r, &o);
-  if (rc != 0) {
-    bc_seq_unref(r->seq);
-    free(r);
-    return rc;
-  }
-  *out = r;
-  return 0;
-}
-
-/* Stops the workers (waiting for reads in flight) and frees it; no GIL. */
-static void rstream_close(rstream *r) {
-  if (r == NULL) return;
-  bc_readahead_close(r->ra);
-  bc_seq_unref(r->seq);
-  free(r);
-}
-
-typedef struct bcpy_citer {
-  PyObject_HEAD
-  rstream *rs;
-  bcpy_lobj *owner;
-  struct bcpy_citer *next_iter, **prev_iter; /* core->iters (GIL) */
-  pid_t pid;
-  bool busy, done;
-  bc_buf *bufs;
-  size_t cap, head, count;
-  uint64_t pulled; /* records taken from the read-ahead so far */
-  int retries;
-  int end_rc;
-  char end_msg[1024];
-  int end_errno;
-} bcpy_citer;
-
-typedef struct {
-  bcpy_job base;
-  rstream *rs;  /* borrowed while the iterator waits; owned if abandoned */
-  bc_buf *bufs; /* likewise */
-  size_t cap, n;
-  uint64_t pos; /* position of bufs[0] */
-  bool ended;
-  bool owned;
-} batch_job;
-
-static void free_bufs(bc_buf *bufs, size_t cap) {
-  if (bufs == NULL) return;
-  for (size_t k = 0; k < cap; k++) bc_buf_release(&bufs[k]);
-  PyMem_RawFree(bufs);
-}
-
-static int batch_run(bcpy_job *job) {
-  batch_job *j = (batch_job *)job;
-  int rc = 1;
-  while (j->n < j->cap && (rc = bc_readahead_next(j->rs->ra, &j->bufs[j->n], NULL)) == 1)
-    j->n++;
-  if (rc == BC_ERANGE) {
-    /* Past the end of a sequence whose end was not known when the position
-     * was streamed: the end, if the length now says so. */
-    bc_len l;
-    if (bc_seq_length(j->rs->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
-        j->pos + j->n >= l.value)
-      rc = 0;
-  }
-  if (rc < 0) return rc;
-  j->ended = rc == 0;
-  return 0;
-}
-
-static void batch_release(bcpy_job *job) {
-  batch_job *j = (batch_job *)job;
-  if (!j->owned) return;
-  rstream_close(j->rs);
-  free_bufs(j->bufs, j->cap);
-}
-
-/* Closing a read-ahead waits for the reads in flight, which may be fills:
- * done by a helper so that dropping an iterator never blocks. */
-typedef struct {
-  bcpy_job base;
-  rstream *rs;
-  bc_buf *bufs;
-  size_t cap;
-} close_job;
-
-static int close_run(bcpy_job *job) {
-  close_job *j = (close_job *)job;
-  rstream_close(j->rs);
-  j->rs = NULL;
-  return 0;
-}
-
-static void close_release(bcpy_job *job) {
-  close_job *j = (close_job *)job;
-  rstream_close(j->rs);
-  free_bufs(j->bufs, j->cap);
-}
-
-static void stop_readahead(bcpy_citer *it) {
-  rstream *rs = it->rs;
-  it->rs = NULL;
-  if (rs == NULL) return;
-  Py_BEGIN_ALLOW_THREADS
-  rstream_close(rs);
-  Py_END_ALLOW_THREADS
-}
-
-/* The cache's iterator from position `from` (a view's positions). */
+/* The iterator (core/iterator.c) from position `from`: positions streamed
+ * lazily (never settling the length first: that would drain the source),
+ * ITER_BATCH records per refill from a window of ITER_WINDOW. */
 static PyObject *cache_iter_at(bcpy_lobj *self, uint64_t from) {
   if (lobj_check(self) < 0) return NULL;
-  bcpy_citer *it = PyObject_GC_New(bcpy_citer, &bcpy_CacheIter_Type);
-  if (it == NULL) return NULL;
-  it->rs = NULL;
-  Py_INCREF(self);
-  it->owner = self;
-  bcpy_core *core = self->core;
-  it->next_iter = core->iters;
-  if (core->iters != NULL) core->iters->prev_iter = &it->next_iter;
-  core->iters = it;
-  it->prev_iter = &core->iters;
-  it->pid = getpid();
-  it->busy = it->done = false;
-  it->cap = ITER_BATCH;
-  it->head = it->count = 0;
-  it->pulled = from;
-  it->retries = 0;
-  it->end_rc = 0;
-  it->end_msg[0] = '\0';
-  it->bufs = PyMem_RawCalloc(it->cap, sizeof *it->bufs);
-  PyObject_GC_Track(it);
-  if (it->bufs == NULL) {
-    Py_DECREF(it);
-    return PyErr_NoMemory();
-  }
-  int rc = rstream_open(&it->rs, self->seq, from);
-  if (rc != 0) {
-    Py_DECREF(it);
-    return raise_rc(rc, NULL);
-  }
-  return (PyObject *)it;
+  return bcpy_iter_open((bcpy_sobj *)self, &bcpy_CacheIter_Type, self->seq, from,
+                        ITER_WINDOW, 0, ITER_BATCH, ITER_BATCH, true, false);
 }
 
 PyObject *bcpy_cache_iter(PyObject *loader, uint64_t from) {
@@ -1782,134 +1665,22 @@ static PyObject *lobj_iter(bcpy_lobj *self) {
   return cache_iter_at(self, 0);
 }
 
-static PyObject *citer_next(bcpy_citer *it) {
-  if (core_check(it->owner->core) < 0) return NULL; /* its records are gone */
-  for (;;) {
-    if (it->head < it->count) {
-      PyObject *r = to_record(it->owner->core, &it->bufs[it->head]);
-      it->head++;
-      return r;
-    }
-    if (it->done) {
-      int rc = it->end_rc;
-      it->end_rc = 0;
-      if (rc != 0) return raise_rc_errno(rc, it->end_errno, it->end_msg);
-      return NULL; /* StopIteration */
-    }
-    if (it->busy) {
-      PyErr_SetString(PyExc_RuntimeError, "the iterator is already running in another thread");
-      return NULL;
-    }
-    if (it->pid != getpid()) {
-      PyErr_SetString(PyExc_RuntimeError, "the iterator was created before fork(); "
-                      "create a new one in this process");
-      return NULL;
-    }
-    if (lobj_check(it->owner) < 0) return NULL;
-    batch_job *j = job_new(sizeof *j, batch_run, batch_release);
-    if (j == NULL) return NULL;
-    j->rs = it->rs;
-    j->bufs = it->bufs;
-    j->cap = it->cap;
-    j->pos = it->pulled;
-    it->busy = true;
-    int ran = bcpy_run(&j->base, it->owner->core->src);
-    it->busy = false;
-    if (ran < 0) { /* interrupted: the job keeps the read-ahead and frees it */
-      j->owned = true;
-      it->rs = NULL;
-      it->bufs = NULL;
-      it->head = it->count = 0;
-      it->done = true;
-      return NULL;
-    }
-    it->head = 0;
-    it->count = j->n;
-    it->pulled += j->n;
-    int rc = j->base.rc;
-    bool ended = j->ended;
-    memcpy(it->end_msg, j->base.msg, sizeof it->end_msg);
-    it->end_errno = j->base.sys_errno;
-    job_free(&j->base);
-    if (rc != 0 && cancelled_fill(rc, it->end_msg) && it->retries < RETRIES) {
-      /* A fill this read-ahead waited for was interrupted elsewhere: start
-       * again after the last record received (those still come first). */
-      it->retries++;
-      stop_readahead(it);
-      retry_pause();
-      if (it->owner->seq == NULL) /* closed meanwhile */
-        rc = bc_set_errmsg(BC_ECLOSED, "the LoadIt is closed");
-      else if ((rc = rstream_open(&it->rs, it->owner->seq, it->pulled)) == 0)
-        continue;
-      snprintf(it->end_msg, sizeof it->end_msg, "%s", bc_errmsg());
-      it->end_errno = bc_errno();
-    }
-    if (rc != 0 || ended) {
-      it->done = true;
-      it->end_rc = rc;
-      stop_readahead(it); /* finished: nothing is in flight */
-    }
-  }
-}
-
-static int citer_traverse(bcpy_citer *it, visitproc visit, void *arg) {
-  Py_VISIT(it->owner);
-  return 0;
-}
-
-/* Hands the iterator's read-ahead to a helper that closes it (or closes
- * it here), so that dropping or closing never waits for reads in flight. */
-static void citer_stop(bcpy_citer *it);
-
-static void citer_dealloc(bcpy_citer *it) {
-  PyObject_GC_UnTrack(it);
-  if (it->prev_iter != NULL) {
-    *it->prev_iter = it->next_iter;
-    if (it->next_iter != NULL) it->next_iter->prev_iter = it->prev_iter;
-  }
-  citer_stop(it);
-  free_bufs(it->bufs, it->cap);
-  Py_CLEAR(it->owner);
-  PyObject_GC_Del(it);
-}
-
-static void citer_stop(bcpy_citer *it) {
-  if (it->pid != getpid()) {
-    it->rs = NULL; /* inherited through fork(): no threads here; leaked */
-  }
-  if (it->rs != NULL) {
-    close_job *j = PyMem_RawCalloc(1, sizeof *j);
-    if (j != NULL) {
-      j->base.run = close_run;
-      j->base.release = close_release;
-      j->rs = it->rs;
-      j->bufs = it->bufs;
-      j->cap = it->cap;
-      it->rs = NULL;
-      it->bufs = NULL;
-      /* On the main thread it is not waited for (reads in flight may be
-       * long fills), nor inside a source callback (this thread may be one
-       * of its workers): a helper closes it.  Elsewhere it is closed here. */
-      bool defer = bcpy_is_main_thread() || bcpy_in_callback;
-      if (!defer || bcpy_run_detached(&j->base) != 0) {
-        Py_BEGIN_ALLOW_THREADS
-        bcpy_job_free(&j->base);
-        Py_END_ALLOW_THREADS
-      }
-    } else {
-      stop_readahead(it);
-    }
-  }
-  it->head = it->count = 0; /* the buffers may be the job's now */
-}
+PyTypeObject bcpy_CacheIter_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bagcache._bagcache._CacheIter",
+    .tp_basicsize = sizeof(bcpy_iter),
+    .tp_flags = Py_TPFLAGS_DEFAULT, /* GC: inherited */
+    .tp_doc = "Iterator over a cache's records, read ahead on worker threads.",
+    .tp_base = &bcpy_Iterator_Type,
+};
 
 static void release_users(bcpy_core *c) {
   /* Iterators first (their read-ahead holds references of its own; a
    * busy one is inside a read that ends with the close, and drops its
    * read-ahead when collected), then the sequences (GIL released: the
    * last one releases the cache). */
-  for (bcpy_citer *it = c->iters; it != NULL; it = it->next_iter)
-    if (!it->busy) citer_stop(it);
+  for (bcpy_iter *it = c->iters; it != NULL; it = it->next_iter)
+    if (!it->busy) bcpy_iter_stop(it);
   size_t n = 0;
   for (bcpy_lobj *v = c->users; v != NULL; v = v->next_user) n++;
   bc_seq **seqs = n > 0 ? PyMem_RawCalloc(n, sizeof *seqs) : NULL;
@@ -1937,17 +1708,6 @@ static void release_users(bcpy_core *c) {
   PyMem_RawFree(seqs);
 }
 
-PyTypeObject bcpy_CacheIter_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bagcache._bagcache._CacheIter",
-    .tp_basicsize = sizeof(bcpy_citer),
-    .tp_dealloc = (destructor)citer_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Iterator over a cache's records, read ahead on worker threads.",
-    .tp_traverse = (traverseproc)citer_traverse,
-    .tp_iter = PyObject_SelfIter,
-    .tp_iternext = (iternextfunc)citer_next,
-};
 
 /* ---- module setup ----------------------------------------------------------------- */
 
@@ -1968,7 +1728,7 @@ static int add_exception(PyObject *mod, PyObject **slot, const char *name,
 int bcpy_loadit_init(PyObject *mod) {
   if (bcpy_runner_init() < 0) return -1;
   /* Views over a LoadIt wait for its fills as the LoadIt does. */
-  bcpy_fill_waiter = (bcpy_waiter){fill_wait, bcpy_is_main_thread};
+  bcpy_fill_waiter = (bcpy_waiter){fill_wait, bcpy_is_main_thread, fill_detach};
   if (bcpy_add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0 ||

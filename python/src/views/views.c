@@ -848,17 +848,6 @@ static void failure_clear(failure *f) {
   memset(f, 0, sizeof *f);
 }
 
-/* Raises the stored failure (consumes it). */
-static void failure_raise(failure *f) {
-  if (f->type != NULL) {
-    PyErr_Restore(f->type, f->value, f->tb);
-    f->type = f->value = f->tb = NULL;
-  } else {
-    view_raise(f->rc, f->message);
-  }
-  failure_clear(f);
-}
-
 typedef struct {
   bc_seq *leaf;
   size_t k; /* position in the chunk */
@@ -1167,15 +1156,6 @@ static int view_wait(bcpy_sobj *base, bcpy_call *c) {
   return 0;
 }
 
-static const bcpy_seq_kind view_kind = {
-    .check = view_check,
-    .item = view_item,
-    .take = get_take,
-    .wait = view_wait,
-    .wrap = view_wrap,
-    .raise = view_raise_errno,
-};
-
 static PyObject *view_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   bcpy_view *self = (bcpy_view *)PyType_GenericNew(type, args, kwds);
   if (self != NULL) self->kind = &view_kind;
@@ -1193,199 +1173,34 @@ static PyObject *view_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 #define ITER_MAX_RA_CHUNK 64
 #define ITER_THREADS 2
 
-typedef struct {
-  PyObject_HEAD
-  bcpy_view *view;
-  bc_readahead *ra; /* trees without Python code: read ahead in C */
-  pid_t pid;        /* the process whose threads serve ra */
-  bool busy;        /* a refill is running (one consumer at a time) */
-  bool done;        /* nothing is left to read; items + failure remain */
-  uint64_t next;    /* position of the next element to read (no ra) */
-  bool bounded;     /* the length was exact when iteration began */
-  uint64_t end;     /* ...and that length */
-  size_t chunk;     /* elements per refill */
-  PyObject **items;
-  size_t head, count, cap;
-  bool failed;
-  failure fail; /* raised once the items before it are out */
-} bcpy_view_iter;
-
-extern PyTypeObject bcpy_ViewIterator_Type;
-
+/* The iterator (core/iterator.c): trees without Python code are read ahead
+ * in C; others a chunk of positions at a time (view_chunk). */
 static PyObject *view_iter(bcpy_view *self) {
   if (check_open(self) < 0) return NULL;
-  bcpy_view_iter *it = PyObject_GC_New(bcpy_view_iter, &bcpy_ViewIterator_Type);
-  if (it == NULL) return NULL;
-  it->view = (bcpy_view *)Py_NewRef(self);
-  it->ra = NULL;
-  it->pid = getpid();
-  it->busy = it->done = it->bounded = it->failed = false;
-  it->next = it->end = 0;
-  it->chunk = ITER_FIRST_CHUNK;
-  it->head = it->count = 0;
-  it->cap = ITER_MAX_CHUNK;
-  memset(&it->fail, 0, sizeof it->fail);
-  it->items = PyMem_Calloc(it->cap, sizeof *it->items);
-  PyObject_GC_Track(it);
-  if (it->items == NULL) {
-    Py_DECREF(it);
-    return PyErr_NoMemory();
-  }
-  int rc = 0;
-  if (!(self->kinds & VK_PYTHON)) {
-    bc_readahead_options o = BC_READAHEAD_OPTIONS_INIT;
-    o.window = ITER_WINDOW;
-    o.threads = ITER_THREADS;
-    bc_readahead *ra = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = bc_seq_iterate(&ra, self->seq, 0, &o);
-    Py_END_ALLOW_THREADS
-    it->ra = ra;
-  } else {
-    bc_len l;
-    rc = known_length(self, self->seq, false, &l);
-    if (rc == 0 && l.kind == BC_LEN_EXACT) {
-      it->bounded = true;
-      it->end = l.value;
-    }
-  }
-  if (rc != 0) {
-    Py_DECREF(it);
-    return view_raise(rc, NULL);
-  }
-  return (PyObject *)it;
+  bool chunked = (self->kinds & VK_PYTHON) != 0;
+  return bcpy_iter_open((bcpy_sobj *)self, &bcpy_ViewIterator_Type, self->seq, 0,
+                        ITER_WINDOW, ITER_THREADS, ITER_FIRST_CHUNK,
+                        chunked ? ITER_MAX_CHUNK : ITER_MAX_RA_CHUNK, false, chunked);
 }
 
-static void iter_stop_readahead(bcpy_view_iter *it) {
-  bc_readahead *ra = it->ra;
-  it->ra = NULL;
-  if (ra == NULL || it->pid != getpid()) return; /* forked child: no threads */
-  Py_BEGIN_ALLOW_THREADS
-  bc_readahead_close(ra);
-  Py_END_ALLOW_THREADS
+/* A record read ahead at position `index`, as an element: its leaf's
+ * decoder, if any, makes it (the leaf found again by arithmetic). */
+static PyObject *view_decode(bcpy_sobj *base, bc_buf *b, uint64_t index) {
+  bcpy_view *self = (bcpy_view *)base;
+  bc_seq *leaf = NULL;
+  uint64_t li;
+  if (!(self->kinds & VK_DECODE) ||
+      bc_seq_resolve(self->seq, (int64_t)index, &leaf, &li) != 0)
+    return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
+  return native_element(leaf, b);
 }
 
-/* A refill's reads from the read-ahead window: a call of the wait policy,
- * which closes the read-ahead too when the wait was abandoned. */
-typedef struct {
-  bcpy_call base;
-  bc_readahead *ra; /* borrowed from the iterator, owned if abandoned */
-  bc_seq *seq;      /* the tree (own reference) */
-  bool owns_ra;     /* set before a wait that may be abandoned */
-  bool decode;
-  bool nowait;      /* take only what is ready (bc_readahead_ready) */
-  size_t want, n;
-  int got;          /* the last bc_readahead_next: 1 more, 0 end, < 0 error */
-  bc_buf *bufs;
-  uint64_t *index;
-  bc_seq **leaf;
-} ra_read;
-
-static void ra_read_free(bcpy_call *c) {
-  ra_read *r = (ra_read *)c;
-  if (r == NULL) return;
-  if (r->owns_ra) bc_readahead_close(r->ra);
-  if (r->bufs != NULL)
-    for (size_t j = 0; j < r->want; j++) bc_buf_release(&r->bufs[j]);
-  PyMem_RawFree(r->bufs);
-  PyMem_RawFree(r->index);
-  PyMem_RawFree(r->leaf);
-  bc_seq_unref(r->seq);
-  free(c->msg);
-  PyMem_RawFree(r);
-}
-
-static int ra_read_run(bcpy_call *c) {
-  ra_read *r = (ra_read *)c;
-  r->got = 1;
-  while (r->n < r->want && (!r->nowait || bc_readahead_ready(r->ra)) &&
-         (r->got = bc_readahead_next(r->ra, &r->bufs[r->n], &r->index[r->n])) == 1) {
-    uint64_t li;
-    bc_seq **leaf = &r->leaf[r->n];
-    *leaf = NULL;
-    /* The decoder of a record is its leaf's: resolve it again (no I/O). */
-    if (r->decode && bc_seq_resolve(r->seq, (int64_t)r->index[r->n], leaf, &li) != 0)
-      *leaf = NULL;
-    r->n++;
-  }
-  return r->got < 0 ? r->got : 0;
-}
-
-/* Refill from the read-ahead window (trees read in C).  From the main
- * thread, over a LoadIt, what is ready is taken at once and a wait for
- * more is made interruptible (read_waiting). */
-static void refill_readahead(bcpy_view_iter *it) {
-  size_t want = it->chunk;
-  ra_read *r = PyMem_RawCalloc(1, sizeof *r);
-  if (r != NULL) {
-    r->base.run = ra_read_run;
-    r->base.free = ra_read_free;
-    r->want = want;
-    r->bufs = PyMem_RawCalloc(want, sizeof *r->bufs);
-    r->index = PyMem_RawMalloc(want * sizeof *r->index);
-    r->leaf = PyMem_RawMalloc(want * sizeof *r->leaf);
-  }
-  if (r == NULL || r->bufs == NULL || r->index == NULL || r->leaf == NULL) {
-    ra_read_free(&r->base);
-    PyErr_NoMemory();
-    PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
-    it->failed = it->done = true;
-    return;
-  }
-  r->ra = it->ra;
-  r->got = 1; /* nothing read, not at the end */
-  r->seq = bc_seq_ref(it->view->seq);
-  r->decode = (it->view->kinds & VK_DECODE) != 0;
-  if (interruptible(it->view)) {
-    /* What is ready is taken here; only a wait goes to a helper. */
-    r->nowait = true;
-    Py_BEGIN_ALLOW_THREADS
-    bcpy_call_run(&r->base);
-    Py_END_ALLOW_THREADS
-    r->nowait = false;
-  }
-  r->owns_ra = true; /* until the wait is back */
-  if (r->n == 0 && r->got == 1 && read_waiting(it->view, &r->base) < 0) {
-    /* Ctrl-C: the helper finishes the wait, then closes the read-ahead. */
-    it->ra = NULL;
-    PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
-    it->failed = it->done = true;
-    it->head = it->count = 0;
-    return;
-  }
-  r->owns_ra = false;
-  size_t k, n = r->n;
-  for (k = 0; k < n; k++) {
-    bc_buf *b = &r->bufs[k];
-    PyObject *obj = r->leaf[k] != NULL
-                        ? native_element(r->leaf[k], b)
-                        : PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
-    if (obj == NULL) break;
-    it->items[k] = obj;
-  }
-  it->head = 0;
-  it->count = k;
-  if (k < n) { /* a decoder raised: that is where the iteration ends */
-    PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
-    it->failed = it->done = true;
-  } else if (r->got != 1) {
-    it->done = true;
-    if (r->got < 0) {
-      it->failed = true;
-      it->fail.rc = r->got;
-      it->fail.message = r->base.msg;
-      r->base.msg = NULL;
-    }
-  }
-  if (it->done) iter_stop_readahead(it);
-  Py_BEGIN_ALLOW_THREADS /* the last reference to the tree may close a cache */
-  ra_read_free(&r->base);
-  Py_END_ALLOW_THREADS
-}
+static bool view_waits(bcpy_sobj *self) { return (((bcpy_view *)self)->kinds & VK_WAITS) != 0; }
 
 /* Refill by resolving a chunk of positions (trees with Python code). */
-static void refill_chunk(bcpy_view_iter *it) {
-  size_t want = it->chunk;
+static void view_chunk(bcpy_sobj *base, bcpy_iter *it) {
+  bcpy_view *view = (bcpy_view *)base;
+  size_t want = it->batch;
   if (it->bounded) {
     if (it->next >= it->end) {
       it->done = true;
@@ -1397,13 +1212,13 @@ static void refill_chunk(bcpy_view_iter *it) {
   int64_t *pos = PyMem_RawMalloc(want * sizeof *pos);
   if (pos == NULL) {
     PyErr_NoMemory();
-    PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
-    it->failed = it->done = true;
+    PyErr_Fetch(&it->exc_type, &it->exc_value, &it->exc_tb);
+    it->done = true;
     return;
   }
   for (size_t k = 0; k < want; k++) pos[k] = (int64_t)(it->next + k);
   failure f;
-  size_t got = read_positions(it->view, pos, want, it->items, &f);
+  size_t got = read_positions(view, pos, want, it->items, &f);
   PyMem_RawFree(pos);
   it->head = 0;
   it->count = got;
@@ -1413,94 +1228,41 @@ static void refill_chunk(bcpy_view_iter *it) {
   if (f.type == NULL && f.rc == BC_ERANGE && !it->bounded) {
     /* Past the end of a sequence whose end was not known, or a real error? */
     bc_len l;
-    if (known_length(it->view, it->view->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
+    if (known_length(view, view->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
         l.value <= it->next) {
       failure_clear(&f);
       return;
     }
     PyErr_Clear();
   }
-  it->failed = true;
-  it->fail = f;
+  /* raised once the elements before it are out */
+  it->exc_type = f.type;
+  it->exc_value = f.value;
+  it->exc_tb = f.tb;
+  it->end_rc = f.rc;
+  it->end_msg = f.message;
 }
 
-static PyObject *view_iter_next(bcpy_view_iter *it) {
-  for (;;) {
-    if (it->head < it->count) {
-      PyObject *obj = it->items[it->head];
-      it->items[it->head++] = NULL;
-      return obj;
-    }
-    if (it->done) {
-      if (it->failed) {
-        it->failed = false;
-        failure_raise(&it->fail);
-      }
-      return NULL;
-    }
-    if (it->busy) {
-      PyErr_SetString(PyExc_RuntimeError,
-                      "view iterator is already running (used from two threads)");
-      return NULL;
-    }
-    if (it->ra != NULL && it->pid != getpid()) {
-      PyErr_SetString(PyExc_RuntimeError,
-                      "view iterator was created in another process (before fork); "
-                      "create a new iterator in this one");
-      return NULL;
-    }
-    it->busy = true;
-    if (it->ra != NULL)
-      refill_readahead(it);
-    else if (it->view->kinds & VK_PYTHON)
-      refill_chunk(it);
-    else
-      it->done = true; /* the read-ahead already ended */
-    it->busy = false;
-    if (it->chunk < (it->ra != NULL ? ITER_MAX_RA_CHUNK : ITER_MAX_CHUNK)) it->chunk *= 2;
-  }
-}
-
-static int view_iter_traverse(bcpy_view_iter *it, visitproc visit, void *arg) {
-  Py_VISIT(it->view);
-  for (size_t k = it->head; k < it->count; k++) Py_VISIT(it->items[k]);
-  Py_VISIT(it->fail.type);
-  Py_VISIT(it->fail.value);
-  Py_VISIT(it->fail.tb);
-  return 0;
-}
-
-static int view_iter_clear(bcpy_view_iter *it) {
-  for (size_t k = it->head; k < it->count; k++) Py_CLEAR(it->items[k]);
-  it->head = it->count = 0;
-  Py_CLEAR(it->fail.type);
-  Py_CLEAR(it->fail.value);
-  Py_CLEAR(it->fail.tb);
-  return 0;
-}
-
-static void view_iter_dealloc(bcpy_view_iter *it) {
-  PyObject_GC_UnTrack(it);
-  iter_stop_readahead(it);
-  view_iter_clear(it);
-  failure_clear(&it->fail);
-  Py_CLEAR(it->view);
-  PyMem_Free(it->items);
-  PyObject_GC_Del(it);
-}
+static const bcpy_seq_kind view_kind = {
+    .check = view_check,
+    .item = view_item,
+    .take = get_take,
+    .wait = view_wait,
+    .wrap = view_wrap,
+    .raise = view_raise_errno,
+    .decode = view_decode,
+    .waits = view_waits,
+    .chunk = view_chunk,
+};
 
 PyTypeObject bcpy_ViewIterator_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "bagcache.ViewIterator",
-    .tp_basicsize = sizeof(bcpy_view_iter),
-    .tp_dealloc = (destructor)view_iter_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_basicsize = sizeof(bcpy_iter),
+    .tp_flags = Py_TPFLAGS_DEFAULT, /* GC: inherited */
     .tp_doc = "Iterator over a view: elements read a chunk at a time (native\n"
               "records read ahead on worker threads).",
-    .tp_traverse = (traverseproc)view_iter_traverse,
-    .tp_clear = (inquiry)view_iter_clear,
-    .tp_iter = PyObject_SelfIter,
-    .tp_iternext = (iternextfunc)view_iter_next,
+    .tp_base = &bcpy_Iterator_Type,
 };
 
 /* ---- membership ------------------------------------------------------------------------ */
