@@ -54,6 +54,7 @@ BC_PY_TEST_FILES = \
 	python/tests/test_batch_reads.py \
 	python/tests/test_os_errors.py \
 	python/tests/test_index_edges.py \
+	python/tests/test_seq_base.py \
 	$(BC_PY_VIEWS_TEST_FILES) \
 	$(BC_PY_LOADIT_TEST_FILES) \
 	$(BC_PY_TRAIN_TEST_FILES)
