@@ -19,36 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- chunk buffers ---------------------------------------------------------- */
-
-typedef struct {
-  int64_t *idx; /* view indices of the chunk being read */
-  bc_buf *bufs; /* their records */
-  size_t cap;
-} chunk;
-
-static int chunk_init(chunk *c, size_t total) {
-  c->cap = total < BCPY_CHUNK ? (total == 0 ? 1 : total) : BCPY_CHUNK;
-  c->idx = PyMem_RawMalloc(c->cap * sizeof *c->idx);
-  c->bufs = PyMem_RawCalloc(c->cap, sizeof *c->bufs);
-  if (c->idx == NULL || c->bufs == NULL) {
-    PyMem_RawFree(c->idx);
-    PyMem_RawFree(c->bufs);
-    c->idx = NULL;
-    c->bufs = NULL;
-    PyErr_NoMemory();
-    return -1;
-  }
-  return 0;
-}
-
-static void chunk_free(chunk *c) {
-  if (c->bufs != NULL)
-    for (size_t k = 0; k < c->cap; k++) bc_buf_release(&c->bufs[k]);
-  PyMem_RawFree(c->idx);
-  PyMem_RawFree(c->bufs);
-}
-
 /* Reads idx[0..n) into bufs with the GIL released.  Sets the Python
  * exception and returns -1 on failure.  The library's message for a failed
  * batch names a position in this round, which means nothing to the caller;
@@ -434,31 +404,31 @@ static int scan(bcpy_seq *self, PyObject *value, uint64_t start, uint64_t stop,
   }
   Py_buffer v;
   if (PyObject_GetBuffer(value, &v, PyBUF_SIMPLE) < 0) return -1;
-  chunk c;
-  uint64_t n = stop > start ? stop - start : 0;
-  if (chunk_init(&c, n) < 0) {
+  bcpy_stage *c = bcpy_stage_take();
+  if (c == NULL) {
     PyBuffer_Release(&v);
     return -1;
   }
+  uint64_t n = stop > start ? stop - start : 0;
   int status = 0;
   Py_ssize_t found = mode == SCAN_FIRST ? -1 : 0;
   for (uint64_t off = 0; off < n && !(mode == SCAN_FIRST && found >= 0);) {
-    size_t m = n - off < c.cap ? (size_t)(n - off) : c.cap;
-    for (size_t k = 0; k < m; k++) c.idx[k] = (int64_t)(start + off + k);
+    size_t m = bcpy_stage_next(c, (size_t)(n - off < c->cap ? n - off : c->cap), true);
+    for (size_t k = 0; k < m; k++) c->idx[k] = (int64_t)(start + off + k);
     int rc;
     int64_t bad = -1; /* the record that failed, when one did */
     Py_BEGIN_ALLOW_THREADS
-    rc = bc_seq_get_many(self->seq, c.idx, m, c.bufs);
+    rc = bc_seq_get_many(self->seq, c->idx, m, c->bufs);
     /* After a failed batch, go record by record: a match before the bad
      * record still counts (as in a plain loop), and the error raised is
      * that record's own. */
     bool one_by_one = rc != 0;
     for (size_t k = 0; k < m; k++) {
-      if (one_by_one && (rc = bc_seq_get(self->seq, c.idx[k], &c.bufs[k])) != 0) {
-        bad = c.idx[k];
+      if (one_by_one && (rc = bc_seq_get(self->seq, c->idx[k], &c->bufs[k])) != 0) {
+        bad = c->idx[k];
         break;
       }
-      const bc_buf *b = &c.bufs[k];
+      const bc_buf *b = &c->bufs[k];
       if (b->size != (size_t)v.len || (v.len > 0 && memcmp(b->data, v.buf, b->size) != 0))
         continue;
       if (mode == SCAN_COUNT) {
@@ -482,7 +452,7 @@ static int scan(bcpy_seq *self, PyObject *value, uint64_t start, uint64_t stop,
     }
     off += m;
   }
-  chunk_free(&c);
+  bcpy_stage_give(c);
   PyBuffer_Release(&v);
   if (status == 0) *result = found;
   return status;
