@@ -247,6 +247,10 @@ int bcpy_seq_check_bulk(bcpy_seq *self);
 
 PyObject *bcpy_seq_read(bcpy_seq *self, PyObject *unused);
 PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args);
+/* Checks [start, start + num) against the view (a negative start counts
+ * from the end, and is made non-negative): 0, or -1 with IndexError or
+ * ValueError. */
+int bcpy_seq_check_range(bcpy_seq *self, Py_ssize_t *start, Py_ssize_t num);
 PyObject *bcpy_seq_read_indices(bcpy_seq *self, PyObject *indices);
 
 /* Linear scans: __contains__, count, index. */

@@ -230,67 +230,31 @@ static int index_push(bcpy_seq *self, bcpy_ivec *a, long long value,
   return bcpy_ivec_push(a, i);
 }
 
-/* A 1-D buffer of native integers (numpy arrays, array.array, memoryview).
- * Returns 1 when converted, 0 when the buffer is not of that kind (the
- * caller falls back to iteration), -1 on error. */
+/* A 1-D buffer of native integers (numpy arrays, array.array, memoryview;
+ * bytes too, as integers; not booleans, which are iterated as 0 and 1):
+ * converted by bcpy_indices_from_buffer, then checked.  Returns 1 when
+ * converted, 0 when the buffer is not of that kind (the caller falls back
+ * to iteration), -1 on error. */
 static int convert_buffer(bcpy_seq *self, PyObject *obj, bcpy_ivec *a) {
   Py_buffer view;
   if (PyUnicode_Check(obj) || !PyObject_CheckBuffer(obj)) return 0;
   if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
-    PyErr_Clear(); /* e.g. a buffer that is not strided-readable */
+    PyErr_Clear();
     return 0;
   }
-  int result = 0;
-  const char *f = view.format != NULL ? view.format : "B";
-  if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
-  if (f[0] == '\0' || f[1] != '\0' || strchr("bBhHiIlLqQnN", f[0]) == NULL)
-    goto cleanup; /* not a native integer: iterate instead */
-  if (view.ndim != 1) {
-    PyErr_Format(PyExc_ValueError, "indices must be a 1-D array, not %d-D",
-                 view.ndim);
-    result = -1;
-    goto cleanup;
-  }
-  bool is_unsigned = f[0] == 'B' || f[0] == 'H' || f[0] == 'I' || f[0] == 'L' ||
-                     f[0] == 'Q' || f[0] == 'N';
-  Py_ssize_t n = view.shape[0], stride = view.strides[0];
-  const char *p = view.buf;
-  for (Py_ssize_t k = 0; k < n; k++, p += stride) {
-    long long s = 0;
-    unsigned long long u = 0;
-    switch (view.itemsize) {
-      case 1: if (is_unsigned) u = *(const uint8_t *)p; else s = *(const int8_t *)p; break;
-      case 2: {
-        uint16_t x;
-        memcpy(&x, p, 2);
-        if (is_unsigned) u = x; else s = (int16_t)x;
-        break;
-      }
-      case 4: {
-        uint32_t x;
-        memcpy(&x, p, 4);
-        if (is_unsigned) u = x; else s = (int32_t)x;
-        break;
-      }
-      case 8: {
-        uint64_t x;
-        memcpy(&x, p, 8);
-        if (is_unsigned) u = x; else s = (int64_t)x;
-        break;
-      }
-      default:
-        result = 0;
-        goto cleanup;
-    }
-    if (index_push(self, a, s, is_unsigned, u) < 0) {
-      result = -1;
-      goto cleanup;
-    }
-  }
-  result = 1;
-cleanup:
+  bool is_bool = view.format != NULL && strchr(view.format, '?') != NULL;
   PyBuffer_Release(&view);
-  return result;
+  if (is_bool) return 0;
+  PyObject *ints = PyBytes_Check(obj) || PyByteArray_Check(obj)
+                       ? PyMemoryView_FromObject(obj) : Py_NewRef(obj);
+  if (ints == NULL) return -1;
+  bcpy_ivec raw = {NULL, 0, 0};
+  int rc = bcpy_indices_from_buffer(ints, &raw);
+  Py_DECREF(ints);
+  for (size_t k = 0; rc == 1 && k < raw.n; k++)
+    if (index_push(self, a, raw.v[k], false, 0) < 0) rc = -1;
+  PyMem_RawFree(raw.v);
+  return rc;
 }
 
 /* Any iterable of objects with __index__. */
@@ -348,21 +312,28 @@ PyObject *bcpy_seq_read(bcpy_seq *self, PyObject *unused) {
   return read_span(self, 0, (size_t)self->len);
 }
 
+int bcpy_seq_check_range(bcpy_seq *self, Py_ssize_t *start, Py_ssize_t num) {
+  Py_ssize_t s = *start;
+  if (num < 0) {
+    PyErr_Format(PyExc_ValueError, "num_records must be >= 0, not %zd", num);
+    return -1;
+  }
+  if (s < 0) s += (Py_ssize_t)self->len;
+  if (s < 0 || (uint64_t)s > self->len || (uint64_t)num > self->len - (uint64_t)s) {
+    PyErr_Format(PyExc_IndexError, "Range [%zd, %lld) out of range [0, %llu]", *start,
+                 (long long)*start + (long long)num, (unsigned long long)self->len);
+    return -1;
+  }
+  *start = s;
+  return 0;
+}
+
 PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args) {
   Py_ssize_t start, num;
   if (!PyArg_ParseTuple(args, "nn:read_range", &start, &num)) return NULL;
-  if (bcpy_seq_check_bulk(self) < 0) return NULL;
-  Py_ssize_t s = start < 0 ? start + (Py_ssize_t)self->len : start;
-  if (num < 0) {
-    PyErr_Format(PyExc_ValueError, "num_records must be >= 0, not %zd", num);
+  if (bcpy_seq_check_bulk(self) < 0 || bcpy_seq_check_range(self, &start, num) < 0)
     return NULL;
-  }
-  if (s < 0 || (uint64_t)s > self->len || (uint64_t)num > self->len - (uint64_t)s) {
-    PyErr_Format(PyExc_IndexError, "Range [%zd, %lld) out of range [0, %llu]", start,
-                 (long long)start + (long long)num, (unsigned long long)self->len);
-    return NULL;
-  }
-  return read_span(self, (uint64_t)s, (size_t)num);
+  return read_span(self, (uint64_t)start, (size_t)num);
 }
 
 PyObject *bcpy_seq_read_indices(bcpy_seq *self, PyObject *indices) {

@@ -18,52 +18,6 @@
 
 /* ---- construction --------------------------------------------------------- */
 
-/* Makes `self` a view of `root` selecting root[start + k * step] for
- * k < len.  Takes new references. */
-static int set_view(bcpy_seq *self, bc_seq *root, int64_t start, int64_t step,
-                    uint64_t len) {
-  uint64_t root_len;
-  bc_seq *view = NULL;
-  int rc = bc_seq_len(root, &root_len);
-  if (rc != 0) {
-    bcpy_raise(rc, NULL);
-    return -1;
-  }
-  if (len <= 1) step = 1; /* one element (or none) has no stride */
-  if (len == 0) start = 0;
-  if (start == 0 && step == 1 && len == root_len) {
-    view = bc_seq_ref(root);
-  } else {
-    /* stop one step past the last element; a negative stop would count
-     * from the end, and "omitted" means the same as -1 for a negative
-     * step. */
-    int64_t stop = len == 0 ? 0 : start + (int64_t)len * step;
-    if (stop < 0) stop = BC_NONE;
-    rc = bc_seq_slice(&view, root, start, stop, step);
-    uint64_t got = 0;
-    if (rc == 0) rc = bc_seq_len(view, &got);
-    if (rc == 0 && got != len) {
-      bc_seq_unref(view);
-      PyErr_Format(PyExc_SystemError,
-                   "bagcache: view [%lld::%lld] has %llu elements, not %llu",
-                   (long long)start, (long long)step, (unsigned long long)got,
-                   (unsigned long long)len);
-      return -1;
-    }
-    if (rc != 0) {
-      bc_seq_unref(view);
-      bcpy_raise(rc, NULL);
-      return -1;
-    }
-  }
-  bc_seq_unref(self->seq);
-  bc_seq_unref(self->root);
-  self->seq = view;
-  self->root = bc_seq_ref(root);
-  self->len = len;
-  return 0;
-}
-
 int bcpy_seq_check(bcpy_seq *self) {
   if (self->seq != NULL) return 0;
   PyErr_Format(PyExc_ValueError, "%s object is not open (its __init__ was not run)",
@@ -181,27 +135,6 @@ static PyObject *seq_iter(bcpy_seq *self) {
   return bcpy_iter_range(self, 0, self->len, NULL);
 }
 
-/* Validates [start, start + num_records) against the view (a negative start
- * counts from the end).  Sets IndexError/ValueError and returns -1. */
-static int check_range(bcpy_seq *self, Py_ssize_t *start, Py_ssize_t num) {
-  Py_ssize_t s = *start;
-  if (num < 0) {
-    PyErr_Format(PyExc_ValueError, "num_records must be >= 0, not %zd", num);
-    return -1;
-  }
-  if (s < 0) s += (Py_ssize_t)self->len;
-  if (s < 0 || (uint64_t)s > self->len || (uint64_t)num > self->len - (uint64_t)s) {
-    PyErr_Format(PyExc_IndexError, "Range [%zd, %lld) out of range [0, %llu]",
-                 *start, (long long)*start + (long long)num,
-                 (unsigned long long)self->len);
-    return -1;
-  }
-  *start = s;
-  return 0;
-}
-
-PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args);
-
 static PyObject *seq_read_range_iter(bcpy_seq *self, PyObject *args,
                                      PyObject *kwds) {
   static char *kwlist[] = {"start", "num_records", "read_ahead", NULL};
@@ -210,7 +143,7 @@ static PyObject *seq_read_range_iter(bcpy_seq *self, PyObject *args,
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "nn|$O:read_range_iter", kwlist,
                                    &start, &num, &read_ahead))
     return NULL;
-  if (bcpy_seq_check(self) < 0 || check_range(self, &start, num) < 0) return NULL;
+  if (bcpy_seq_check(self) < 0 || bcpy_seq_check_range(self, &start, num) < 0) return NULL;
   return bcpy_iter_range(self, (uint64_t)start, (uint64_t)num, read_ahead);
 }
 
@@ -267,17 +200,20 @@ static PyObject *seq_view(bcpy_seq *self, PyObject *args) {
       return NULL;
     }
   }
-  bcpy_seq *v = (bcpy_seq *)seq_new(Py_TYPE(self), NULL, NULL);
-  if (v == NULL) return NULL;
-  v->max_parallelism = self->max_parallelism;
-  v->readahead_threads = self->readahead_threads;
-  Py_XINCREF(self->meta);
-  v->meta = self->meta;
-  if (set_view(v, self->root, start, step, len) < 0) {
-    Py_DECREF(v);
-    return NULL;
+  if (len <= 1) step = 1; /* one element (or none) has no stride */
+  if (len == 0) start = 0;
+  bc_seq *view = NULL;
+  if (start == 0 && step == 1 && len == root_len) {
+    view = bc_seq_ref(self->root);
+  } else {
+    /* stop one step past the last element; a negative stop would count
+     * from the end, and "omitted" means the same as -1 for a negative
+     * step. */
+    long long stop = len == 0 ? 0 : start + (long long)len * step;
+    if ((rc = bc_seq_slice(&view, self->root, start, stop < 0 ? BC_NONE : stop, step)) != 0)
+      return bcpy_raise(rc, NULL);
   }
-  return (PyObject *)v;
+  return seq_wrap((bcpy_sobj *)self, view, NULL);
 }
 
 /* ---- method tables ---------------------------------------------------------- */
@@ -417,7 +353,9 @@ static PyObject *reader_open(bcpy_seq *self, PyObject *args, PyObject *kwds) {
   int cap = cpus >= 4 ? 4 : cpus == 3 ? 3 : 2;
   self->readahead_threads = o.max_parallelism < cap ? o.max_parallelism : cap;
   if (self->readahead_threads < 2) self->readahead_threads = 2;
-  if (set_view(self, root, 0, 1, len) < 0) goto cleanup;
+  self->seq = bc_seq_ref(root);
+  self->root = bc_seq_ref(root);
+  self->len = len;
   Py_INCREF(meta);
   Py_XSETREF(self->meta, meta);
   Py_INCREF(Py_None);
