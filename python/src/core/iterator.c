@@ -531,8 +531,8 @@ static PyObject *finish(bcpy_iter *it) {
 
 static PyObject *iter_next(bcpy_iter *it) {
   bcpy_sobj *owner = it->owner;
+  if (owner == NULL) return NULL; /* cleared by the collector: ended */
   const bcpy_seq_kind *kind = owner->kind;
-  if (kind->check(owner) < 0) return NULL; /* closed: its records are gone */
   for (;;) {
     if (it->head < it->count) {
       if (it->items != NULL) {
@@ -545,6 +545,7 @@ static PyObject *iter_next(bcpy_iter *it) {
       if (kind->decode != NULL) return kind->decode(owner, b, it->index[k]);
       return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
     }
+    if (kind->check(owner) < 0) return NULL; /* closed: its records are gone */
     if (it->done) return finish(it);
     if (it->busy) {
       PyErr_Format(PyExc_RuntimeError, "%s is already running (used from two threads, "
@@ -582,7 +583,14 @@ static int iter_traverse(bcpy_iter *it, visitproc visit, void *arg) {
   return 0;
 }
 
+/* Also breaks cycles through the owner: the read-ahead is stopped first
+ * (its stream may use the source), and the iterator unlisted. */
 static int iter_clear(bcpy_iter *it) {
+  bcpy_sobj *owner = it->owner;
+  if (owner != NULL) {
+    if (owner->kind->track != NULL) owner->kind->track(owner, it, false);
+    stop_readahead(it, true);
+  }
   Py_CLEAR(it->source);
   if (it->items != NULL) {
     for (size_t k = it->head; k < it->count; k++) Py_CLEAR(it->items[k]);
@@ -591,17 +599,12 @@ static int iter_clear(bcpy_iter *it) {
   Py_CLEAR(it->exc_type);
   Py_CLEAR(it->exc_value);
   Py_CLEAR(it->exc_tb);
+  Py_CLEAR(it->owner);
   return 0;
 }
 
 static void iter_dealloc(bcpy_iter *it) {
   PyObject_GC_UnTrack(it);
-  bcpy_sobj *owner = it->owner;
-  if (owner != NULL && owner->kind->track != NULL) owner->kind->track(owner, it, false);
-  /* Workers never touch Python objects, so they can be stopped before or
-   * after the references go; the source must outlive the stream, which
-   * runs only inside __next__. */
-  if (owner != NULL) stop_readahead(it, true);
   iter_clear(it);
   if (it->bufs != NULL)
     for (size_t k = 0; k < it->cap; k++) bc_buf_release(&it->bufs[k]);
@@ -610,7 +613,6 @@ static void iter_dealloc(bcpy_iter *it) {
   PyMem_Free(it->items);
   PyMem_RawFree(it->array.v);
   free(it->end_msg);
-  Py_CLEAR(it->owner);
   PyObject_GC_Del(it);
 }
 
@@ -619,7 +621,7 @@ PyTypeObject bcpy_Iterator_Type = {
     .tp_name = "bagcache.ReaderIterator",
     .tp_basicsize = sizeof(bcpy_iter),
     .tp_dealloc = (destructor)iter_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, /* subtypes: static only */
     .tp_doc = "Iterator over records, read ahead on worker threads.\n\n"
               "Made by iter(reader), read_range_iter and read_indices_iter.",
     .tp_traverse = (traverseproc)iter_traverse,

@@ -1346,9 +1346,13 @@ static void lobj_track(bcpy_sobj *self, bcpy_iter *it, bool add) {
   }
 }
 
+/* A record an iterator read: none once the loader is closed (its records
+ * are gone). */
 static PyObject *lobj_decode(bcpy_sobj *self, bc_buf *b, uint64_t index) {
   (void)index;
-  return to_record(((bcpy_lobj *)self)->core, b);
+  bcpy_core *core = ((bcpy_lobj *)self)->core;
+  if (core_check(core) < 0) return NULL;
+  return to_record(core, b);
 }
 
 static bool lobj_waits(bcpy_sobj *self) {
