@@ -529,21 +529,18 @@ static PyObject *finish(bcpy_iter *it) {
   return NULL;
 }
 
-static PyObject *iter_next(bcpy_iter *it) {
+/* Everything but handing out a record read ahead: items of a chunk, the
+ * end, refills.  Apart, so that the hot path below stays small.  *ready:
+ * records were read ahead, for iter_next to hand out. */
+static __attribute__((noinline)) PyObject *next_slow(bcpy_iter *it, bool *ready) {
   bcpy_sobj *owner = it->owner;
   if (owner == NULL) return NULL; /* cleared by the collector: ended */
   const bcpy_seq_kind *kind = owner->kind;
   for (;;) {
     if (it->head < it->count) {
-      if (it->items != NULL) {
-        PyObject *obj = it->items[it->head];
-        it->items[it->head++] = NULL;
-        return obj;
-      }
-      size_t k = it->head++;
-      bc_buf *b = &it->bufs[k];
-      if (kind->decode != NULL) return kind->decode(owner, b, it->index[k]);
-      return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
+      PyObject *obj = it->items[it->head];
+      it->items[it->head++] = NULL;
+      return obj;
     }
     if (kind->check(owner) < 0) return NULL; /* closed: its records are gone */
     if (it->done) return finish(it);
@@ -567,6 +564,26 @@ static PyObject *iter_next(bcpy_iter *it) {
     it->busy = false;
     if (it->batch < it->max_batch) it->batch = 2 * it->batch < it->max_batch ? 2 * it->batch
                                                                             : it->max_batch;
+    if (it->head < it->count && it->items == NULL) {
+      *ready = true;
+      return NULL;
+    }
+  }
+}
+
+static PyObject *iter_next(bcpy_iter *it) {
+  for (;;) {
+    size_t k = it->head;
+    if (k < it->count && it->items == NULL) { /* a record read ahead */
+      it->head = k + 1;
+      bc_buf *b = &it->bufs[k];
+      bcpy_sobj *owner = it->owner;
+      if (owner->kind->decode != NULL) return owner->kind->decode(owner, b, it->index[k]);
+      return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
+    }
+    bool ready = false;
+    PyObject *r = next_slow(it, &ready);
+    if (!ready) return r;
   }
 }
 
@@ -600,6 +617,7 @@ static int iter_clear(bcpy_iter *it) {
   Py_CLEAR(it->exc_value);
   Py_CLEAR(it->exc_tb);
   Py_CLEAR(it->owner);
+  it->head = it->count = 0; /* nothing is handed out without an owner */
   return 0;
 }
 
