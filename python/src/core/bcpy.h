@@ -18,18 +18,22 @@
  *   _CacheSeq    a LoadIt or a view of one (loadit/loadit.c): unpickled
  *                records, reads that may wait for a cache's fill.
  *   _View        a loadit-compatible view over any sequences (views/).
- *   ReaderIterator, _WriterBase, Index, MultiIndex.
+ *   ReaderIterator  the one iterator (core/iterator.c); _CacheIter and
+ *                ViewIterator are its names for LoadIt and views.
+ *   _WriterBase, Index, MultiIndex.
  * The pure-Python package (bagcache/__init__.py) subclasses _ReaderBase and
  * _WriterBase to add options classes, pickling and the Sequence ABC.
  *
  * GIL rule: the GIL is released around every call that reads, writes or
- * waits (Py_BEGIN_ALLOW_THREADS).  bagcache does call back into Python: a
- * LoadIt's source runs the user's iterator and serializer on whichever
- * thread fills a shard, views call Python index maps and read Python
- * sequences, decoders (pickle.loads) turn records into objects, and
- * ReaderIterator's index stream calls next() on a Python iterator.  Every
- * such callback takes the GIL itself (PyGILState_Ensure), and no bagcache
- * lock is held while it runs.
+ * waits (Py_BEGIN_ALLOW_THREADS).  The library does call back into Python,
+ * from its own threads too: a LoadIt's source runs the user's iterator and
+ * serializer on whichever thread fills a shard (loadit/source.c); a view's
+ * Python leaves and Python index maps are called while the library
+ * resolves or reads the tree (views/); ReaderIterator's index stream calls
+ * next() on a Python iterator inside bc_readahead_next.  Every such
+ * callback takes the GIL itself (PyGILState_Ensure), and no bagcache lock
+ * is held while it runs.  Decoders (pickle.loads, a view's decode) run in
+ * the extension with the GIL held.
  */
 #ifndef BCPY_H
 #define BCPY_H
