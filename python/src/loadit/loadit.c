@@ -5,17 +5,22 @@
  *   _CacheCore  one open cache (bc_cache_open over the source of
  *               loadit/source.c): introspection, info, fill_all, close.
  *               Shared by the loader and every view of it.
- *   _CacheSeq   a sequence over the cache: the loader itself (the cache's
- *               bc_seq) or a view (a bc_seq_slice / bc_seq_take of another
- *               _CacheSeq's sequence).  Items are unpickled records (or
- *               bytes); slices and index lists give views; iteration reads
- *               ahead (bc_readahead); read_indices reads in parallel.
- *   _CacheIter  the read-ahead iterator.
+ *   _CacheSeq   a subtype of _Sequence (core/sequence.c): the loader
+ *               itself (the cache's bc_seq) or a view (a bc_seq_slice /
+ *               bc_seq_take of another _CacheSeq's sequence).  Its kind
+ *               (lobj_kind) reads items (unpickled records, or bytes),
+ *               makes views of index lists, and waits through bcpy_run;
+ *               subscripts and slices are the base type's; read_indices
+ *               reads in parallel.
+ *   _CacheIter  the one iterator (core/iterator.c) under LoadIt's name:
+ *               positions streamed lazily, records decoded by lobj_decode.
  *
  * Reads and waits: every call into the engine runs with the GIL released.
  * A call that may wait for another thread (a miss, a length, a drain,
- * read-ahead batches, slices that settle the length) goes through
- * bcpy_run, which on the main thread keeps Ctrl-C working (loadit.h).  A
+ * read-ahead refills with nothing ready, slices that settle the length)
+ * goes through bcpy_run, which on the main thread keeps Ctrl-C working
+ * (loadit.h); for the base type that is the wait policy (call_wait, and
+ * bcpy_fill_waiter, which views over a LoadIt use too).  A
  * read of a shard this object read lately (`recent`, a hint) goes straight
  * to the engine: it is served from an open reader, or at worst refilled in
  * this very thread, where the iterator's Python code sees signals itself;
