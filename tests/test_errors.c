@@ -4,6 +4,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -37,6 +38,7 @@ static const struct {
     {BC_ENOTCACHED, "BC_ENOTCACHED"},
     {BC_EVERSION, "BC_EVERSION"},
     {BC_EAGAIN, "BC_EAGAIN"},
+    {BC_ECANCELED, "BC_ECANCELED"},
 };
 #define NCODES (sizeof table / sizeof table[0])
 
@@ -240,6 +242,102 @@ static void test_thread_local_messages(void **state) {
 
 /* ---- bad input is an error, never a crash --------------------------------- */
 
+/* A counted payload, as a binding's exception object. */
+typedef struct {
+  int refs;
+} counted;
+static void c_retain(void *p) { __atomic_add_fetch(&((counted *)p)->refs, 1, __ATOMIC_SEQ_CST); }
+static void c_release(void *p) { __atomic_sub_fetch(&((counted *)p)->refs, 1, __ATOMIC_SEQ_CST); }
+
+static void *restore_elsewhere(void *arg) {
+  /* Restored in another thread, then left there: the thread's exit
+   * releases it. */
+  bc_error_restore(arg);
+  return bc_error_payload();
+}
+
+static void test_save_restore_wrap_and_payloads(void **state) {
+  (void)state;
+  counted obj = {0};
+  int rc = bc_set_error(BC_EIO, EIO, "disk.bag: read failed");
+  bc_error_set_payload(&obj, c_retain, c_release);
+  assert_int_equal(obj.refs, 1);
+  assert_ptr_equal(bc_error_payload(), &obj);
+  /* A wrap keeps errno and payload, and may quote the message. */
+  assert_int_equal(bc_error_wrap(rc, "shard 3: %s", bc_errmsg()), BC_EIO);
+  assert_string_equal(bc_errmsg(), "shard 3: disk.bag: read failed");
+  assert_int_equal(bc_errno(), EIO);
+  assert_ptr_equal(bc_error_payload(), &obj);
+
+  bc_error_state st = BC_ERROR_STATE_INIT;
+  bc_error_save(&st, rc);
+  assert_int_equal(obj.refs, 2);
+  assert_int_equal(st.code, BC_EIO);
+  /* Cleanup that fails on its own replaces the thread's error... */
+  bc_set_errmsg(BC_ENOMEM, "out of memory");
+  assert_null(bc_error_payload());
+  assert_int_equal(bc_errno(), 0);
+  assert_int_equal(obj.refs, 1);
+  /* ... and the saved failure comes back whole. */
+  assert_int_equal(bc_error_restore(&st), BC_EIO);
+  assert_string_equal(bc_errmsg(), "shard 3: disk.bag: read failed");
+  assert_int_equal(bc_errno(), EIO);
+  assert_ptr_equal(bc_error_payload(), &obj);
+  assert_int_equal(obj.refs, 2);
+  bc_error_restore(&st); /* restoring it over itself */
+  assert_int_equal(obj.refs, 2);
+
+  /* One state restored in another thread: same error there. */
+  pthread_t t;
+  void *seen = NULL;
+  assert_int_equal(pthread_create(&t, NULL, restore_elsewhere, &st), 0);
+  assert_int_equal(pthread_join(t, &seen), 0);
+  assert_ptr_equal(seen, &obj);
+  assert_int_equal(obj.refs, 2); /* the thread's reference went with it */
+
+  bc_error_state_clear(&st);
+  assert_int_equal(st.code, 0);
+  assert_null(st.payload);
+  assert_int_equal(obj.refs, 1);
+  bc_error_clear();
+  assert_int_equal(obj.refs, 0);
+  assert_string_equal(bc_errmsg(), "");
+  assert_null(bc_error_payload());
+  /* Replacing a payload releases the old one; NULL clears it. */
+  counted other = {0};
+  bc_set_errmsg(BC_ESOURCE, "failed");
+  bc_error_set_payload(&obj, c_retain, c_release);
+  bc_error_set_payload(&other, c_retain, c_release);
+  assert_int_equal(obj.refs, 0);
+  assert_int_equal(other.refs, 1);
+  assert_string_equal(bc_errmsg(), "failed");
+  bc_error_set_payload(NULL, NULL, NULL);
+  assert_int_equal(other.refs, 0);
+}
+
+static int calls_left(void *ctx) { return --*(int *)ctx <= 0; }
+
+static void test_interrupt_handler(void **state) {
+  (void)state;
+  assert_int_equal(bc_check_interrupt(), 0); /* none set */
+  int left = 2;
+  bc_interrupt_handler prev = bc_set_interrupt_handler(calls_left, &left);
+  assert_null(prev.fn);
+  assert_int_equal(bc_check_interrupt(), 0); /* called at once: 1 left */
+  assert_int_equal(left, 1);
+  assert_int_equal(bc_check_interrupt(), 0); /* within 10 ms: not called */
+  assert_int_equal(left, 1);
+  usleep(30 * 1000);
+  assert_int_equal(bc_check_interrupt(), BC_ECANCELED);
+  assert_int_equal(left, 0);
+  assert_true(strlen(bc_errmsg()) > 0);
+  bc_interrupt_handler mine = bc_set_interrupt_handler(prev.fn, prev.ctx);
+  assert_ptr_equal(mine.fn, calls_left);
+  assert_ptr_equal(mine.ctx, &left);
+  assert_int_equal(bc_check_interrupt(), 0);
+  assert_string_equal(bc_strerror(BC_ECANCELED), "interrupted");
+}
+
 static void test_directories_are_not_bags(void **state) {
   (void)state;
   char *tmp = tu_tempdir();
@@ -430,6 +528,8 @@ int main(void) {
       cmocka_unit_test(test_version),
       cmocka_unit_test(test_messages_name_file_and_index),
       cmocka_unit_test(test_thread_local_messages),
+      cmocka_unit_test(test_save_restore_wrap_and_payloads),
+      cmocka_unit_test(test_interrupt_handler),
       cmocka_unit_test(test_directories_are_not_bags),
       cmocka_unit_test(test_file_truncated_after_open),
       cmocka_unit_test(test_truncated_inside_last_page),

@@ -49,7 +49,11 @@ extern "C" {
 /* A deterministic sequential source, read in passes from the start (or,
  * with open_at, from any record).  Every callback returns 0 (or 1 where
  * noted) on success, or a negative BC_E* code with bc_set_errmsg() (the
- * message reaches whoever needed the record). */
+ * message, and a payload set with bc_error_set_payload, reach whoever
+ * needed the record).  BC_EAGAIN from a callback says this pass cannot go
+ * on: a fill that waits is started again with a new pass (a source must
+ * not say it again and again).  A callback that runs long loops may poll
+ * the thread's interrupt handler with bc_check_interrupt(). */
 typedef struct bc_source {
   unsigned version; /* BC_SOURCE_VERSION */
   /* Opens a fresh pass from the first record; *pass is passed back below. */

@@ -1,6 +1,7 @@
 /*
- * module.c - the module object of bagcache._bagcache: type registration and
- * the mapping of bagcache error codes to Python exceptions.
+ * module.c - the module object of bagcache._bagcache: type registration,
+ * the mapping of bagcache error codes to Python exceptions, and the main
+ * thread's interrupt handler (Ctrl-C).
  */
 #include <errno.h>
 
@@ -54,17 +55,42 @@ PyObject *bcpy_raise(int code, const char *message) {
   return bcpy_raise_errno(code, own ? bc_errno() : 0, message);
 }
 
+/* Sets the exception for `code` (see bcpy_raise_errno). */
+static void set_exception(int code, int sys_errno, const char *message);
+
 PyObject *bcpy_raise_errno(int code, int sys_errno, const char *message) {
+  set_exception(code, sys_errno, message);
+  /* The thread's error is reported: its payload (an exception) goes. */
+  bc_error_clear();
+  return NULL;
+}
+
+static void set_exception(int code, int sys_errno, const char *message) {
   if (message == NULL || message[0] == '\0') message = bc_errmsg();
   if (message[0] == '\0') message = bc_strerror(code);
-  if (code == BC_ESOURCE) {
-    /* A cache's source raised: re-raise that exception itself. */
-    PyObject *exc = bcpy_source_exception(message);
+  if (code == BC_ECANCELED) {
+    /* The interrupt handler of the main thread (interrupt.c) left the
+     * exception a signal handler raised (KeyboardInterrupt). */
+    if (PyErr_Occurred()) return;
+    /* Another handler (a C caller's, set in this thread): OSError(EINTR). */
+    PyObject *exc = PyObject_CallFunction(PyExc_InterruptedError, "is", EINTR, message);
     if (exc != NULL) {
       PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
       Py_DECREF(exc);
-      return NULL;
     }
+    return;
+  }
+  if (code == BC_ESOURCE) {
+    /* A cache's source raised: that exception itself, from the failure's
+     * payload (this thread's, or the filler's carried to it). */
+    PyObject *exc = bcpy_payload_exception();
+    if (exc != NULL) {
+      PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+      Py_DECREF(exc);
+    } else {
+      PyErr_SetString(bcpy_SourceError, message);
+    }
+    return;
   }
   int err = os_errno(code, sys_errno);
   if (err != 0) {
@@ -77,10 +103,66 @@ PyObject *bcpy_raise_errno(int code, int sys_errno, const char *message) {
       PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
       Py_DECREF(exc);
     }
-    return NULL;
+    return;
   }
   PyErr_SetString(bcpy_error_type(code), message);
-  return NULL;
+}
+
+/* ---- Ctrl-C ----------------------------------------------------------------
+ *
+ * The main thread's interrupt handler (bc_set_interrupt_handler): every
+ * wait of the engine in that thread polls it about every 10 ms, with the
+ * GIL released.  It takes the GIL and runs Python's signal handlers
+ * (PyErr_CheckSignals); when one raises (KeyboardInterrupt), the exception
+ * is left pending and the wait returns BC_ECANCELED, which bcpy_raise
+ * turns into that exception.  Until the exception is handled, later polls
+ * say stop at once (a call that cleans up after an interrupt does not wait
+ * again).  An exception pending for another reason is left alone, and
+ * signals are not checked then. */
+static PyObject *interrupt_raised; /* the exception a poll raised (GIL) */
+
+static bool finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+static int main_interrupt(void *ctx) {
+  (void)ctx;
+  if (finalizing()) return 0;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  int stop = 0;
+  if (PyErr_Occurred()) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    stop = value != NULL && value == interrupt_raised;
+    PyErr_Restore(type, value, tb);
+  } else {
+    Py_CLEAR(interrupt_raised); /* handled since */
+    if (PyErr_CheckSignals() < 0) {
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      PyErr_NormalizeException(&type, &value, &tb);
+      Py_XINCREF(value);
+      interrupt_raised = value;
+      PyErr_Restore(type, value, tb);
+      stop = 1;
+    }
+  }
+  PyGILState_Release(gil);
+  return stop;
+}
+
+void bcpy_interrupt_install(void) { bc_set_interrupt_handler(main_interrupt, NULL); }
+
+/* Run by the main thread (Py_AddPendingCall) when the module is imported
+ * in another one. */
+static int install_pending(void *unused) {
+  (void)unused;
+  bcpy_interrupt_install();
+  return 0;
 }
 
 static PyObject *version(PyObject *mod, PyObject *unused) {
@@ -156,6 +238,9 @@ PyMODINIT_FUNC PyInit__bagcache(void) {
     goto fail;
   }
   if (PyModule_AddIntConstant(mod, "CHUNK", BCPY_CHUNK) < 0) goto fail;
+  /* After bcpy_loadit_init, which learns which thread is the main one. */
+  if (bcpy_is_main_thread()) bcpy_interrupt_install();
+  else if (Py_AddPendingCall(install_pending, NULL) < 0) goto fail;
   return mod;
 fail:
   Py_DECREF(mod);

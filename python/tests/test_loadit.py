@@ -10,6 +10,8 @@ import pathlib
 import pickle
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -215,6 +217,56 @@ def test_failing_iterator_raises_its_exception_then_retries(tmp_path):
     assert loader[45] == item(45)  # retried, no wedged state
     assert len(loader) == 100  # and the length is not cut at the failure (loadit B8)
     assert list(loader) == model(100)
+
+
+class DatasetGone(Exception):
+    """An iterator's own exception class, with attributes of its own."""
+
+    def __init__(self, shard, reason):
+        super().__init__(f"shard {shard}: {reason}")
+        self.shard = shard
+        self.reason = reason
+
+
+def test_waiting_reader_gets_the_iterators_exception_object(tmp_path):
+    # Thread A fills shard 0; the main thread needs shard 0 too, so it waits
+    # for A's fill; the iterator then raises.  Both readers get the very
+    # exception object the iterator raised (carried from the filling thread
+    # to the waiter as the failure's payload), attributes and all.
+    started, go = threading.Event(), threading.Event()
+
+    def records():
+        for i in range(100):
+            if i == 5:
+                started.set()
+                go.wait(20)
+                raise DatasetGone(0, "the bucket was deleted")
+            yield pickle.dumps(i)
+
+    loader = LoadIt(records, root_dir=str(tmp_path / "c"), max_shard_length=10,
+                    preload_fn=None)
+    in_a = []
+
+    def reader_a():
+        try:
+            loader[1]
+        except DatasetGone as e:
+            in_a.append(e)
+
+    a = threading.Thread(target=reader_a)
+    a.start()
+    assert started.wait(20)
+    timer = threading.Timer(0.3, go.set)  # while the main thread waits below
+    timer.start()
+    with pytest.raises(DatasetGone) as e:
+        loader[3]
+    a.join()
+    timer.cancel()
+    assert len(in_a) == 1
+    assert e.value is in_a[0]
+    assert (e.value.shard, e.value.reason) == (0, "the bucket was deleted")
+    assert loader.stats()["fills"] == 0
+    loader.close()
 
 
 def test_failing_iterator_during_iteration_and_threads(tmp_path):
@@ -786,6 +838,58 @@ def test_ctrl_c_interrupts_a_wait_for_another_threads_fill(tmp_path, how):
     assert time.time() - start < 2.0  # promptly, not after the fill
     loader.close()
     assert_consistent_after_interrupt(root, n)
+
+
+NO_HELPER_SCRIPT = """
+import os, signal, sys, threading, time
+sys.path.insert(0, sys.argv[2])
+import bagcache
+from loadit_helpers import Source, item
+
+def tasks():
+    return len(os.listdir("/proc/self/task"))
+
+opened = []
+
+def open_and_read():  # off the main thread: its calls need no interrupt
+    ld = bagcache.LoadIt(sys.argv[1], Source(400, delay=0.02, slow_from=200),
+                         max_shard_length=200)
+    assert ld[0] == item(0)  # a worker starts filling shard 1 (4 s)
+    opened.append(ld)
+
+t = threading.Thread(target=open_and_read)
+t.start()
+t.join()
+loader = opened[0]
+time.sleep(0.1)
+before = tasks()
+signal.signal(signal.SIGINT, signal.default_int_handler)
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+start = time.time()
+try:
+    loader[250]  # waits for the worker's fill
+    print("not interrupted")
+except KeyboardInterrupt:
+    took = time.time() - start
+    deadline = time.time() + 5
+    while tasks() > before and time.time() < deadline:  # the timer's thread ends
+        time.sleep(0.01)
+    print("interrupted", took < 2.0, tasks() - before)
+loader.close()
+"""
+
+
+def test_ctrl_c_stops_a_wait_without_a_helper_thread(tmp_path):
+    # The wait runs in the main thread itself, which the interrupt handler
+    # lets run the signal handler: no thread is started for it.  (In a
+    # fresh process, so no thread started earlier could serve.)
+    script = tmp_path / "wait.py"
+    script.write_text(NO_HELPER_SCRIPT)
+    helpers = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "c"), helpers],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["interrupted", "True", "0"]
 
 
 def test_ctrl_c_interrupts_a_wait_for_a_shard_read_before(tmp_path):

@@ -519,13 +519,9 @@ static int many_task(void *arg, size_t task) {
   int rc = 0;
   for (size_t p = lo; p < hi && rc == 0; p++) {
     rc = read_record(j->bag, j->indices[p], &j->outs[p], &scratch);
-    if (rc != 0) {
-      /* Say which request failed, keeping the record's own detail. */
-      char detail[1024];
-      snprintf(detail, sizeof detail, "%s", bc_errmsg());
+    if (rc != 0) /* say which request failed, keeping the record's own detail */
       bc__error_wrap(rc, "indices[%zu] = %llu: %s", p,
-                (unsigned long long)j->indices[p], detail);
-    }
+                     (unsigned long long)j->indices[p], bc_errmsg());
   }
   bc_buf_release(&scratch);
   return rc;

@@ -775,12 +775,9 @@ static int try_many_task(void *arg, size_t task) {
   size_t hi = lo + j->chunk < j->count ? lo + j->chunk : j->count;
   for (size_t p = lo; p < hi; p++) {
     int rc = bc_cache_try_get(j->c, j->indices[p], &j->outs[p]);
-    if (rc != 0) {
-      char detail[1024];
-      snprintf(detail, sizeof detail, "%s", bc_errmsg());
-      return bc__error(rc, "indices[%zu] = %lld: %s", p, (long long)j->indices[p],
-                       detail);
-    }
+    if (rc != 0)
+      return bc__error_wrap(rc, "indices[%zu] = %lld: %s", p,
+                            (long long)j->indices[p], bc_errmsg());
   }
   return 0;
 }

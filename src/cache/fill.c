@@ -115,7 +115,11 @@ static int pass_lease(bc_cache *c, uint64_t target, bc__wait_mode mode,
         return bc__error(BC_EAGAIN, "%s: every pass over the source is in use by "
                          "another fill", c->root);
       }
-      pthread_cond_wait(&c->cond, &c->lock);
+      int wrc = bc__cond_wait(&c->cond, &c->lock);
+      if (wrc != 0) { /* interrupted: nothing leased */
+        pthread_mutex_unlock(&c->lock);
+        return wrc;
+      }
       continue;
     }
     bc__pass *p = &c->passes[pick];
@@ -190,7 +194,8 @@ static int pass_advance(bc_cache *c, bc__pass *p, uint64_t target, bc_buf *buf,
   *ended = false;
   while (p->pos < target) {
     uint64_t want = target - p->pos, got = 0;
-    int rc;
+    int rc = bc__interrupt_poll(); /* between records, as the fill loop */
+    if (rc != 0) return rc;
     if (c->src.skip != NULL) {
       rc = c->src.skip(c->src.payload, p->handle, want, &got);
       if (rc < 0) return rc;
@@ -226,6 +231,7 @@ static void filling_put(bc__fill_registry *r, bc__filling *f) {
       *p = f->next;
       break;
     }
+  bc_error_state_clear(&f->err);
   free(f);
 }
 
@@ -238,10 +244,9 @@ static bool claim_is(const bc_cache *c, const bc__shard_rec *rec, uint64_t token
 /* Drops the FILLING claim of fill `token` on a shard (after a failed or
  * abandoned fill); a newer claim is left alone.  The message of the
  * failure being reported is kept. */
-static void release_claim(bc_cache *c, uint64_t shard, uint64_t token) {
-  char detail[1024];
-  snprintf(detail, sizeof detail, "%s", bc_errmsg());
-  int derr = bc_errno();
+static void release_claim(bc_cache *c, uint64_t shard, uint64_t token, int code) {
+  bc_error_state failure = BC_ERROR_STATE_INIT;
+  bc_error_save(&failure, code);
   MDB_txn *t;
   if (bc__txn_begin(c->env, true, &t) != 0) goto cleanup;
   bc__shard_rec rec;
@@ -253,7 +258,8 @@ static void release_claim(bc_cache *c, uint64_t shard, uint64_t token) {
     mdb_txn_abort(t);
   }
 cleanup:
-  bc_set_error(0, derr, "%s", detail);
+  bc_error_restore(&failure);
+  bc_error_state_clear(&failure);
 }
 
 /* Updates metadata.json's length (under the caller's write transaction). */
@@ -625,9 +631,8 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
   int prc = publish_nested(c, t, shard, scratch, final_path, &rec, bytes, clock,
                            !have_sum, checksum, grow, new_length, ended);
   if (prc != 0) {
-    char detail[1024];
-    snprintf(detail, sizeof detail, "%s", bc_errmsg());
-    int derr = bc_errno();
+    bc_error_state failure = BC_ERROR_STATE_INIT;
+    bc_error_save(&failure, prc);
     /* Keep the evictions (their files are gone) even though the publish
      * failed: the state then matches shards/. */
     bc__u64_put(t, meta, "bytes", bytes);
@@ -636,7 +641,9 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
                                      readers find them missing and refill */
     }
     bc__readers_forget(c, victims, nvictims);
-    return bc_set_error(prc, derr, "%s", detail);
+    bc_error_restore(&failure);
+    bc_error_state_clear(&failure);
+    return prc;
   }
   rc = bc__txn_commit(t);
   if (rc != 0) { /* unknown to the state: take them back */
@@ -771,6 +778,9 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
       goto cleanup;
     }
     if ((rc = check_abandoned(c, f)) != 0) goto cleanup;
+    /* This thread's interrupt handler: the fill is abandoned like a
+     * failed one (claim released, scratch removed). */
+    if ((rc = bc__interrupt_poll()) != 0) goto cleanup;
     int r = c->src.next(c->src.payload, p->handle, &buf);
     if (r < 0) {
       rc = r;
@@ -908,18 +918,20 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
                          (unsigned long long)(start + c->R));
       }
       f->refs++;
-      while (!f->done) pthread_cond_wait(&reg->cond, &reg->lock);
-      int frc = f->rc, ferr = f->sys_errno;
-      char msg[1024];
-      memcpy(msg, f->msg, sizeof msg);
+      rc = 0;
+      while (!f->done && rc == 0) rc = bc__cond_wait(&reg->cond, &reg->lock);
+      /* Interrupted: the fill goes on without us. */
+      int frc = rc != 0 ? rc : bc_error_restore(&f->err);
       filling_put(reg, f);
       pthread_mutex_unlock(&reg->lock);
+      if (rc != 0) return rc;
       /* A fill abandoned because its cache object is closing (another
-       * handle on this root), or given up because it would have waited
-       * (BC__NO_WAIT), says nothing about this one: try again. */
+       * handle on this root), given up because it would have waited
+       * (BC__NO_WAIT), or interrupted by its own thread's handler, says
+       * nothing about this one: try again. */
       if (frc == BC_ECLOSED && !atomic_load(&c->stop_fills)) continue;
-      if (frc == BC_EAGAIN) continue;
-      if (frc != 0) return bc_set_error(frc, ferr, "%s", msg);
+      if (frc == BC_EAGAIN || frc == BC_ECANCELED) continue;
+      if (frc != 0) return frc;
       continue;
     }
     /* Become this process's filler of the shard (others wait above). */
@@ -942,18 +954,19 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
     rc = try_claim(c, shard, f->token, &rec, &claimed);
     if (rc == 0 && claimed) {
       rc = fill(c, f, mode);
-      if (rc != 0) release_claim(c, shard, f->token);
+      if (rc != 0) release_claim(c, shard, f->token, rc);
     }
     pthread_mutex_lock(&reg->lock);
     if (!f->done) { /* (an abandoned fill was reported done already) */
       f->done = true;
-      f->rc = rc;
-      snprintf(f->msg, sizeof f->msg, "%s", rc ? bc_errmsg() : "");
-      f->sys_errno = rc ? bc_errno() : 0;
+      if (rc != 0) bc_error_save(&f->err, rc); /* the payload too */
     }
     pthread_cond_broadcast(&reg->cond);
     filling_put(reg, f);
     pthread_mutex_unlock(&reg->lock);
+    /* A source whose pass cannot go on says BC_EAGAIN (only a source can,
+     * when this call waits): filled again with a new pass. */
+    if (rc == BC_EAGAIN && mode == BC__WAIT) continue;
     if (rc != 0) return rc;
     if (claimed) continue; /* published: read its state */
     if (rec.state == SHARD_PRESENT) {
@@ -966,7 +979,11 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
                        "process %d", c->root, (unsigned long long)start,
                        (unsigned long long)(start + c->R), (int)rec.owner.pid);
     atomic_fetch_add(&c->stats.waits, 1);
-    struct timespec ts = {0, (long)(backoff * 1e9)};
+    if ((rc = bc__interrupt_poll()) != 0) return rc;
+    /* With an interrupt handler the poll comes every BC__POLL_MS. */
+    double pause = bc__interrupt_fn != NULL && backoff > BC__POLL_MS * 1e-3
+                       ? BC__POLL_MS * 1e-3 : backoff;
+    struct timespec ts = {0, (long)(pause * 1e9)};
     nanosleep(&ts, NULL);
     if (backoff < 0.05) backoff *= 2;
   }
@@ -1065,17 +1082,19 @@ int bc__drain_loop(bc_cache *c, bool worker) {
 /* Waits until no thread of this process is filling a shard below `end`
  * (drain participants may still be on shards before the one that found
  * the end).  Never fills anything itself: an evicted shard stays evicted. */
-static void wait_fills_below(bc_cache *c, uint64_t end_shard) {
+static int wait_fills_below(bc_cache *c, uint64_t end_shard) {
   bc__fill_registry *reg = bc__env_fills(c->env);
+  int rc = 0;
   pthread_mutex_lock(&reg->lock);
-  for (;;) {
+  while (rc == 0) {
     bool busy = false;
     for (bc__filling *f = reg->list; f && !busy; f = f->next)
       busy = !f->done && f->shard < end_shard;
     if (!busy) break;
-    pthread_cond_wait(&reg->cond, &reg->lock);
+    rc = bc__cond_wait(&reg->cond, &reg->lock);
   }
   pthread_mutex_unlock(&reg->lock);
+  return rc;
 }
 
 /* Joins (or leaves) the drain.  The first participant starts the counter
@@ -1116,7 +1135,7 @@ int bc__drain(bc_cache *c, bool from_start) {
   drain_join_at(c, false, 0);
   if (rc != 0) return rc;
   uint64_t end_shard = (atomic_load(&c->known_length) + c->R - 1) / c->R;
-  wait_fills_below(c, end_shard);
+  if ((rc = wait_fills_below(c, end_shard)) != 0) return rc;
   /* Shards a worker took but failed to fill: retry them here, so their
    * error (if it persists) reaches the caller. */
   pthread_mutex_lock(&c->lock);
@@ -1179,16 +1198,17 @@ int bc_cache_abandon_fills(bc_cache *c, int wait_ms) {
     mine[n++] = f;
   }
   pthread_mutex_unlock(&reg->lock);
-  for (size_t i = 0; i < n; i++) release_claim(c, mine[i]->shard, mine[i]->token);
+  for (size_t i = 0; i < n; i++) release_claim(c, mine[i]->shard, mine[i]->token, 0);
   pthread_mutex_lock(&reg->lock);
   for (size_t i = 0; i < n; i++) {
     bc__filling *f = mine[i];
     if (!f->done) {
       f->done = true;
-      f->rc = BC_ECLOSED;
-      snprintf(f->msg, sizeof f->msg, "%s: shard %llu: the fill was abandoned",
-               c->root, (unsigned long long)f->shard);
-      f->sys_errno = 0;
+      bc_error_state_clear(&f->err);
+      f->err.code = BC_ECLOSED;
+      snprintf(f->err.message, sizeof f->err.message,
+               "%s: shard %llu: the fill was abandoned", c->root,
+               (unsigned long long)f->shard);
     }
     filling_put(reg, f);
   }

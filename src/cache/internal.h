@@ -192,9 +192,8 @@ typedef struct bc__filling {
   atomic_bool abandoned;  /* set by bc_cache_abandon_fills: the filler stops
                              at its next record and publishes nothing */
   bool done;
-  int rc;
-  char msg[1024];
-  int sys_errno; /* bc_errno() of a failure */
+  bc_error_state err; /* the fill's result for its waiters: err.code 0, or
+                         the failure (message, errno, payload) */
   int refs; /* the filler + waiters (registry lock) */
   struct bc__filling *next;
 } bc__filling;

@@ -26,6 +26,7 @@ static void *worker_main(void *arg) {
       bc__drain_join(c, true);
       bc__drain_loop(c, true); /* failures are left for the drain's caller */
       bc__drain_join(c, false);
+      bc_error_clear(); /* and a source's payload with them */
       pthread_mutex_lock(&c->lock);
       c->drain_requested = false;
       continue;
@@ -36,6 +37,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&c->lock);
     bc__shard_rec rec;
     bc__obtain(c, shard, BC__PREFETCH, &rec);
+    bc_error_clear(); /* advice: its failure (and payload) is dropped */
     pthread_mutex_lock(&c->lock);
   }
   self->exited = true; /* `self` may be freed once this is seen */
@@ -86,16 +88,23 @@ void bc__workers_stop(bc_cache *c) {
    * be inside the cache during close, so every fill now is a worker's);
    * then reads through views that outlive the close fill on demand again.
    * A worker stuck in the source never gets to its next record: the wait
-   * ends when bc_cache_abandon_fills is called (from another thread), and
-   * such a worker is left to return on its own (detached: its reference
-   * keeps the cache alive until then). */
+   * ends when bc_cache_abandon_fills is called (from another thread, or
+   * here when this thread's interrupt handler fires), and such a worker
+   * is left to return on its own (detached: its reference keeps the cache
+   * alive until then). */
   atomic_store(&c->stop_fills, true);
   pthread_mutex_lock(&c->lock);
   for (;;) {
     bool all = true;
     for (int i = 0; i < n && all; i++) all = c->workers[i].exited;
     if (all || c->abandon) break;
-    pthread_cond_wait(&c->cond, &c->lock);
+    if (bc__cond_wait(&c->cond, &c->lock) != 0) {
+      /* Interrupted: the close completes without the stuck workers.
+       * bc_cache_abandon_fills takes the registry lock, then this one. */
+      pthread_mutex_unlock(&c->lock);
+      bc_cache_abandon_fills(c, 0);
+      pthread_mutex_lock(&c->lock);
+    }
   }
   bool exited[BC_CACHE_MAX_FILL_WORKERS];
   for (int i = 0; i < n; i++) exited[i] = c->workers[i].exited;

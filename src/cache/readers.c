@@ -289,12 +289,9 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
       continue;
     }
     if (rc != BC_ECORRUPT) return rc;
-    if (!c->has_source) {
-      char detail[1024];
-      snprintf(detail, sizeof detail, "%s", bc_errmsg());
-      return bc__error(BC_ECORRUPT, "%s (and the cache has no source to "
-                       "regenerate it)", detail);
-    }
+    if (!c->has_source)
+      return bc__error_wrap(BC_ECORRUPT, "%s (and the cache has no source to "
+                            "regenerate it)", bc_errmsg());
     bc__notice("%s; regenerating it", bc_errmsg());
     if ((rc = bc__forget_shard(c, shard, &rec)) != 0) return rc;
   }

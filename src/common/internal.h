@@ -7,6 +7,7 @@
 #ifndef BC_COMMON_INTERNAL_H
 #define BC_COMMON_INTERNAL_H
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -42,6 +43,32 @@ int bc__errno_code(int err);
 
 /* Clears this thread's message (used by entry points that succeed). */
 void bc__error_clear(void);
+
+/* ---- interrupts (error.c) ------------------------------------------------ */
+
+/* The calling thread's interrupt handler (bc_set_interrupt_handler); NULL:
+ * none, and the polls below cost a thread-local load. */
+extern _Thread_local bc_interrupt_fn bc__interrupt_fn;
+
+/* How often a wait or a fill polls the handler, at most and at least. */
+#define BC__POLL_MS 10
+
+int bc__interrupt_poll_now(void);
+int bc__interrupt_poll_slow(void);
+
+/* 0, or BC_ECANCELED (with a message) when the thread's handler says stop.
+ * Calls the handler at most every BC__POLL_MS (at once after it is set):
+ * cheap enough to call per record.  Hold no lock while calling it. */
+static inline int bc__interrupt_poll(void) {
+  return bc__interrupt_fn == NULL ? 0 : bc__interrupt_poll_slow();
+}
+
+/* pthread_cond_wait(cond, lock) that, with a handler set, wakes every
+ * BC__POLL_MS to poll it (unlocking `lock` around the call: to the caller
+ * it is a spurious wake-up).  0 after a wake-up (re-check the predicate),
+ * or BC_ECANCELED; `lock` is held on return either way.  Without a
+ * handler it is a plain pthread_cond_wait. */
+int bc__cond_wait(pthread_cond_t *cond, pthread_mutex_t *lock);
 
 /* Emits a notice through the handler set by bc_set_notice_handler. */
 void bc__notice(const char *fmt, ...) BC__PRINTF(1, 2);

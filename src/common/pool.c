@@ -51,9 +51,12 @@ typedef struct job {
   pthread_cond_t helpers_done;
   /* The lowest failing task and its error (pool.lock). */
   size_t err_task;
-  int err_code;
-  char err_msg[1024];
-  int err_errno; /* bc_errno() of that failure */
+  bc_error_state err;
+  /* The caller has an interrupt handler: helpers poll `cancelled` as
+   * theirs, which is set when the caller's fires (or a task was
+   * interrupted), so the whole job stops promptly. */
+  bool hooked;
+  atomic_bool cancelled;
   struct job *next_job;
 } job;
 
@@ -97,14 +100,18 @@ static void job_record_error(job *j, size_t task, int code) {
   pthread_mutex_lock(&pool.lock);
   if (code != 0 && task < j->err_task) {
     j->err_task = task;
-    j->err_code = code;
-    strncpy(j->err_msg, bc_errmsg(), sizeof j->err_msg - 1);
-    j->err_msg[sizeof j->err_msg - 1] = '\0';
-    j->err_errno = bc_errno();
+    bc_error_save(&j->err, code);
   }
   pthread_mutex_unlock(&pool.lock);
+  if (code == BC_ECANCELED) atomic_store(&j->cancelled, true);
   /* Every unclaimed task is numbered above `task`: skip them all. */
   atomic_store(&j->next, j->ntasks);
+}
+
+/* A helper's interrupt handler while it works on a job of a caller that
+ * has one. */
+static int job_cancelled(void *ctx) {
+  return atomic_load(&((job *)ctx)->cancelled);
 }
 
 static void job_run_tasks(job *j) {
@@ -143,7 +150,10 @@ static void *worker_main(void *unused) {
     j->helpers_allowed--;
     j->active_helpers++;
     pthread_mutex_unlock(&pool.lock);
+    if (j->hooked) bc_set_interrupt_handler(job_cancelled, j);
     job_run_tasks(j);
+    if (j->hooked) bc_set_interrupt_handler(NULL, NULL);
+    bc_error_clear(); /* recorded in the job (payload included) */
     pthread_mutex_lock(&pool.lock);
     if (--j->active_helpers == 0) pthread_cond_signal(&j->helpers_done);
   }
@@ -206,8 +216,10 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
   size_t helpers = (size_t)max_parallelism - 1;
   if (helpers > ntasks - done - 1) helpers = ntasks - done - 1;
   job j = {.fn = fn, .arg = arg, .ntasks = ntasks, .helpers_allowed = helpers,
-           .linked = true, .err_task = SIZE_MAX};
+           .linked = true, .err_task = SIZE_MAX, .err = BC_ERROR_STATE_INIT,
+           .hooked = bc__interrupt_fn != NULL};
   atomic_init(&j.next, done);
+  atomic_init(&j.cancelled, false);
   pthread_cond_init(&j.helpers_done, NULL);
 
   pthread_mutex_lock(&pool.lock);
@@ -221,10 +233,16 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
 
   pthread_mutex_lock(&pool.lock);
   job_unlink(&j); /* from here no helper can join */
-  while (j.active_helpers > 0) pthread_cond_wait(&j.helpers_done, &pool.lock);
+  /* Interrupted: the helpers' tasks end at their next poll; they use j,
+   * so the wait goes on until they are out.  Tasks that completed did
+   * their work: only a task that failed makes the call fail. */
+  while (j.active_helpers > 0)
+    if (bc__cond_wait(&j.helpers_done, &pool.lock) != 0)
+      atomic_store(&j.cancelled, true);
   pthread_mutex_unlock(&pool.lock);
   pthread_cond_destroy(&j.helpers_done);
 
-  if (j.err_code != 0) return bc_set_error(j.err_code, j.err_errno, "%s", j.err_msg);
-  return 0;
+  if (j.err.code != 0) rc = bc_error_restore(&j.err);
+  bc_error_state_clear(&j.err);
+  return rc;
 }

@@ -131,10 +131,8 @@ int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
     rc = bc__seq_position(seq, indices[p], &pos);
     if (rc == 0) rc = bc__seq_resolve_leaf(seq, pos, &leaf, &leaf_index[p]);
     if (rc != 0) {
-      char detail[1024];
-      snprintf(detail, sizeof detail, "%s", bc_errmsg());
       rc = bc__error_wrap(rc, "indices[%zu] = %lld: %s", p,
-                          (long long)indices[p], detail);
+                          (long long)indices[p], bc_errmsg());
       goto cleanup;
     }
     if (table.count * 2 > table.mask) { /* keep the load factor below 1/2 */
@@ -198,12 +196,9 @@ int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
     if (rc == 0) /* the batch failed but the element alone reads fine */
       rc = bc__error(BC_EIO, "indices[%zu] = %lld: batch read failed", p,
                      (long long)indices[p]);
-    else {
-      char detail[1024];
-      snprintf(detail, sizeof detail, "%s", bc_errmsg());
+    else
       rc = bc__error_wrap(rc, "indices[%zu] = %lld: %s", p,
-                          (long long)indices[p], detail);
-    }
+                          (long long)indices[p], bc_errmsg());
   }
 cleanup:
   table_free(&table);

@@ -41,8 +41,8 @@ typedef struct {
   bc_buf data;
   int rc;           /* read result */
   atomic_int ready; /* the worker finished this slot */
-  char *message;    /* the read's error detail, when rc != 0 */
-  int sys_errno;    /* ... and its bc_errno() */
+  bc_error_state *err; /* the read's error (detail, errno, payload) when
+                          rc != 0; NULL if it could not be saved */
 } slot;
 
 struct bc_readahead {
@@ -54,8 +54,7 @@ struct bc_readahead {
   uint64_t queued, claimed, delivered;
   bool stream_done;   /* the stream ended or failed */
   int stream_rc;      /* its failure, 0 for a clean end */
-  char *stream_message;
-  int stream_errno;
+  bc_error_state *stream_err;
   bool finished;      /* everything (incl. a failure) was delivered */
   bool stopping;      /* workers must exit */
   atomic_int waiting; /* the consumer sleeps on `ready` */
@@ -74,6 +73,28 @@ struct bc_readahead {
   bool range_mode; /* a read past the end (BC_ERANGE) ends the iteration */
 };
 
+/* A copy of this thread's error (NULL when out of memory), which is
+ * cleared: the copy holds the payload now. */
+static bc_error_state *save_error(int code) {
+  bc_error_state *e = malloc(sizeof *e);
+  if (e != NULL) {
+    *e = (bc_error_state)BC_ERROR_STATE_INIT;
+    bc_error_save(e, code);
+  }
+  bc_error_clear();
+  return e;
+}
+
+/* Restores a saved error and frees it; `code` when none was saved. */
+static int restore_error(bc_error_state **e, int code) {
+  if (*e == NULL) return bc_set_errmsg(code, "%s", bc_strerror(code));
+  int rc = bc_error_restore(*e);
+  bc_error_state_clear(*e);
+  free(*e);
+  *e = NULL;
+  return rc;
+}
+
 /* Reads one slot, sequence number `seq` (the slot is the worker's until it
  * is marked ready). */
 static void fill_slot(bc_readahead *it, slot *s, uint64_t seq) {
@@ -87,10 +108,7 @@ static void fill_slot(bc_readahead *it, slot *s, uint64_t seq) {
     s->rc = leaf->ops->get(leaf, li, &s->data);
     pthread_mutex_unlock(&it->serial);
   }
-  if (s->rc != 0) {
-    s->message = strdup(bc_errmsg());
-    s->sys_errno = bc_errno();
-  }
+  if (s->rc != 0) s->err = save_error(s->rc);
   atomic_store(&s->ready, 1);
   if (atomic_load(&it->waiting) && seq >= atomic_load(&it->wake_at)) {
     pthread_mutex_lock(&it->lock);
@@ -175,10 +193,7 @@ static void top_up(bc_readahead *it) {
     if (rc <= 0) {
       it->stream_done = true;
       it->stream_rc = rc < 0 ? rc : 0;
-      if (rc < 0) {
-        it->stream_message = strdup(bc_errmsg());
-        it->stream_errno = bc_errno();
-      }
+      if (rc < 0) it->stream_err = save_error(rc);
       break;
     }
     /* Slots past `queued` are not visible to workers until published. */
@@ -210,9 +225,7 @@ int bc_readahead_next(bc_readahead *it, bc_buf *out, uint64_t *index) {
     top_up(it);
   if (it->delivered == it->queued) { /* stream over and all delivered */
     it->finished = true;
-    if (it->stream_rc != 0)
-      return bc_set_error(it->stream_rc, it->stream_errno, "%s",
-                          it->stream_message ? it->stream_message : "");
+    if (it->stream_rc != 0) return restore_error(&it->stream_err, it->stream_rc);
     return 0;
   }
   slot *s = &it->slots[it->delivered % it->window];
@@ -222,32 +235,34 @@ int bc_readahead_next(bc_readahead *it, bc_buf *out, uint64_t *index) {
     uint64_t ahead = it->window / 4 ? it->window / 4 : 1;
     uint64_t target = it->delivered + ahead < it->queued
                           ? it->delivered + ahead - 1 : it->queued - 1;
+    int rc = 0;
     pthread_mutex_lock(&it->lock);
-    for (uint64_t want = target;;) {
+    for (uint64_t want = target; rc == 0;) {
       slot *w = &it->slots[want % it->window];
       atomic_store(&it->wake_at, want);
       atomic_store(&it->waiting, 1);
-      while (!atomic_load(&w->ready)) pthread_cond_wait(&it->ready, &it->lock);
+      while (!atomic_load(&w->ready) && rc == 0)
+        rc = bc__cond_wait(&it->ready, &it->lock);
       if (atomic_load(&s->ready)) break;
       want = it->delivered; /* the head is late: wait for it alone */
     }
     atomic_store(&it->waiting, 0);
     pthread_mutex_unlock(&it->lock);
+    /* Interrupted before the head was ready: nothing is delivered, and
+     * the next call waits for it again. */
+    if (rc != 0 && !atomic_load(&s->ready)) return rc;
   }
   it->delivered++;
   if (s->rc == BC_ERANGE && it->range_mode) {
     /* Iterating a sequence whose end was not known: this is the end. */
     it->finished = true;
-    free(s->message);
-    s->message = NULL;
+    restore_error(&s->err, s->rc);
+    bc_error_clear();
     return 0;
   }
   if (s->rc != 0) {
     it->finished = true;
-    int rc = bc_set_error(s->rc, s->sys_errno, "%s", s->message ? s->message : "");
-    free(s->message);
-    s->message = NULL;
-    return rc;
+    return restore_error(&s->err, s->rc);
   }
   /* Hand over the slot's buffer; the slot keeps the caller's old one. */
   bc_buf tmp = *out;
@@ -267,11 +282,13 @@ void bc_readahead_close(bc_readahead *it) {
   for (int t = 0; t < it->nthreads; t++) pthread_join(it->threads[t], NULL);
   for (size_t k = 0; k < it->window; k++) {
     bc_buf_release(&it->slots[k].data);
-    free(it->slots[k].message);
+    if (it->slots[k].err != NULL) bc_error_state_clear(it->slots[k].err);
+    free(it->slots[k].err);
   }
   free(it->slots);
   free(it->threads);
-  free(it->stream_message);
+  if (it->stream_err != NULL) bc_error_state_clear(it->stream_err);
+  free(it->stream_err);
   pthread_mutex_destroy(&it->lock);
   pthread_mutex_destroy(&it->serial);
   pthread_cond_destroy(&it->work);

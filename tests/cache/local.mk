@@ -17,6 +17,7 @@ BC_CACHE_TESTS = \
 	tests/cache/test_cache_checksums \
 	tests/cache/test_cache_nospace \
 	tests/cache/test_cache_abandon \
+	tests/cache/test_cache_cancel \
 	tests/cache/test_slots
 
 if BC_TESTS
@@ -25,7 +26,7 @@ TESTS += $(BC_CACHE_TESTS)
 endif
 BC_THREAD_TESTS += tests/cache/test_cache_threads tests/cache/test_cache_introspect \
 	tests/cache/test_cache_checksums \
-	tests/cache/test_cache_abandon
+	tests/cache/test_cache_abandon tests/cache/test_cache_cancel
 BC_THREAD_TESTS += tests/cache/test_cache_root
 
 BC_CACHE_TEST_UTIL = tests/cache/source.c tests/cache/source.h \
@@ -86,6 +87,11 @@ tests_cache_test_cache_abandon_SOURCES = tests/cache/test_cache_abandon.c \
 	$(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_abandon_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_abandon_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_cancel_SOURCES = tests/cache/test_cache_cancel.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_cancel_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_cancel_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_crash_SOURCES = tests/cache/test_cache_crash.c \
 	$(BC_CACHE_TEST_UTIL)

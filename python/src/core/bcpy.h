@@ -30,10 +30,12 @@
  * serializer on whichever thread fills a shard (loadit/source.c); a view's
  * Python leaves and Python index maps are called while the library
  * resolves or reads the tree (views/); ReaderIterator's index stream calls
- * next() on a Python iterator inside bc_readahead_next.  Every such
- * callback takes the GIL itself (PyGILState_Ensure), and no bagcache lock
- * is held while it runs.  Decoders (pickle.loads, a view's decode) run in
- * the extension with the GIL held.
+ * next() on a Python iterator inside bc_readahead_next; the main thread's
+ * interrupt handler checks for signals during waits; an exception payload
+ * is released by the last thread that holds it.  Every such callback takes
+ * the GIL itself (PyGILState_Ensure).  No bagcache lock is held while the
+ * GIL is taken, except by a payload's release (loadit/source.c).  Decoders
+ * (pickle.loads, a view's decode) run in the extension with the GIL held.
  */
 #ifndef BCPY_H
 #define BCPY_H
@@ -50,8 +52,13 @@
 /* ---- errors (module.c) ------------------------------------------------ */
 
 /* Raises the Python exception for a bagcache error code, with `message`
- * (NULL or "": the calling thread's bc_errmsg(), and its bc_errno()).
- * BC_ERANGE -> IndexError, BC_ENOMEM -> MemoryError, the system failures
+ * (NULL or "": the calling thread's bc_errmsg(), and its bc_errno()), and
+ * clears the thread's error.  Errors map by code: BC_ESOURCE -> the
+ * exception of the thread's payload (the source's own exception object),
+ * else SourceError; BC_ECANCELED -> the exception the main thread's
+ * interrupt handler left pending (KeyboardInterrupt), else
+ * InterruptedError; BC_ERANGE -> IndexError, BC_ENOMEM -> MemoryError, the
+ * system failures
  * OSError(errno, message): BC_ENOTFOUND FileNotFoundError, BC_EPERM
  * PermissionError (EACCES, EPERM; EROFS a plain OSError), BC_ENOSPC and
  * BC_EIO OSError with their errno (or a subclass Python picks from it);
@@ -66,6 +73,12 @@ PyObject *bcpy_raise_errno(int code, int sys_errno, const char *message);
 /* The exception class bcpy_raise uses for a code (borrowed; OSError for
  * BC_EIO and BC_ENOSPC, whose subclass depends on the errno). */
 PyObject *bcpy_error_type(int code);
+
+/* Sets the interrupt handler that runs Python's signal handlers in the
+ * calling thread, which must be the main one (module.c; also after fork). */
+void bcpy_interrupt_install(void);
+/* True in the thread Python runs signal handlers in (loadit/runner.c). */
+bool bcpy_is_main_thread(void);
 
 /* Raised for an invalid slice: both TypeError (as bagz) and IndexError (as
  * sackli). */
@@ -118,34 +131,36 @@ typedef struct bcpy_ivec {
 
 /* ---- the sequence base type (core/sequence.c) --------------------------- */
 
-/* A blocking library call handed to a sequence's wait policy.  run() works
- * on the call alone, without the GIL; free() frees it (it was allocated
- * with PyMem_RawCalloc) and whatever it still holds. */
+/* A blocking library call handed to a sequence's wait policy: run() works
+ * on the call alone, without the GIL, in the calling thread (its failure
+ * is that thread's error, with its message and payload), or, handed to
+ * bcpy_fill_waiter.detach, on a thread of its own; free() frees it (it was
+ * allocated with PyMem_RawCalloc) and whatever it still holds. */
 typedef struct bcpy_call bcpy_call;
 struct bcpy_call {
   int (*run)(bcpy_call *c); /* 0 or a BC_E* code */
   void (*free)(bcpy_call *c);
-  int rc;        /* run's result */
-  char *msg;     /* its bc_errmsg() when rc != 0 (malloc'd, or NULL) */
-  int sys_errno; /* and its bc_errno() */
-  bool rerunnable; /* run may be run again (after a fill cancelled elsewhere) */
+  int rc; /* run's result */
 };
 
-/* Runs c->run and keeps its result, message and errno in c (no GIL). */
+/* c->rc = c->run(c) (no GIL). */
 void bcpy_call_run(bcpy_call *c);
 
-/* The interruptible wait: runs a call that may wait for another thread's
- * fill so that Ctrl-C stops the wait (the main thread waits in slices on a
- * helper that runs the call).  0 when the call ran (it is the caller's
- * again); -1 with the signal handler's exception: the call is then freed
- * by the thread that finishes it.  Plain until loadit/ installs its own
- * (bcpy_loadit_init): a call with the GIL released. */
+/* How a call that may wait for a cache's fill runs: listed as a waiter (a
+ * first pass in progress must know when its reader waits, loadit/tee.c),
+ * the GIL released; from the main thread Ctrl-C reaches the wait through
+ * the interrupt handler (module.c), and the call returns BC_ECANCELED with
+ * KeyboardInterrupt set.  Plain until loadit/ installs its own
+ * (bcpy_loadit_init), so that views/ need not include loadit/. */
 typedef struct {
-  int (*wait)(bcpy_call *c);
-  bool (*needed)(void); /* whether this thread's waits must go through it */
+  int (*wait)(bcpy_call *c); /* 0: the call ran */
+  bool (*needed)(void); /* whether this thread reads in place first (the
+                           main thread: a record that would wait for
+                           another thread's fill is then read by wait) */
   /* Hands a call that may wait (closing a read-ahead whose reads may be
-   * fills) to a helper that runs and frees it, where this thread must not
-   * wait (the main thread, a source callback): true when handed over. */
+   * fills) to a thread of its own that runs and frees it, where this
+   * thread must not wait (the main thread, a source callback): true when
+   * handed over. */
   bool (*detach)(bcpy_call *c);
 } bcpy_waiter;
 extern bcpy_waiter bcpy_fill_waiter;
@@ -164,7 +179,7 @@ typedef struct {
    * list); NULL: such keys are a TypeError. */
   PyObject *(*take)(bcpy_sobj *self, PyObject *key);
   /* The wait policy of a call that may wait (a slice that settles the
-   * length): as bcpy_waiter.wait. */
+   * length, a read-ahead refill): 0 when it ran. */
   int (*wait)(bcpy_sobj *self, bcpy_call *c);
   /* The object self[key] (a slice) over `seq` (reference taken over);
    * self may have been closed while the slice waited. */
@@ -180,12 +195,9 @@ typedef struct {
   /* Lists (add) or unlists an iterator of self, e.g. to stop it when the
    * sequence is closed (NULL: nothing to do). */
   void (*track)(bcpy_sobj *self, bcpy_iter *it, bool add);
-  /* A failed read that is worth a new read-ahead from the same position
-   * (NULL: none is). */
-  bool (*retry)(int rc, const char *message);
   /* The refill of an iterator opened without read-ahead: puts up to
    * it->batch elements into it->items[0..count), and sets done and the
-   * end (end_rc/end_msg or the exc_* triple) when they are all. */
+   * end (it->fail or the exc_* triple) when they are all. */
   void (*chunk)(bcpy_sobj *self, bcpy_iter *it);
 } bcpy_seq_kind;
 
@@ -291,10 +303,7 @@ struct bcpy_iter {
   bool bounded;            /* chunked: the length was exact at the start */
   uint64_t end;            /* ... and was this */
   uint64_t pulled;         /* records taken from the read-ahead */
-  int retries;
-  int end_rc;              /* how it ended: 0 or a BC_E* code */
-  char *end_msg;           /* its message (malloc'd) */
-  int end_errno;
+  bc_error_state fail;     /* how it ended: a failure (code 0: none) */
   PyObject *exc_type, *exc_value, *exc_tb; /* or a Python exception */
   bcpy_iter *next_iter, **prev_iter;       /* kind->track's list */
 };
@@ -365,9 +374,10 @@ extern PyObject *bcpy_NondeterministicError;
 /* Warned when the fill behind a first pass fails (a RuntimeWarning). */
 extern PyObject *bcpy_CacheWarning;
 
-/* The exception a cache's source raised, when `message` (a BC_ESOURCE
- * message) names one still stored: new reference, or NULL (no error set). */
-PyObject *bcpy_source_exception(const char *message);
+/* The exception a cache's source raised, when this thread's error carries
+ * one as its payload (loadit/source.c): new reference, or NULL (no error
+ * set). */
+PyObject *bcpy_payload_exception(void);
 
 /* Readies `type` and adds it to the module as `name` (module.c). */
 int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name);

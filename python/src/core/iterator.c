@@ -44,9 +44,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define RETRIES 100         /* new read-aheads after a cancelled fill ... */
-#define RETRY_PAUSE_US 2000 /* ... this long apart */
-
 /* ---- the lazy stream ------------------------------------------------------------ */
 
 struct bcpy_stream {
@@ -105,6 +102,7 @@ static bcpy_iter *iter_alloc(bcpy_sobj *owner, PyTypeObject *type, size_t batch,
   Py_INCREF(owner);
   it->owner = owner;
   it->pid = getpid();
+  it->fail = (bc_error_state)BC_ERROR_STATE_INIT;
   it->batch = batch;
   it->max_batch = max_batch;
   it->cap = max_batch;
@@ -317,7 +315,6 @@ static int close_run(bcpy_call *c) {
 static void close_free(bcpy_call *c) {
   close_call *k = (close_call *)c;
   if (k->ra != NULL) close_readahead(k->ra, k->stream);
-  free(c->msg);
   PyMem_RawFree(k);
 }
 
@@ -362,35 +359,20 @@ static int take(bc_readahead *ra, bc_buf *bufs, uint64_t *index, size_t want, bo
   return got;
 }
 
-/* A refill's wait, through the wait policy: when abandoned it owns the
- * read-ahead, its stream and the buffers, and frees them when done. */
+/* A refill as a call of the wait policy. */
 typedef struct {
   bcpy_call base;
   bc_readahead *ra;
-  struct bcpy_stream *stream;
   bc_buf *bufs;
   uint64_t *index;
-  size_t want, cap, n;
+  size_t want, n;
   int got;
-  bool owns; /* set before a wait that may be abandoned */
 } refill_call;
 
 static int refill_run(bcpy_call *c) {
   refill_call *r = (refill_call *)c;
   r->got = take(r->ra, r->bufs, r->index, r->want, false, &r->n);
   return r->got < 0 ? r->got : 0;
-}
-
-static void refill_free(bcpy_call *c) {
-  refill_call *r = (refill_call *)c;
-  if (r->owns) {
-    close_readahead(r->ra, r->stream);
-    for (size_t k = 0; k < r->cap; k++) bc_buf_release(&r->bufs[k]);
-    PyMem_RawFree(r->bufs);
-    PyMem_RawFree(r->index);
-  }
-  free(c->msg);
-  PyMem_RawFree(r);
 }
 
 static void keep_exception(bcpy_iter *it) {
@@ -400,81 +382,32 @@ static void keep_exception(bcpy_iter *it) {
   PyErr_Fetch(&it->exc_type, &it->exc_value, &it->exc_tb);
 }
 
-/* Starts a new read-ahead after the records received, after a fill it
- * waited for was cancelled elsewhere: true when it did. */
-static bool restart(bcpy_iter *it, int *got) {
-  stop_readahead(it, false);
-  Py_BEGIN_ALLOW_THREADS
-  usleep(RETRY_PAUSE_US);
-  Py_END_ALLOW_THREADS
-  if (it->owner->seq == NULL) { /* closed meanwhile */
-    *got = bc_set_errmsg(BC_ECLOSED, "%s is closed", Py_TYPE(it->owner)->tp_name);
-    return false;
-  }
-  int rc;
-  bc_seq *seq = it->owner->seq;
-  Py_BEGIN_ALLOW_THREADS
-  rc = open_readahead(it, seq, it->pulled, it->window, it->threads, true);
-  Py_END_ALLOW_THREADS
-  if (rc == 0) return true;
-  *got = rc;
-  return false;
-}
-
+/* Takes the next records from the read-ahead: waiting as the sequence's
+ * reads wait (kind->waits: listed as a waiter for a first pass), else with
+ * the GIL released. */
 static void refill_readahead(bcpy_iter *it) {
   bcpy_sobj *owner = it->owner;
   const bcpy_seq_kind *kind = owner->kind;
-  size_t n = 0;
-  int got;
-  char *msg = NULL;
-  int msg_errno = 0;
-  bool waits = kind->waits != NULL && kind->waits(owner) && bcpy_fill_waiter.needed();
-  bc_readahead *ra = it->ra;
-  bc_buf *bufs = it->bufs;
-  uint64_t *index = it->index;
-  size_t want = it->batch;
-  Py_BEGIN_ALLOW_THREADS
-  got = take(ra, bufs, index, want, waits, &n);
-  if (got < 0) {
-    msg = strdup(bc_errmsg());
-    msg_errno = bc_errno();
+  refill_call r = {{refill_run, NULL, 0}, it->ra, it->bufs, it->index, it->batch, 0, 1};
+  if (kind->waits != NULL && kind->waits(owner)) {
+    kind->wait(owner, &r.base);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    refill_run(&r.base);
+    Py_END_ALLOW_THREADS
   }
-  Py_END_ALLOW_THREADS
-  if (waits && n == 0 && got == 1) { /* nothing ready: wait where Ctrl-C works */
-    refill_call *r = PyMem_RawCalloc(1, sizeof *r);
-    if (r == NULL) {
-      PyErr_NoMemory();
-      keep_exception(it);
-      it->done = true;
-      return;
-    }
-    r->base.run = refill_run;
-    r->base.free = refill_free;
-    r->ra = ra;
-    r->stream = it->stream;
-    r->bufs = bufs;
-    r->index = index;
-    r->want = want;
-    r->cap = it->cap;
-    r->owns = true;
-    if (kind->wait(owner, &r->base) < 0) {
-      /* Interrupted: the call finishes the wait, then closes the read-ahead. */
-      it->ra = NULL;
-      it->stream = NULL;
-      it->bufs = NULL;
-      it->index = NULL;
-      it->head = it->count = 0;
-      keep_exception(it);
-      it->done = true;
-      return;
-    }
-    r->owns = false;
-    n = r->n;
-    got = r->got;
-    msg = r->base.msg;
-    msg_errno = r->base.sys_errno;
-    r->base.msg = NULL;
-    refill_free(&r->base);
+  size_t n = r.n;
+  int got = r.got;
+  if (got == BC_ECANCELED && PyErr_Occurred()) {
+    /* Ctrl-C (the exception is pending): the iteration ends now; the
+     * read-ahead's reads in flight may be long fills, so a thread of its
+     * own closes it where this one must not wait. */
+    keep_exception(it);
+    bc_error_clear();
+    it->head = it->count = 0;
+    it->done = true;
+    stop_readahead(it, true);
+    return;
   }
   if (got == BC_ERANGE && it->stream != NULL) {
     /* Past the end of a sequence whose end was not known when the
@@ -487,27 +420,14 @@ static void refill_readahead(bcpy_iter *it) {
   it->head = 0;
   it->count = n;
   it->pulled += n;
-  if (got < 0 && kind->retry != NULL && kind->retry(got, msg != NULL ? msg : "") &&
-      it->retries < RETRIES) {
-    it->retries++;
-    if (restart(it, &got)) {
-      free(msg);
-      return;
-    }
-    free(msg);
-    msg = strdup(bc_errmsg());
-    msg_errno = bc_errno();
-  }
   if (got != 1) {
     it->done = true;
-    it->end_rc = got < 0 ? got : 0;
-    free(it->end_msg);
-    it->end_msg = msg;
-    it->end_errno = msg_errno;
-    msg = NULL;
+    if (got < 0) { /* raised after the records before it */
+      bc_error_save(&it->fail, got);
+      bc_error_clear();
+    }
     stop_readahead(it, false); /* finished: nothing is in flight */
   }
-  free(msg);
 }
 
 /* ---- iteration ---------------------------------------------------------------------- */
@@ -517,15 +437,13 @@ static PyObject *finish(bcpy_iter *it) {
   if (it->exc_type != NULL) {
     PyErr_Restore(it->exc_type, it->exc_value, it->exc_tb);
     it->exc_type = it->exc_value = it->exc_tb = NULL;
-    it->end_rc = 0;
+    bc_error_state_clear(&it->fail);
     return NULL;
   }
-  int rc = it->end_rc;
-  it->end_rc = 0;
-  if (rc == 0) return NULL; /* StopIteration */
-  it->owner->kind->raise(rc, it->end_errno, it->end_msg != NULL ? it->end_msg : "");
-  free(it->end_msg);
-  it->end_msg = NULL;
+  if (it->fail.code == 0) return NULL; /* StopIteration */
+  int rc = bc_error_restore(&it->fail);
+  bc_error_state_clear(&it->fail);
+  it->owner->kind->raise(rc, bc_errno(), NULL);
   return NULL;
 }
 
@@ -630,7 +548,7 @@ static void iter_dealloc(bcpy_iter *it) {
   PyMem_RawFree(it->index);
   PyMem_Free(it->items);
   PyMem_RawFree(it->array.v);
-  free(it->end_msg);
+  bc_error_state_clear(&it->fail);
   PyObject_GC_Del(it);
 }
 

@@ -26,14 +26,7 @@
 
 /* ---- wait policies -------------------------------------------------------- */
 
-void bcpy_call_run(bcpy_call *c) {
-  c->rc = c->run(c);
-  if (c->rc != 0) {
-    free(c->msg);
-    c->msg = strdup(bc_errmsg());
-    c->sys_errno = bc_errno();
-  }
-}
+void bcpy_call_run(bcpy_call *c) { c->rc = c->run(c); }
 
 static int wait_inline(bcpy_call *c) {
   Py_BEGIN_ALLOW_THREADS
@@ -179,14 +172,6 @@ static int slice_run(bcpy_call *c) {
   return bc_seq_slice(&s->out, s->seq, s->start, s->stop, s->step);
 }
 
-static void slice_free(bcpy_call *c) {
-  slice_call *s = (slice_call *)c;
-  bc_seq_unref(s->seq);
-  bc_seq_unref(s->out);
-  free(c->msg);
-  PyMem_RawFree(s);
-}
-
 PyObject *bcpy_sobj_slice(bcpy_sobj *self, PyObject *key) {
   const bcpy_seq_kind *kind = self->kind;
   int64_t start, stop, step;
@@ -213,25 +198,12 @@ PyObject *bcpy_sobj_slice(bcpy_sobj *self, PyObject *key) {
     if (rc != 0) return kind->raise(rc, bc_errno(), NULL);
     return kind->wrap(self, out, key);
   }
-  slice_call *c = PyMem_RawCalloc(1, sizeof *c);
-  if (c == NULL) return PyErr_NoMemory();
-  c->base.run = slice_run;
-  c->base.free = slice_free;
-  c->base.rerunnable = true;
-  c->seq = bc_seq_ref(self->seq);
-  c->start = start;
-  c->stop = stop;
-  c->step = step;
-  if (kind->wait(self, &c->base) < 0) return NULL; /* the call is not ours now */
-  PyObject *r;
-  if (c->base.rc != 0) {
-    r = kind->raise(c->base.rc, c->base.sys_errno, c->base.msg != NULL ? c->base.msg : "");
-  } else {
-    r = kind->wrap(self, c->out, key);
-    c->out = NULL;
-  }
+  slice_call c = {{slice_run, NULL, 0}, bc_seq_ref(self->seq), start, stop, step, NULL};
+  kind->wait(self, &c.base);
+  PyObject *r = c.base.rc != 0 ? kind->raise(c.base.rc, bc_errno(), NULL)
+                               : kind->wrap(self, c.out, key);
   Py_BEGIN_ALLOW_THREADS /* the last reference to a sequence may close a cache */
-  slice_free(&c->base);
+  bc_seq_unref(c.seq);
   Py_END_ALLOW_THREADS
   return r;
 }

@@ -9,28 +9,24 @@
  *               itself (the cache's bc_seq) or a view (a bc_seq_slice /
  *               bc_seq_take of another _CacheSeq's sequence).  Its kind
  *               (lobj_kind) reads items (unpickled records, or bytes),
- *               makes views of index lists, and waits through bcpy_run;
- *               subscripts and slices are the base type's; read_indices
- *               reads in parallel.
+ *               makes views of index lists, and waits listed as a waiter
+ *               (WAIT_BEGIN); subscripts and slices are the base type's;
+ *               read_indices reads in parallel.
  *   _CacheIter  the one iterator (core/iterator.c) under LoadIt's name:
  *               positions streamed lazily, records decoded by lobj_decode.
  *
- * Reads and waits: every call into the engine runs with the GIL released.
- * A call that may wait for another thread (a miss, a length, a drain,
- * read-ahead refills with nothing ready, slices that settle the length)
- * goes through bcpy_run, which on the main thread keeps Ctrl-C working
- * (loadit.h); for the base type that is the wait policy (call_wait, and
- * bcpy_fill_waiter, which views over a LoadIt use too).  A
- * read of a shard this object read lately (`recent`, a hint) goes straight
- * to the engine: it is served from an open reader, or at worst refilled in
- * this very thread, where the iterator's Python code sees signals itself;
- * on the main thread that read is bc_cache_try_get, so a shard evicted
- * since and being filled by another thread is waited for through bcpy_run.
+ * Reads and waits: every call into the engine runs with the GIL released,
+ * in the calling thread.  From the main thread, Ctrl-C reaches a wait
+ * (a miss filled by another thread, a length, a drain, read-ahead) through
+ * the interrupt handler the module sets there (module.c): the call returns
+ * BC_ECANCELED with KeyboardInterrupt pending.
  *
  * Errors: bcpy_raise maps codes (module.c): a source failure re-raises the
- * iterator's own exception (loadit/source.c); BC_ENOTCACHED is
- * NotCachedError (an IndexError); BC_ENONDET NondeterministicError.  A fill
- * cancelled by an interrupt elsewhere is retried.
+ * iterator's own exception, carried as the failure's payload
+ * (loadit/source.c); BC_ENOTCACHED is NotCachedError (an IndexError);
+ * BC_ENONDET NondeterministicError.  A fill abandoned elsewhere (a closing
+ * loader on the same root, a thread interrupted in its own fill) is
+ * filled again by the engine for the threads that waited for it.
  */
 #include "loadit/loadit.h"
 
@@ -41,11 +37,8 @@
 
 #include "structmember.h"
 
-#define RECENT 64       /* shards remembered as recently read */
 #define ITER_BATCH 128  /* records per read-ahead job */
 #define ITER_WINDOW 64  /* read-ahead window */
-#define RETRIES 100     /* reads retried after a cancelled fill ... */
-#define RETRY_PAUSE_US 2000 /* ... this long apart */
 
 PyObject *bcpy_SourceError;
 PyObject *bcpy_NotCachedError;
@@ -61,7 +54,6 @@ typedef struct {
   bool loads_is_pickle; /* loads keeps no reference to its input */
   PyObject *root;    /* str */
   uint64_t R;        /* records per shard */
-  uint64_t recent[RECENT]; /* shard + 1 at [shard % RECENT] (GIL) */
   /* NULL, or progress(core) -> an object whose close() ends the display:
    * called around a drain for a length (lobj_exact_len). */
   PyObject *progress;
@@ -118,22 +110,10 @@ static PyObject *call1(PyObject *fn, PyObject *arg) {
 #endif
 }
 
-/* Raises for a failed call (a NULL or "" message means bc_errmsg()): the
- * source's own exception when there is one (bcpy_raise), SourceError for
- * other source failures. */
+/* Raises for a failed call (a NULL or "" message means this thread's error,
+ * whose payload is a source's exception): bcpy_raise maps codes. */
 static PyObject *raise_rc_errno(int rc, int sys_errno, const char *msg) {
-  if (msg == NULL || msg[0] == '\0') {
-    msg = bc_errmsg();
-    sys_errno = bc_errno();
-  }
-  if (rc == BC_ESOURCE) {
-    PyObject *exc = bcpy_source_exception(msg);
-    if (exc == NULL) {
-      PyErr_SetString(bcpy_SourceError, msg[0] ? msg : bc_strerror(rc));
-      return NULL;
-    }
-    Py_DECREF(exc);
-  }
+  if (msg == NULL || msg[0] == '\0') return bcpy_raise(rc, NULL);
   return bcpy_raise_errno(rc, sys_errno, msg);
 }
 
@@ -143,54 +123,60 @@ static PyObject *raise_rc(int rc, const char *msg) {
   return raise_rc_errno(rc, 0, msg);
 }
 
-/* Raises for a job that failed (its rc, message and errno). */
-static PyObject *raise_job(const bcpy_job *job) {
-  return raise_rc_errno(job->rc, job->sys_errno, job->msg);
-}
-
-/* A fill this call waited for was cancelled (an interrupt, or a loader on
- * the same root closed): transient, the call is retried after a pause. */
-static bool cancelled_fill(int rc, const char *msg) {
-  return rc == BC_ESOURCE && strstr(msg, BCPY_CANCELLED_MARK) != NULL;
-}
-
-static void retry_pause(void) {
-  Py_BEGIN_ALLOW_THREADS
-  usleep(RETRY_PAUSE_US);
-  Py_END_ALLOW_THREADS
-}
-
-/* Frees a finished job with the GIL released (releasing it may end a
- * cache, which joins threads that may want the GIL). */
-static void job_free(bcpy_job *job) {
-  Py_BEGIN_ALLOW_THREADS
-  bcpy_job_free(job);
-  Py_END_ALLOW_THREADS
-}
-
-/* bcpy_run, again while the job fails only because a fill it waited for
- * was cancelled by an interrupt (the job must be runnable again). */
-static int run_job(bcpy_job *job, bcpy_source *src) {
-  for (int attempt = 0;; attempt++) {
-    if (bcpy_run(job, src) < 0) return -1;
-    if (!cancelled_fill(job->rc, job->msg) || attempt == RETRIES) return 0;
-    retry_pause();
-    if (PyErr_CheckSignals() < 0) { /* the job ran: ours to free */
-      job_free(job);
-      return -1;
-    }
+/* Brackets a call into the engine that may wait, the GIL released: a
+ * first pass in progress must know when its reader waits (loadit/tee.c).
+ * Ctrl-C reaches the wait through the main thread's interrupt handler
+ * (module.c): the call returns BC_ECANCELED with KeyboardInterrupt set. */
+#define WAIT_BEGIN(core)                                                     \
+  {                                                                          \
+    int waiter_ = (core)->src != NULL && atomic_load(&(core)->src->tee_active) \
+                      ? bcpy_waiter_add() : -1;                              \
+    Py_BEGIN_ALLOW_THREADS
+#define WAIT_END                 \
+    Py_END_ALLOW_THREADS         \
+    bcpy_waiter_remove(waiter_); \
   }
+
+/* The wait policy of views over a LoadIt (core/bcpy.h, bcpy_fill_waiter):
+ * listed as a waiter, the GIL released. */
+static int fill_wait(bcpy_call *c) {
+  int waiter = bcpy_waiter_add();
+  Py_BEGIN_ALLOW_THREADS
+  bcpy_call_run(c);
+  Py_END_ALLOW_THREADS
+  bcpy_waiter_remove(waiter);
+  return 0;
 }
 
-static void *job_new(size_t size, int (*run)(bcpy_job *), void (*release)(bcpy_job *)) {
-  bcpy_job *job = PyMem_RawCalloc(1, size);
-  if (job == NULL) {
-    PyErr_NoMemory();
-    return NULL;
-  }
-  job->run = run;
-  job->release = release;
-  return job;
+/* Runs a call on a thread of its own where this thread must not wait for
+ * it: the main thread (closing a read-ahead whose reads in flight may be
+ * long fills) or inside a source callback (this thread may be one of the
+ * engine's workers).  The thread frees it. */
+typedef struct {
+  bcpy_job base;
+  bcpy_call *call;
+} call_job;
+
+static int call_run(bcpy_job *job) {
+  bcpy_call_run(((call_job *)job)->call);
+  return 0;
+}
+
+static void call_release(bcpy_job *job) {
+  bcpy_call *c = ((call_job *)job)->call;
+  c->free(c);
+}
+
+static bool fill_detach(bcpy_call *c) {
+  if (!bcpy_is_main_thread() && !bcpy_in_callback) return false;
+  call_job *j = PyMem_RawCalloc(1, sizeof *j);
+  if (j == NULL) return false;
+  j->base.run = call_run;
+  j->base.release = call_release;
+  j->call = c;
+  if (bcpy_run_detached(&j->base) == 0) return true;
+  PyMem_RawFree(j);
+  return false;
 }
 
 /* ---- teardown ----------------------------------------------------------------- */
@@ -216,8 +202,8 @@ static void teardown_release(bcpy_job *job) {
 
 /* Closes a cache and drops a sequence and a source reference (any may be
  * NULL; the GIL is held).  Inside a source callback this is done by a
- * helper thread instead (loadit.h, bcpy_in_callback); should none start,
- * the objects are leaked rather than torn down under the engine. */
+ * thread of its own instead (loadit.h, bcpy_in_callback); should none
+ * start, the objects are leaked rather than torn down under the engine. */
 static void teardown(bc_cache *cache, bc_seq *seq, bcpy_source *src) {
   if (cache == NULL && seq == NULL && src == NULL) return;
   if (bcpy_in_callback) {
@@ -239,180 +225,30 @@ static void teardown(bc_cache *cache, bc_seq *seq, bcpy_source *src) {
   bcpy_source_unref(src);
 }
 
-/* ---- jobs ------------------------------------------------------------------- */
-
-typedef struct {
-  bcpy_job base;
-  char *root;
-  bc_source source;
-  bool has_source; /* source not yet handed to bc_cache_open */
-  bc_cache_options opts;
-  char *info;
-  bc_cache *cache; /* the result, until taken */
-  uint64_t R;
-} open_job;
-
-static int open_run(bcpy_job *job) {
-  open_job *j = (open_job *)job;
-  const bc_source *src = j->has_source ? &j->source : NULL;
-  j->has_source = false; /* bc_cache_open owns the payload, even on failure */
-  int rc = bc_cache_open(&j->cache, j->root, src, &j->opts);
-  if (rc != 0) return rc;
-  bc_cache_stats st;
-  rc = bc_cache_stats_get(j->cache, &st);
-  j->R = st.shard_records;
-  return rc;
-}
-
-static void open_release(bcpy_job *job) {
-  open_job *j = (open_job *)job;
-  bc_cache_close(j->cache);
-  if (j->has_source && j->source.free_payload) j->source.free_payload(j->source.payload);
-  free(j->root);
-  free(j->info);
-}
-
-typedef struct {
-  bcpy_job base;
-  bc_seq *seq;
-  int64_t index;
-  bc_buf buf;
-} get_job;
-
-static int get_run(bcpy_job *job) {
-  get_job *j = (get_job *)job;
-  return bc_seq_get(j->seq, j->index, &j->buf);
-}
-
-static void get_release(bcpy_job *job) {
-  get_job *j = (get_job *)job;
-  bc_seq_unref(j->seq);
-  bc_buf_release(&j->buf);
-}
-
-/* A round of read_indices: stage->idx[0..count) into stage->bufs.  The
- * job holds the submitter's staging area; the submitter takes it back when
- * the job is done, and a job it abandoned frees it. */
-typedef struct {
-  bcpy_job base;
-  bc_seq *seq;
-  size_t count;
-  bcpy_stage *stage;
-} many_job;
-
-static int many_run(bcpy_job *job) {
-  many_job *j = (many_job *)job;
-  return bc_seq_get_many(j->seq, j->stage->idx, j->count, j->stage->bufs);
-}
-
-static void many_release(bcpy_job *job) {
-  many_job *j = (many_job *)job;
-  bc_seq_unref(j->seq);
-  bcpy_stage_free(j->stage);
-}
-
-typedef struct {
-  bcpy_job base;
-  bc_seq *seq;
-  uint64_t len;
-} len_job;
-
-static int len_run(bcpy_job *job) {
-  len_job *j = (len_job *)job;
-  return bc_seq_len(j->seq, &j->len);
-}
-
-static void len_release(bcpy_job *job) { bc_seq_unref(((len_job *)job)->seq); }
-
-/* The interruptible wait policy of sequences (core/bcpy.h, bcpy_waiter):
- * a bcpy_call run as a job, so that from the main thread a helper runs it
- * while Ctrl-C stays live.  Abandoned, the job frees the call when done. */
-typedef struct {
-  bcpy_job base;
-  bcpy_call *call; /* NULL once the caller took it back */
-} call_job;
-
-static int call_run(bcpy_job *job) {
-  bcpy_call *c = ((call_job *)job)->call;
-  bcpy_call_run(c);
-  return c->rc;
-}
-
-static void call_release(bcpy_job *job) {
-  bcpy_call *c = ((call_job *)job)->call;
-  if (c != NULL) c->free(c);
-}
-
-/* Runs the call as a job (cancelling `src`'s passes on an interrupt, and
- * again after a fill cancelled elsewhere when `retry`): 0 when it ran, -1
- * with an exception (the call is the job's then, or freed). */
-static int call_wait(bcpy_call *c, bcpy_source *src, bool retry) {
-  call_job *j = job_new(sizeof *j, call_run, call_release);
-  if (j == NULL) {
-    Py_BEGIN_ALLOW_THREADS
-    c->free(c);
-    Py_END_ALLOW_THREADS
-    return -1;
-  }
-  j->call = c;
-  if ((retry ? run_job(&j->base, src) : bcpy_run(&j->base, src)) < 0) return -1;
-  j->call = NULL;
-  job_free(&j->base);
-  return 0;
-}
-
-static int fill_wait(bcpy_call *c) { return call_wait(c, NULL, false); }
-
-/* Runs the call on a helper where this thread must not wait for it: the
- * main thread (the reads in flight may be long fills) or inside a source
- * callback (this thread may be one of the engine's workers). */
-static bool fill_detach(bcpy_call *c) {
-  if (!bcpy_is_main_thread() && !bcpy_in_callback) return false;
-  call_job *j = job_new(sizeof *j, call_run, call_release);
-  if (j == NULL) {
-    PyErr_Clear();
-    return false;
-  }
-  j->call = c;
-  if (bcpy_run_detached(&j->base) == 0) return true;
-  PyMem_RawFree(j);
-  return false;
-}
-
 /* Drains the source, then fills the shards below the end that are missing
  * (never read, or evicted): afterwards everything is on disk unless the
- * disk limit cannot hold it all. */
-typedef struct {
-  bcpy_job base;
-  bc_cache *cache;
-  bc_seq *seq; /* keeps the cache alive */
-  uint64_t R;
-} fill_job;
-
-static int fill_run(bcpy_job *job) {
-  fill_job *j = (fill_job *)job;
-  int rc = bc_cache_fill_all(j->cache);
+ * disk limit cannot hold it all.  No GIL. */
+static int fill_everything(bc_cache *cache, bc_seq *seq, uint64_t R) {
+  int rc = bc_cache_fill_all(cache);
   uint64_t len = 0;
-  if (rc == 0) rc = bc_cache_len(j->cache, &len);
-  if (rc != 0 || j->R == 0) return rc;
+  if (rc == 0) rc = bc_cache_len(cache, &len);
+  if (rc != 0 || R == 0) return rc;
   size_t count = 0;
-  if ((rc = bc_cache_shards(j->cache, NULL, 0, &count)) != 0) return rc;
+  if ((rc = bc_cache_shards(cache, NULL, 0, &count)) != 0) return rc;
   bc_cache_shard *list = malloc((count ? count : 1) * sizeof *list);
   if (list == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
-  rc = bc_cache_shards(j->cache, list, count, &count);
+  rc = bc_cache_shards(cache, list, count, &count);
   bc_buf buf = BC_BUF_INIT;
   size_t k = 0; /* list is ascending */
-  for (uint64_t start = 0; rc == 0 && start < len; start += j->R) {
+  for (uint64_t start = 0; rc == 0 && start < len; start += R) {
     while (k < count && list[k].start < start) k++;
     if (k < count && list[k].start == start) continue;
-    rc = bc_seq_get(j->seq, (int64_t)start, &buf);
+    rc = bc_seq_get(seq, (int64_t)start, &buf);
   }
   bc_buf_release(&buf);
   free(list);
   return rc;
 }
-
-static void fill_release(bcpy_job *job) { bc_seq_unref(((fill_job *)job)->seq); }
 
 /* ---- _CacheCore --------------------------------------------------------------- */
 
@@ -432,75 +268,65 @@ static int core_check(bcpy_core *c) {
  *                until a Ctrl-C), then abandons them and lets it exit.
  * See bc_cache_abandon_fills for what happens to the stuck thread. */
 enum { CLOSE_CALL, CLOSE_QUIET, CLOSE_EXIT };
-#define CLOSE_SLICE_MS 50
 #define EXIT_GRACE_MS 1000
 #define ABANDON_AFTER_MS 1000
 
+/* The interrupt handler of a close (close_engine): on the main thread a
+ * signal handler that raises ends the wait for stuck workers (their fills
+ * are abandoned); an exit gives up after EXIT_GRACE_MS by itself. */
 typedef struct {
-  bcpy_job base;
-  bc_cache *cache;
-} shut_job;
+  bool main;            /* signal handlers run in this thread */
+  uint64_t give_up_ns;  /* bcpy_now_ns() to give up at (0: never) */
+  PyObject *type, *value, *tb; /* the exception a signal handler raised */
+} close_hook;
 
-static int shut_run(bcpy_job *job) {
-  shut_job *j = (shut_job *)job;
-  bc_cache_close(j->cache);
-  j->cache = NULL;
-  return 0;
+static int close_interrupt(void *ctx) {
+  close_hook *h = ctx;
+  if (h->type != NULL) return 1;
+  if (h->give_up_ns != 0 && bcpy_now_ns() >= h->give_up_ns) return 1;
+  if (!h->main) return 0;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *t, *v, *tb; /* an exception the close keeps for later */
+  PyErr_Fetch(&t, &v, &tb);
+  if (PyErr_CheckSignals() < 0) PyErr_Fetch(&h->type, &h->value, &h->tb);
+  PyErr_Restore(t, v, tb);
+  PyGILState_Release(gil);
+  return h->type != NULL;
 }
 
-/* bc_cache_close(cache) on a helper, waited for as `mode` says (GIL held,
- * released while waiting).  -1 with KeyboardInterrupt set when a Ctrl-C
- * came (CLOSE_CALL); the cache is closed either way. */
+/* bc_cache_close(cache), waited for as `mode` says (GIL held, released
+ * while waiting).  -1 with KeyboardInterrupt set when a Ctrl-C came
+ * (CLOSE_CALL); the cache is closed either way. */
 static int close_engine(bc_cache *cache, int mode) {
   /* Our own reference keeps the cache alive for bc_cache_abandon_fills
-   * while (and after) the helper closes it. */
+   * after the close. */
   bc_seq *hold = bc_seq_ref(bc_cache_seq(cache));
-  bool interrupted = false;
-  shut_job *j = PyMem_RawCalloc(1, sizeof *j);
-  if (j != NULL) {
-    j->base.run = shut_run;
-    j->cache = cache;
-  }
-  if (j == NULL || bcpy_job_start(&j->base) != 0) { /* no helper: just wait */
-    PyMem_RawFree(j);
-    Py_BEGIN_ALLOW_THREADS
-    bc_cache_close(cache);
-    Py_END_ALLOW_THREADS
-  } else {
-    bool abandoned = false;
-    for (int waited = 0;; waited += CLOSE_SLICE_MS) {
-      bool done;
-      Py_BEGIN_ALLOW_THREADS
-      done = bcpy_job_wait(&j->base, CLOSE_SLICE_MS);
-      Py_END_ALLOW_THREADS
-      if (done) break;
-      if (abandoned) continue; /* the close returns at once now */
-      bool give_up = mode == CLOSE_EXIT && waited >= EXIT_GRACE_MS;
-      if (bcpy_is_main_thread() && PyErr_CheckSignals() < 0) {
-        interrupted = true;
-        give_up = true;
-        if (mode != CLOSE_CALL) PyErr_Clear();
-      }
-      if (give_up) {
-        Py_BEGIN_ALLOW_THREADS
-        bc_cache_abandon_fills(cache, 0);
-        Py_END_ALLOW_THREADS
-        abandoned = true;
-      }
-    }
-    bcpy_job_free(&j->base);
-  }
-  /* Fills of this loader still in the iterator (a read that Ctrl-C
-   * interrupted left one to a helper) end at their next record, the
-   * source being closed; one stuck there would keep its shard claimed by
-   * this live process: abandon what has not ended after a second (at
+  close_hook h = {.main = bcpy_is_main_thread(),
+                  .give_up_ns = mode == CLOSE_EXIT
+                                    ? bcpy_now_ns() + EXIT_GRACE_MS * 1000000ull : 0};
+  bc_interrupt_handler prev = bc_set_interrupt_handler(close_interrupt, &h);
+  Py_BEGIN_ALLOW_THREADS
+  bc_cache_close(cache); /* an interrupt abandons a worker stuck in the source */
+  Py_END_ALLOW_THREADS
+  bc_set_interrupt_handler(prev.fn, prev.ctx);
+  bool interrupted = h.type != NULL;
+  /* Fills of this loader still in the iterator end at their next record,
+   * the source being closed; one stuck there would keep its shard claimed
+   * by this live process: abandon what has not ended after a second (at
    * once after an interrupt), so other processes fill those shards. */
   Py_BEGIN_ALLOW_THREADS
   bc_cache_abandon_fills(cache, interrupted || mode == CLOSE_EXIT ? 0 : ABANDON_AFTER_MS);
   bc_seq_unref(hold); /* may be the last: the cache is released */
   Py_END_ALLOW_THREADS
-  if (interrupted && mode == CLOSE_QUIET) PyErr_SetInterrupt();
-  return interrupted && mode == CLOSE_CALL ? -1 : 0;
+  if (interrupted && mode == CLOSE_CALL) {
+    PyErr_Restore(h.type, h.value, h.tb);
+    return -1;
+  }
+  Py_XDECREF(h.type);
+  Py_XDECREF(h.value);
+  Py_XDECREF(h.tb);
+  if (interrupted && mode == CLOSE_QUIET) PyErr_SetInterrupt(); /* delivered again */
+  return 0;
 }
 
 static void release_users(bcpy_core *c);
@@ -553,14 +379,6 @@ static int quiet_mode(void) {
 #else
   return _Py_IsFinalizing() ? CLOSE_EXIT : CLOSE_QUIET;
 #endif
-}
-
-static bool recent_has(const bcpy_core *c, uint64_t shard) {
-  return c->recent[shard % RECENT] == shard + 1;
-}
-
-static void recent_mark(bcpy_core *c, uint64_t shard) {
-  c->recent[shard % RECENT] = shard + 1;
 }
 
 /* A record as a Python object: loads(record), or bytes.  With pickle's
@@ -682,42 +500,50 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     Py_XDECREF(pl);
     Py_XDECREF(pickle);
   }
-  open_job *j = job_new(sizeof *j, open_run, open_release);
-  if (j == NULL) goto fail;
-  j->root = strdup(root_s);
-  j->info = info != NULL ? strdup(info) : NULL;
-  if (j->root == NULL || (info != NULL && j->info == NULL)) {
+  char *info_copy = info != NULL ? strdup(info) : NULL;
+  char *root_copy = strdup(root_s);
+  if (root_copy == NULL || (info != NULL && info_copy == NULL)) {
+    free(info_copy);
+    free(root_copy);
     PyErr_NoMemory();
-    job_free(&j->base);
     goto fail;
   }
-  j->opts = o;
-  j->opts.info_json = j->info;
-  if (create_iter != Py_None) {
+  o.info_json = info_copy;
+  bc_source source;
+  bool has_source = create_iter != Py_None;
+  if (has_source) {
     self->src = bcpy_source_new(create_iter, dumps == Py_None ? NULL : dumps,
                                 dumps == Py_None || dumps_args == Py_None ? NULL : dumps_args);
     if (self->src == NULL) {
-      job_free(&j->base);
+      free(info_copy);
+      free(root_copy);
       goto fail;
     }
-    bcpy_source_describe(self->src, thread_safe, &j->source);
-    if (seekable) bcpy_source_seekable(&j->source);
-    j->has_source = true;
-    j->opts.prefetch = bcpy_source_prefetch;
-    j->opts.prefetch_payload = self->src;
+    bcpy_source_describe(self->src, thread_safe, &source);
+    if (seekable) bcpy_source_seekable(&source);
+    o.prefetch = bcpy_source_prefetch;
+    o.prefetch_payload = self->src;
   }
-  /* Opening may estimate the shard length from the source: interruptible. */
-  if (bcpy_run(&j->base, self->src) < 0) goto fail;
-  if (j->base.rc != 0) {
-    raise_job(&j->base);
-    job_free(&j->base);
+  /* Opening may estimate the shard length from the source: interruptible
+   * (the main thread's interrupt handler).  bc_cache_open owns the source's
+   * payload reference, even on failure. */
+  bc_cache *cache = NULL;
+  bc_cache_stats stats = {0};
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_open(&cache, root_copy, has_source ? &source : NULL, &o);
+  if (rc == 0) rc = bc_cache_stats_get(cache, &stats);
+  Py_END_ALLOW_THREADS
+  free(info_copy);
+  free(root_copy);
+  if (rc != 0) {
+    raise_rc(rc, NULL);
+    if (cache != NULL) teardown(cache, NULL, NULL);
     goto fail;
   }
-  self->cache = j->cache;
-  j->cache = NULL;
-  self->R = j->R;
+  self->cache = cache;
+  self->R = stats.shard_records;
   self->seq = bc_seq_ref(bc_cache_seq(self->cache));
-  job_free(&j->base);
   return (PyObject *)self;
 fail:
   Py_DECREF(self);
@@ -941,15 +767,15 @@ static PyObject *core_set_info(bcpy_core *self, PyObject *arg) {
 static PyObject *core_fill_all(bcpy_core *self, PyObject *unused) {
   (void)unused;
   if (core_check(self) < 0) return NULL;
-  fill_job *j = job_new(sizeof *j, fill_run, fill_release);
-  if (j == NULL) return NULL;
-  j->cache = self->cache;
-  j->seq = bc_seq_ref(self->seq);
-  j->R = self->R;
-  if (run_job(&j->base, self->src) < 0) return NULL;
-  int rc = j->base.rc;
-  if (rc != 0) raise_job(&j->base);
-  job_free(&j->base);
+  bc_seq *seq = bc_seq_ref(self->seq); /* keeps the cache alive */
+  bc_cache *cache = self->cache;
+  uint64_t R = self->R;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = fill_everything(cache, seq, R);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) raise_rc(rc, NULL);
+  teardown(NULL, seq, NULL);
   if (rc != 0) return NULL;
   Py_RETURN_NONE;
 }
@@ -1105,8 +931,6 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   }
   bc_seq *seq = self->seq;
   int64_t at = index;
-  uint64_t shard = UINT64_MAX;
-  bool direct = !bcpy_is_main_thread();
   if (index >= 0 && self->resolve_safe) {
     /* Arithmetic only (the caller keeps the GIL). */
     bc_seq *leaf;
@@ -1116,75 +940,23 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
     if (leaf == core->seq && core->R != 0) {
       seq = leaf;
       at = (int64_t)li;
-      shard = li / core->R;
-      direct = direct || recent_has(core, shard);
     }
   }
+  /* The cache itself: its own entry skips the sequence layer.  Safe
+   * against a close meanwhile: closing drops the handle, not the object,
+   * which this object's sequence reference keeps (it is left to this call
+   * to drop: lobj_enter). */
+  bc_cache *leaf = seq == core->seq && at >= 0 ? core->cache : NULL;
   bc_buf fallback = BC_BUF_INIT;
   bc_buf *buf = bcpy_scratch_take(&fallback);
-  char msg[1024] = "";
-  int msg_errno = 0;
   int rc;
-  for (int attempt = 0;; attempt++) {
-    if (direct) {
-      /* The cache itself: its own entry skips the sequence layer.  Safe
-       * against a close meanwhile: closing drops the handle, not the
-       * object, which this object's sequence reference keeps (it is left
-       * to this call to drop: lobj_enter). */
-      bc_cache *leaf = seq == core->seq && at >= 0 ? core->cache : NULL;
-      /* A first pass in progress must know when its reader waits here. */
-      int waiter = core->src != NULL && atomic_load(&core->src->tee_active)
-                       ? bcpy_waiter_add() : -1;
-      /* The main thread never waits here for another thread's fill (the
-       * shard was evicted since): it waits through bcpy_run instead. */
-      bool try_only = leaf != NULL && bcpy_is_main_thread();
-      Py_BEGIN_ALLOW_THREADS
-      rc = leaf == NULL ? bc_seq_get(seq, at, buf)
-           : try_only   ? bc_cache_try_get(leaf, at, buf)
-                        : bc_cache_get(leaf, at, buf);
-      if (rc != 0) {
-        snprintf(msg, sizeof msg, "%s", bc_errmsg());
-        msg_errno = bc_errno();
-      }
-      Py_END_ALLOW_THREADS
-      bcpy_waiter_remove(waiter);
-      if (rc == BC_EAGAIN && try_only) direct = false; /* wait below, from now on */
-    }
-    if (!direct) {
-      get_job *j = job_new(sizeof *j, get_run, get_release);
-      if (j == NULL) {
-        bcpy_scratch_give(buf, &fallback);
-        return NULL;
-      }
-      j->seq = bc_seq_ref(seq);
-      j->index = at;
-      if (bcpy_run(&j->base, core->src) < 0) {
-        bcpy_scratch_give(buf, &fallback);
-        return NULL;
-      }
-      rc = j->base.rc;
-      if (rc == 0) {
-        bc_buf_release(buf);
-        *buf = j->buf;
-        j->buf = (bc_buf)BC_BUF_INIT;
-      } else {
-        memcpy(msg, j->base.msg, sizeof msg);
-        msg_errno = j->base.sys_errno;
-      }
-      job_free(&j->base);
-    }
-    if (!cancelled_fill(rc, msg) || attempt == RETRIES) break;
-    retry_pause();
-    if (PyErr_CheckSignals() < 0 || core_check(core) < 0) {
-      bcpy_scratch_give(buf, &fallback);
-      return NULL;
-    }
-  }
+  WAIT_BEGIN(core)
+  rc = leaf == NULL ? bc_seq_get(seq, at, buf) : bc_cache_get(leaf, at, buf);
+  WAIT_END
   if (rc != 0) {
     bcpy_scratch_give(buf, &fallback);
-    return raise_rc_errno(rc, msg_errno, msg);
+    return raise_rc(rc, NULL);
   }
-  if (shard != UINT64_MAX) recent_mark(core, shard);
   PyObject *result = to_record(core, buf);
   bcpy_scratch_give(buf, &fallback);
   return result;
@@ -1223,23 +995,17 @@ static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
     *out = l.value;
     return 0;
   }
-  len_job *j = job_new(sizeof *j, len_run, len_release);
-  if (j == NULL) return -1;
-  j->seq = bc_seq_ref(self->seq);
   PyObject *shown = NULL; /* the progress display of this drain, if any */
   if (self->core->progress != NULL &&
-      (shown = call1(self->core->progress, (PyObject *)self->core)) == NULL) {
-    job_free(&j->base);
+      (shown = call1(self->core->progress, (PyObject *)self->core)) == NULL)
     return -1;
-  }
-  if (run_job(&j->base, self->core->src) < 0) {
-    progress_end(shown, false);
-    return -1;
-  }
-  rc = j->base.rc;
-  uint64_t len = j->len;
-  if (rc != 0) raise_job(&j->base);
-  job_free(&j->base);
+  bc_seq *seq = bc_seq_ref(self->seq);
+  uint64_t len = 0;
+  WAIT_BEGIN(self->core)
+  rc = bc_seq_len(seq, &len);
+  WAIT_END
+  if (rc != 0) raise_rc(rc, NULL);
+  teardown(NULL, seq, NULL);
   if (progress_end(shown, rc == 0) < 0 || rc != 0) return -1;
   *out = len;
   return 0;
@@ -1371,9 +1137,13 @@ static PyObject *lobj_item_seq(bcpy_sobj *self, int64_t i) {
   return lobj_item((bcpy_lobj *)self, i);
 }
 
-/* A slice that settles the length waits as every wait of a LoadIt does. */
+/* A call that may wait (a slice that settles the length, a read-ahead
+ * refill): listed as a waiter, the GIL released. */
 static int lobj_wait(bcpy_sobj *self, bcpy_call *c) {
-  return call_wait(c, ((bcpy_lobj *)self)->core->src, c->rerunnable);
+  WAIT_BEGIN(((bcpy_lobj *)self)->core)
+  bcpy_call_run(c);
+  WAIT_END
+  return 0;
 }
 
 static const bcpy_seq_kind lobj_kind = {
@@ -1386,7 +1156,6 @@ static const bcpy_seq_kind lobj_kind = {
     .decode = lobj_decode,
     .waits = lobj_waits,
     .track = lobj_track,
-    .retry = cancelled_fill,
 };
 
 static PyObject *lobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -1397,47 +1166,13 @@ static PyObject *lobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 
 /* ---- _CacheSeq: bulk reads and the rest ---------------------------------------- */
 
-/* Whether a round of read_indices, idx[0..n), may be read straight from the
- * cache by the calling thread: every index is >= 0 and lies in a shard this
- * object read lately (a hint, as for single reads: lobj_item), so reading
- * it most likely neither fills nor waits.  Writes the indices in the cache
- * to `at`.  Arithmetic only: runs with the GIL. */
-static bool round_is_recent(bcpy_lobj *self, const int64_t *idx, size_t n, int64_t *at) {
-  bcpy_core *core = self->core;
-  if (!self->resolve_safe || core->R == 0 || core->cache == NULL) return false;
-  for (size_t k = 0; k < n; k++) {
-    bc_seq *leaf;
-    uint64_t li;
-    if (idx[k] < 0 || bc_seq_resolve(self->seq, idx[k], &leaf, &li) != 0 ||
-        leaf != core->seq || !recent_has(core, li / core->R))
-      return false;
-    at[k] = (int64_t)li;
-  }
-  return true;
-}
-
-/* Marks the shards of idx[0..n) as recently read. */
-static void round_mark_recent(bcpy_lobj *self, const int64_t *idx, size_t n) {
-  bcpy_core *core = self->core;
-  if (!self->resolve_safe || core->R == 0) return;
-  for (size_t k = 0; k < n; k++) {
-    bc_seq *leaf;
-    uint64_t li;
-    if (idx[k] >= 0 && bc_seq_resolve(self->seq, idx[k], &leaf, &li) == 0 &&
-        leaf == core->seq)
-      recent_mark(core, li / core->R);
-  }
-}
-
 /* Reads rounds through the thread's staging area (scratch.c), as the
  * Reader does (bulk.c): no buffer is allocated per record once the thread
- * has read records of that size.  A round whose shards were all read
- * lately is read right here with bc_cache_try_get_many (the GIL released;
- * on the main thread it never waits for another thread's fill); any other
- * round, or one that would wait, goes through a job (run_job: on the main
- * thread a helper runs it while Ctrl-C stays live) of up to BCPY_CHUNK
- * records.  The loader is held (lobj_enter) while it reads, and a round
- * after the first checks it was not closed meanwhile. */
+ * has read records of that size.  Each round of up to BCPY_CHUNK records
+ * is one bc_seq_get_many with the GIL released (Ctrl-C reaches its waits
+ * through the main thread's interrupt handler).  The loader is held
+ * (lobj_enter) while it reads, and a round after the first checks it was
+ * not closed meanwhile. */
 static PyObject *lobj_read_indices_held(bcpy_lobj *self, PyObject *indices);
 
 static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
@@ -1464,44 +1199,16 @@ static PyObject *lobj_read_indices_held(bcpy_lobj *self, PyObject *indices) {
       break;
     }
     size_t m = bcpy_stage_next(st, a.n - off, false);
-    bool direct = round_is_recent(self, a.v + off, m, st->idx);
-    if (direct) {
-      bc_cache *cache = core->cache;
-      int waiter = core->src != NULL && atomic_load(&core->src->tee_active)
-                       ? bcpy_waiter_add() : -1;
-      int rc;
-      Py_BEGIN_ALLOW_THREADS
-      rc = bc_cache_try_get_many(cache, st->idx, m, st->bufs);
-      Py_END_ALLOW_THREADS
-      bcpy_waiter_remove(waiter);
-      direct = rc == 0; /* else the job below reads it (and says why not) */
-    }
-    if (!direct) {
-      m = bcpy_stage_next(st, a.n - off, true);
-      many_job *j = job_new(sizeof *j, many_run, many_release);
-      if (j == NULL) {
-        Py_CLEAR(list);
-        break;
-      }
-      memcpy(st->idx, a.v + off, m * sizeof *st->idx);
-      j->seq = bc_seq_ref(self->seq);
-      j->count = m;
-      j->stage = st; /* the job's until it is done */
-      st = NULL;
-      if (run_job(&j->base, core->src) < 0) { /* the job and the area are gone */
-        Py_CLEAR(list);
-        break;
-      }
-      st = j->stage;
-      j->stage = NULL;
-      int rc = j->base.rc;
-      if (rc != 0) raise_job(&j->base);
-      job_free(&j->base);
-      if (rc != 0) {
-        Py_CLEAR(list);
-        break;
-      }
-      round_mark_recent(self, a.v + off, m);
+    memcpy(st->idx, a.v + off, m * sizeof *st->idx);
+    bc_seq *seq = self->seq;
+    int rc;
+    WAIT_BEGIN(core)
+    rc = bc_seq_get_many(seq, st->idx, m, st->bufs);
+    WAIT_END
+    if (rc != 0) {
+      raise_rc(rc, NULL);
+      Py_CLEAR(list);
+      break;
     }
     for (size_t k = 0; list != NULL && k < m; k++) {
       PyObject *r = to_record(core, &st->bufs[k]);

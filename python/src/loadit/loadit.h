@@ -10,15 +10,15 @@
  * none of its locks while calling it.  Every call into the engine from
  * Python releases the GIL.
  *
- * Ctrl-C.  Python runs signal handlers only in the main thread, and only
- * when that thread runs Python code.  A call that can wait for another
- * thread (a fill done by a worker, a drain, read-ahead) is therefore run,
- * when made from the main thread, on a helper thread while the main thread
- * waits in short slices and checks for signals (bcpy_run).  When a handler
- * raises, the call is abandoned: the source's passes are cancelled (their
- * next call to next() fails without touching the iterator), the helper
- * finishes on its own (the fill it was doing fails cleanly: the claim is
- * released, the scratch file removed) and frees the job.
+ * Ctrl-C.  Python runs signal handlers only in the main thread.  The
+ * extension sets an interrupt handler there (bc_set_interrupt_handler,
+ * module.c) that runs them; every wait in the engine polls it, so a call
+ * that waits for another thread (a fill done by a worker, a drain,
+ * read-ahead) returns BC_ECANCELED within about 10 ms of a Ctrl-C, with
+ * KeyboardInterrupt set.  A fill the main thread runs itself is abandoned
+ * cleanly (the claim released, the scratch file removed); fills other
+ * threads run go on (a close stops them: the source's passes are
+ * cancelled).
  */
 #ifndef BCPY_LOADIT_H
 #define BCPY_LOADIT_H
@@ -107,19 +107,9 @@ int bcpy_keep_exception(const char *what);
  * may be one of the engine's own threads, in the middle of a fill).  An
  * object that dies there (a collection can run anywhere) must not close a
  * cache or drop a sequence inline: that could join or free the thread's
- * own engine state.  Such teardown is handed to a helper
+ * own engine state.  Such teardown is handed to a thread of its own
  * (bcpy_run_detached). */
 extern _Thread_local int bcpy_in_callback;
-
-/* The message of a fill cancelled by bcpy_source_cancel contains this. */
-#define BCPY_CANCELLED_MARK "[bagcache: fill cancelled]"
-
-/* Source exceptions: the exception a source callback caught is stored under
- * a token named in the bagcache error message, so whichever thread meets
- * the error (the filler, or a thread that waited for that fill) re-raises
- * that very object.  bcpy_source_exception() returns it (new reference) or
- * NULL (no exception set) when the message names none still stored. */
-PyObject *bcpy_source_exception(const char *message);
 
 /* CLOCK_MONOTONIC in nanoseconds (the source's batches, the first pass's
  * stall timer). */
@@ -129,53 +119,33 @@ static inline uint64_t bcpy_now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* ---- interruptible calls (loadit/runner.c) --------------------------------- */
+/* ---- work on threads of its own (loadit/runner.c) ------------------------ */
 
 typedef struct bcpy_job bcpy_job;
 struct bcpy_job {
-  int (*run)(bcpy_job *job);      /* the call; no GIL; 0 or a BC_E* code */
+  int (*run)(bcpy_job *job);      /* the work; no GIL */
   void (*release)(bcpy_job *job); /* frees what the job still holds (no GIL
                                      is held; may take it) */
-  int rc;                         /* run's result */
-  char msg[1024];                 /* bc_errmsg() of a failed run */
-  int sys_errno;                  /* ... and its bc_errno() */
-  /* runner bookkeeping */
-  int refs;
-  bool done;
-  bcpy_job *next;
 };
 
-/* Runs job->run with the GIL released and its result in job->rc/msg.
- * Returns 0 when it ran: the caller takes what it wants from the job and
- * calls bcpy_job_free().  Returns -1 with a Python exception set when a
- * signal handler raised while the main thread waited: the job then belongs
- * to its helper thread, which frees it when run returns, and `cancel` (if
- * not NULL) has been cancelled. */
-int bcpy_run(bcpy_job *job, bcpy_source *cancel);
-/* Runs the job on a helper without waiting; the helper frees it.  -1 when
- * no helper could be started (the job is untouched). */
+/* Runs job->run, then job->release, on a detached thread of its own, which
+ * frees the job (allocated with PyMem_RawCalloc).  -1 when no thread could
+ * be started (the job is untouched). */
 int bcpy_run_detached(bcpy_job *job);
-/* The parts of bcpy_run, for a caller that waits its own way: starts the
- * job on a helper (-1: none could be started, the job is untouched), and
- * waits up to `ms` milliseconds for it to finish (no GIL held; true when
- * it has: the caller then takes the results and calls bcpy_job_free). */
-int bcpy_job_start(bcpy_job *job);
-bool bcpy_job_wait(bcpy_job *job, int ms);
-/* job->release(job), then frees it (allocated with PyMem_RawCalloc). */
+/* job->release(job), then frees it. */
 void bcpy_job_free(bcpy_job *job);
 /* True in the thread Python runs signal handlers in. */
 bool bcpy_is_main_thread(void);
 /* Changes in a child after fork(): a cheaper test than getpid() for
  * objects that must not be used across one. */
 unsigned bcpy_forks(void);
-/* True when `thread` waits in bcpy_run now, or between the two calls
- * below. */
+/* True when `thread` is listed as waiting in a call into the engine. */
 bool bcpy_thread_waits(pthread_t thread);
-/* Lists this thread as waiting (for a call into the engine made without
- * bcpy_run); returns the entry (-1: not listed) to pass to the remove. */
+/* Lists this thread as waiting (around a call into the engine that may
+ * wait); returns the entry (-1: not listed) to pass to the remove. */
 int bcpy_waiter_add(void);
 void bcpy_waiter_remove(int entry);
-/* Sets up the helper pool's fork handling and the main thread's identity. */
+/* Sets up the fork handling and the main thread's identity. */
 int bcpy_runner_init(void);
 
 /* ---- the first pass over an empty cache (loadit/tee.c) ------------------ */

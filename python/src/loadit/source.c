@@ -13,20 +13,19 @@
  * shutdown the callbacks fail without touching Python.
  *
  * Exceptions: an exception raised by create_iter, the iterator or dumps is
- * kept (with its traceback) in a process-wide table under a token that the
- * error message names ("[bagcache source exception #N] Type: text").  The
- * engine passes the message to every thread that needed the fill; the
- * Python error path (bcpy_raise, via bcpy_source_exception) finds the
- * token and raises the stored object itself.  The table keeps the last
- * KEEP_EXCEPTIONS exceptions.  StopIteration from next() is the end of the
- * source, not an error.
+ * attached to the BC_ESOURCE failure as its payload (bc_error_set_payload:
+ * a box holding a reference to the exception, with its traceback).  The
+ * engine carries the payload to every thread that needed the fill; the
+ * Python error path (bcpy_raise) raises that very object.  The box's last
+ * release drops the reference with the GIL taken.  StopIteration from
+ * next() is the end of the source, not an error.
  *
  * Cancellation: a pass remembers the source's generation when it is
  * opened; bcpy_source_cancel() bumps it, and the pass's next callback then
- * fails (BC_ESOURCE, BCPY_CANCELLED_MARK) without calling the iterator, so
- * an abandoned fill ends within one record.  bcpy_source_close() also
- * refuses new passes (a closed loader fills nothing more, whatever reads
- * of it are still in flight).
+ * fails (BC_ECLOSED, which the threads that waited for the fill retry)
+ * without calling the iterator, so an abandoned fill ends within one
+ * record.  bcpy_source_close() also refuses new passes (a closed loader
+ * fills nothing more, whatever reads of it are still in flight).
  */
 #include "loadit/loadit.h"
 
@@ -35,13 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define TOKEN_PREFIX "[bagcache source exception #"
-#define KEEP_EXCEPTIONS 64
-
-/* token -> exception; created on first use; GIL held. */
-static PyObject *stored;
-static unsigned long long last_token;
 
 static bool finalizing(void) {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -118,6 +110,39 @@ static PyObject *call1(PyObject *fn, PyObject *arg) {
 #endif
 }
 
+/* The payload of a source's failure: a reference to its exception. */
+typedef struct {
+  atomic_long refs;
+  PyObject *exc;
+} exc_box;
+
+static void box_retain(void *p) { atomic_fetch_add(&((exc_box *)p)->refs, 1); }
+
+/* Drops an exception in the main thread (a pending call: GIL held). */
+static int drop_exception(void *exc) {
+  Py_DECREF((PyObject *)exc);
+  return 0;
+}
+
+/* The last release drops the exception with the GIL taken.  It may run in
+ * an engine thread holding engine locks, so it never waits for the GIL
+ * there: a thread without the GIL hands the reference to the main thread
+ * (Py_AddPendingCall, which takes no lock a GIL holder could hold), and
+ * takes the GIL itself only when that queue is full.  As inside a source
+ * callback (bcpy_gil_enter), a loader that dies with the exception hands
+ * its teardown to another thread. */
+static void box_release(void *p) {
+  exc_box *box = p;
+  if (atomic_fetch_sub(&box->refs, 1) != 1) return;
+  PyObject *exc = box->exc;
+  PyMem_RawFree(box);
+  if (finalizing()) return; /* at shutdown the object is left to the runtime */
+  if (!PyGILState_Check() && Py_AddPendingCall(drop_exception, exc) == 0) return;
+  PyGILState_STATE gil = bcpy_gil_enter();
+  Py_DECREF(exc);
+  bcpy_gil_leave(gil);
+}
+
 int bcpy_keep_exception(const char *what) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
@@ -128,52 +153,36 @@ int bcpy_keep_exception(const char *what) {
     return bc_set_errmsg(BC_ESOURCE, "the source's %s failed", what);
   }
   if (tb != NULL) PyException_SetTraceback(value, tb);
-  unsigned long long token = ++last_token;
   const char *tname = Py_TYPE(value)->tp_name;
   PyObject *text = PyObject_Str(value);
   const char *s = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
   if (s == NULL) PyErr_Clear();
-  int rc = bc_set_errmsg(BC_ESOURCE, TOKEN_PREFIX "%llu] the source's %s raised %s: %.400s",
-                         token, what, tname, s != NULL ? s : "?");
+  int rc = bc_set_errmsg(BC_ESOURCE, "the source's %s raised %s: %.400s", what, tname,
+                         s != NULL ? s : "?");
   Py_XDECREF(text);
-  if (stored == NULL) stored = PyDict_New();
-  PyObject *key = PyLong_FromUnsignedLongLong(token);
-  if (stored == NULL || key == NULL || PyDict_SetItem(stored, key, value) < 0) {
-    PyErr_Clear(); /* only the message remains: the caller gets SourceError */
-  } else if (PyDict_GET_SIZE(stored) > KEEP_EXCEPTIONS) {
-    /* Dicts keep insertion order: the first key is the oldest. */
-    Py_ssize_t pos = 0;
-    PyObject *oldest, *ignored;
-    if (PyDict_Next(stored, &pos, &oldest, &ignored)) {
-      Py_INCREF(oldest);
-      if (PyDict_DelItem(stored, oldest) < 0) PyErr_Clear();
-      Py_DECREF(oldest);
-    }
+  exc_box *box = PyMem_RawMalloc(sizeof *box);
+  if (box != NULL) { /* out of memory: only the message remains (SourceError) */
+    atomic_init(&box->refs, 0);
+    box->exc = value; /* the box's reference */
+    value = NULL;
+    bc_error_set_payload(box, box_retain, box_release); /* takes the first */
   }
-  Py_XDECREF(key);
   Py_XDECREF(type);
-  Py_DECREF(value);
+  Py_XDECREF(value);
   Py_XDECREF(tb);
   return rc;
 }
 
-PyObject *bcpy_source_exception(const char *message) {
-  if (message == NULL || stored == NULL) return NULL;
-  const char *p = strstr(message, TOKEN_PREFIX);
-  if (p == NULL) return NULL;
-  unsigned long long token = strtoull(p + strlen(TOKEN_PREFIX), NULL, 10);
-  PyObject *key = PyLong_FromUnsignedLongLong(token);
-  if (key == NULL) {
-    PyErr_Clear();
-    return NULL;
+PyObject *bcpy_payload_exception(void) {
+  if (bc_error_payload() == NULL) return NULL;
+  bc_error_state st = BC_ERROR_STATE_INIT;
+  bc_error_save(&st, 0);
+  PyObject *exc = NULL;
+  if (st.release == box_release) { /* ours, not another library's */
+    exc = ((exc_box *)st.payload)->exc;
+    Py_INCREF(exc);
   }
-  PyObject *exc = PyDict_GetItemWithError(stored, key);
-  Py_DECREF(key);
-  if (exc == NULL) {
-    PyErr_Clear();
-    return NULL;
-  }
-  Py_INCREF(exc);
+  bc_error_state_clear(&st); /* not the last reference: the thread holds one */
   return exc;
 }
 
@@ -195,7 +204,8 @@ typedef struct {
   bc_buf queue[BATCH];   /* records serialized ahead, [head, count) */
   size_t head, count;
   int end_rc;            /* after the queue: 0 = the end, < 0 an error, */
-  char *end_msg;         /* ... with this message; 1 = not reached */
+  bc_error_state *end_err; /* ... with this error (payload included); 1 = not
+                             reached */
 } pass;
 
 bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps, PyObject *dumps_args) {
@@ -306,9 +316,10 @@ static int shutting_down(void) {
   return bc_set_errmsg(BC_ESOURCE, "the Python interpreter is shutting down");
 }
 
+/* A pass of a closed (or collected) loader: BC_ECLOSED, which threads that
+ * waited for the fill retry with their own source. */
 static int cancelled(void) {
-  return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK
-                       " the fill was interrupted (KeyboardInterrupt)");
+  return bc_set_errmsg(BC_ECLOSED, "the fill was stopped: its LoadIt was closed");
 }
 
 /* A pass from record `start`: create_iter() for 0 (or a first pass's
@@ -317,7 +328,7 @@ static int cancelled(void) {
 static int open_pass(bcpy_source *s, uint64_t start, void **out) {
   if (finalizing()) return shutting_down();
   if (atomic_load(&s->closed))
-    return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the LoadIt was closed");
+    return bc_set_errmsg(BC_ECLOSED, "the LoadIt was closed");
   pass *p = PyMem_RawCalloc(1, sizeof *p);
   if (p == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
   p->generation = atomic_load(&s->generation);
@@ -326,7 +337,7 @@ static int open_pass(bcpy_source *s, uint64_t start, void **out) {
   int rc = 0;
   PyGILState_STATE gil = bcpy_gil_enter();
   if (atomic_load(&s->closed) || s->create_iter == NULL) { /* closed meanwhile */
-    rc = bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the LoadIt was closed");
+    rc = bc_set_errmsg(BC_ECLOSED, "the LoadIt was closed");
     goto done;
   }
   if (start == 0 && (p->tee = bcpy_tee_attach(s)) != NULL)
@@ -374,10 +385,11 @@ static int src_open_at(void *payload, uint64_t start, void **out) {
   return open_pass(payload, start, out);
 }
 
-/* The records of an abandoned first pass end here (see loadit/tee.c). */
+/* The records of an abandoned first pass end here (see loadit/tee.c):
+ * BC_EAGAIN, on which the engine fills the shard again with a new pass. */
 static int stopped(void) {
-  return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK
-                       " the first pass that was filling this shard was abandoned");
+  return bc_set_errmsg(BC_EAGAIN, "the first pass that was filling this shard "
+                       "was abandoned");
 }
 
 /* A pass reading a tee: its next record, or the iterator handed over (then
@@ -442,6 +454,22 @@ static int pull_one(bcpy_source *s, pass *p, bc_buf *out) {
   return rc;
 }
 
+/* A copy of this thread's error, for after the queued records. */
+static bc_error_state *save_error(int code) {
+  bc_error_state *e = PyMem_RawMalloc(sizeof *e);
+  if (e != NULL) {
+    *e = (bc_error_state)BC_ERROR_STATE_INIT;
+    bc_error_save(e, code);
+  }
+  return e;
+}
+
+/* The pass's stored failure as this thread's error: its code. */
+static int restore_error(pass *p) {
+  if (p->end_err == NULL) return bc_set_errmsg(p->end_rc, "%s", bc_strerror(p->end_rc));
+  return bc_error_restore(p->end_err);
+}
+
 /* Fills the pass's queue with up to BATCH records under one GIL
  * acquisition (fewer when the iterator is slow: BATCH_NS); an end or an
  * error is kept for after the records before it. */
@@ -464,7 +492,7 @@ static void refill(bcpy_source *s, pass *p) {
     if (bcpy_now_ns() - start > BATCH_NS) break;
   }
   bcpy_gil_leave(gil);
-  if (p->end_rc < 0) p->end_msg = strdup(bc_errmsg());
+  if (p->end_rc < 0) p->end_err = save_error(p->end_rc);
 }
 
 static int src_next(void *payload, void *pass_, bc_buf *out) {
@@ -488,8 +516,7 @@ static int src_next(void *payload, void *pass_, bc_buf *out) {
     p->pos++;
     return 1;
   }
-  if (p->end_rc < 0)
-    return bc_set_errmsg(p->end_rc, "%s", p->end_msg ? p->end_msg : "");
+  if (p->end_rc < 0) return restore_error(p);
   return p->end_rc; /* 0: the end */
 }
 
@@ -517,8 +544,7 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
     k++;
   }
   if (k == n || p->end_rc != 1) { /* done, or the queue ended the pass */
-    if (k < n && p->end_rc < 0)
-      return bc_set_errmsg(p->end_rc, "%s", p->end_msg ? p->end_msg : "");
+    if (k < n && p->end_rc < 0) return restore_error(p);
     *skipped = k;
     return 0;
   }
@@ -569,7 +595,8 @@ static void src_close(void *payload, void *pass_) {
     bcpy_gil_leave(gil);
   }
   for (size_t k = 0; k < BATCH; k++) bc_buf_release(&p->queue[k]);
-  free(p->end_msg);
+  if (p->end_err != NULL) bc_error_state_clear(p->end_err);
+  PyMem_RawFree(p->end_err);
   PyMem_RawFree(p);
 }
 

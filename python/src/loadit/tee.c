@@ -124,7 +124,7 @@ struct bcpy_tee {
   uint64_t stop_at; /* GIVEN: the pass fails at this position */
   PyObject *it;     /* the iterator; the pass takes its own reference */
   int end_rc;
-  char end_msg[1024];
+  bc_error_state end_err; /* end_rc's error (payload included) */
   PyObject *root;   /* the cache's root (str), for the warning */
   bool warned;      /* the CacheWarning was given (GIL) */
   /* the driver */
@@ -176,6 +176,7 @@ static void tee_unref(bcpy_tee *t) {
   for (uint64_t k = t->reclaimed; k < tail; k++) Py_XDECREF(t->slots[k % SLOTS]);
   Py_XDECREF(t->it);
   Py_XDECREF(t->root);
+  bc_error_state_clear(&t->end_err);
   PyMem_RawFree(t->slots);
   pthread_mutex_destroy(&t->lock);
   pthread_cond_destroy(&t->cond);
@@ -258,7 +259,7 @@ static void end(bcpy_tee *t, int rc) {
   pthread_mutex_lock(&t->lock);
   if (atomic_load(&t->state) == TEE_OPEN) {
     t->end_rc = rc;
-    if (rc < 0) snprintf(t->end_msg, sizeof t->end_msg, "%s", bc_errmsg());
+    if (rc < 0) bc_error_save(&t->end_err, rc);
     atomic_store(&t->state, TEE_ENDED);
   }
   pthread_cond_broadcast(&t->cond);
@@ -435,14 +436,13 @@ int bcpy_tee_next(bcpy_tee *t, const bcpy_source *s, unsigned long generation,
     t->tail_seen = atomic_load(&t->tail);
     if (head != t->tail_seen) break;
     if (atomic_load(&s->generation) != generation)
-      return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the fill was interrupted");
+      return bc_set_errmsg(BC_ECLOSED, "the fill was stopped: its LoadIt was closed");
     if (state == TEE_ENDED) {
-      if (t->end_rc < 0) return bc_set_errmsg(t->end_rc, "%s", t->end_msg);
+      if (t->end_rc < 0) return bc_error_restore(&t->end_err);
       return 0;
     }
     if (state == TEE_ALONE)
-      return bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK
-                           " the first pass stopped writing the cache");
+      return bc_set_errmsg(BC_EAGAIN, "the first pass stopped writing the cache");
     if (state == TEE_GIVEN) {
       PyGILState_STATE gil = bcpy_gil_enter();
       Py_INCREF(t->it);
@@ -515,7 +515,7 @@ static int driver_run(bcpy_job *job) {
     if (rc != 0) {
       /* The source's failures are the consumer's own (it met them first),
        * and cancelled fills are a close or an interrupt: not reported. */
-      if (rc != BC_ESOURCE && !atomic_load(&j->src->closed)) {
+      if (rc != BC_ESOURCE && rc != BC_ECLOSED && !atomic_load(&j->src->closed)) {
         snprintf(t->fill_msg, sizeof t->fill_msg, "%s", bc_errmsg());
         atomic_store(&t->fill_rc, rc);
       }
@@ -698,7 +698,7 @@ static void end_with_exception(bcpy_tee *t, const char *what) {
   if (!PyErr_ExceptionMatches(PyExc_Exception)) {
     /* KeyboardInterrupt, SystemExit...: the fill is cancelled (its
      * waiters retry), the exception is the consumer's alone. */
-    bc_set_errmsg(BC_ESOURCE, BCPY_CANCELLED_MARK " the first pass was interrupted");
+    bc_set_errmsg(BC_ESOURCE, "the first pass was interrupted");
     end(t, BC_ESOURCE);
     return;
   }

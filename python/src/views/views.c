@@ -696,29 +696,26 @@ static inline bool is_pyleaf(const bc_seq *leaf) { return leaf->ops == &pyleaf_o
 /* ---- reads that Ctrl-C can interrupt -------------------------------------------------- */
 
 /* A read of a tree with a LoadIt leaf may wait for a fill that runs the
- * user's iterator for minutes.  From the main thread such a wait goes
- * through the interruptible wait policy (bcpy_fill_waiter, core/bcpy.h),
- * which keeps Ctrl-C working.  The hop costs microseconds and brings the
- * records in cold, so only waits go there: a read-ahead refill takes what
- * is ready first (bc_readahead_ready); single elements and chunks of trees
- * with Python code are read in place with bc_cache_try_get
- * (read_without_waiting), which fills a shard nobody fills in this very
- * thread (where the iterator's Python code sees Ctrl-C itself) and says
- * BC_EAGAIN where it would wait for another thread or process: then that
- * one record is read through the policy.  The call holds its own
- * reference to the tree (whose leaves it uses): when a signal handler
- * raises, it is finished and freed by the thread that runs it. */
+ * user's iterator for minutes.  It runs in this thread with the GIL
+ * released, listed as a waiter for a first pass (loadit/tee.c) through the
+ * wait policy that loadit/ installs in core (bcpy_fill_waiter); from the
+ * main thread Ctrl-C reaches the wait through the interrupt handler
+ * (module.c), and the read returns BC_ECANCELED with KeyboardInterrupt
+ * set.  Reads stay as they were shaped for a helper hop: a read-ahead
+ * refill takes what is ready first, and single elements and chunks of
+ * trees with Python code are read in place with bc_cache_try_get
+ * (read_without_waiting), then a record that would wait is read through
+ * read_waiting. */
 
-/* Whether a read of this view from this thread goes through the policy. */
+/* Whether reads of this view from this thread go in place first. */
 static bool interruptible(const bcpy_view *self) {
   return (self->kinds & VK_WAITS) && bcpy_fill_waiter.needed();
 }
 
-/* Runs the call with the GIL released, interruptibly when the view may
- * wait for a fill.  0 when it ran (c is the caller's), or -1 with the
- * signal handler's exception (c is not). */
+/* Runs the call with the GIL released, through the wait policy when the
+ * view may wait for a fill. */
 static int read_waiting(bcpy_view *self, bcpy_call *c) {
-  if (interruptible(self)) return bcpy_fill_waiter.wait(c);
+  if (self->kinds & VK_WAITS) return bcpy_fill_waiter.wait(c);
   Py_BEGIN_ALLOW_THREADS
   bcpy_call_run(c);
   Py_END_ALLOW_THREADS
@@ -758,7 +755,6 @@ static void one_read_free(bcpy_call *c) {
   one_read *r = (one_read *)c;
   bc_buf_release(&r->buf);
   bc_seq_unref(r->tree);
-  free(c->msg);
   PyMem_RawFree(r);
 }
 
@@ -783,8 +779,7 @@ static int read_after_wait(bcpy_view *self, bc_seq *leaf, uint64_t li, bc_buf *o
   *out = r->buf;
   r->buf = (bc_buf)BC_BUF_INIT;
   *rc = r->base.rc;
-  *message = r->base.msg;
-  r->base.msg = NULL;
+  *message = *rc != 0 ? strdup(bc_errmsg()) : NULL;
   Py_BEGIN_ALLOW_THREADS /* the last reference to the tree may close a cache */
   one_read_free(&r->base);
   Py_END_ALLOW_THREADS
@@ -1239,8 +1234,12 @@ static void view_chunk(bcpy_sobj *base, bcpy_iter *it) {
   it->exc_type = f.type;
   it->exc_value = f.value;
   it->exc_tb = f.tb;
-  it->end_rc = f.rc;
-  it->end_msg = f.message;
+  if (f.type == NULL && f.rc != 0) {
+    bc_set_errmsg(f.rc, "%s", f.message != NULL ? f.message : "");
+    bc_error_save(&it->fail, f.rc);
+    bc_error_clear();
+  }
+  free(f.message);
 }
 
 static const bcpy_seq_kind view_kind = {
