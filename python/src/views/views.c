@@ -1235,7 +1235,10 @@ static void view_chunk(bcpy_sobj *base, bcpy_iter *it) {
   it->exc_value = f.value;
   it->exc_tb = f.tb;
   if (f.type == NULL && f.rc != 0) {
-    bc_set_errmsg(f.rc, "%s", f.message != NULL ? f.message : "");
+    /* This thread's error is still the failure's (with its payload, a
+     * source's exception) unless a later call replaced it. */
+    if (f.message == NULL || strcmp(bc_errmsg(), f.message) != 0)
+      bc_set_errmsg(f.rc, "%s", f.message != NULL ? f.message : "");
     bc_error_save(&it->fail, f.rc);
     bc_error_clear();
   }
