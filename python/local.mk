@@ -22,6 +22,7 @@ BC_PY_C_SOURCES = \
 	python/src/core/bcpy.h \
 	python/src/core/scratch.c \
 	python/src/core/indices.c \
+	python/src/core/sequence.c \
 	python/src/core/seq.c \
 	python/src/core/bulk.c \
 	python/src/core/iterator.c \
@@ -54,6 +55,7 @@ BC_PY_TEST_FILES = \
 	python/tests/test_os_errors.py \
 	python/tests/test_index_edges.py \
 	python/tests/test_min_python.py \
+	python/tests/test_seq_base.py \
 	$(BC_PY_VIEWS_TEST_FILES) \
 	$(BC_PY_LOADIT_TEST_FILES) \
 	$(BC_PY_TRAIN_TEST_FILES)

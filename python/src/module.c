@@ -200,7 +200,8 @@ PyMODINIT_FUNC PyInit__bagcache(void);
 PyMODINIT_FUNC PyInit__bagcache(void) {
   PyObject *mod = PyModule_Create(&module_def);
   if (mod == NULL) return NULL;
-  if (bcpy_add_type(mod, &bcpy_SeqBase_Type, "_SeqBase") < 0 ||
+  if (bcpy_add_type(mod, &bcpy_Sequence_Type, "_Sequence") < 0 ||
+      bcpy_add_type(mod, &bcpy_SeqBase_Type, "_SeqBase") < 0 ||
       bcpy_add_type(mod, &bcpy_ReaderBase_Type, "_ReaderBase") < 0 ||
       bcpy_add_type(mod, &bcpy_Iterator_Type, "ReaderIterator") < 0 ||
       bcpy_add_type(mod, &bcpy_WriterBase_Type, "_WriterBase") < 0 ||

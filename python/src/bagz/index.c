@@ -35,15 +35,23 @@ static int index_init(bcpy_index *self, PyObject *args, PyObject *kwds) {
   }
   uint64_t *positions = NULL;
   uint64_t n = reader->len;
-  bool whole = reader->start == 0 && reader->step == 1 && n == bc_bag_len(bag);
+  bool whole = reader->seq == reader->root;
   if (!whole) {
     positions = PyMem_RawMalloc((n > 0 ? n : 1) * sizeof *positions);
     if (positions == NULL) {
       PyErr_NoMemory();
       return -1;
     }
-    for (uint64_t k = 0; k < n; k++)
-      positions[k] = (uint64_t)(reader->start + (int64_t)k * reader->step);
+    /* A slice of the bag: its positions by arithmetic. */
+    for (uint64_t k = 0; k < n; k++) {
+      bc_seq *leaf;
+      int rc = bc_seq_resolve(reader->seq, (int64_t)k, &leaf, &positions[k]);
+      if (rc != 0) {
+        PyMem_RawFree(positions);
+        bcpy_raise(rc, NULL);
+        return -1;
+      }
+    }
   }
   bc_index *index = NULL;
   int rc;

@@ -5,23 +5,37 @@
  * against an installed libbagcache as well as inside the source tree.
  *
  * Object model:
- *   _SeqBase     a read-only view of a bc_seq: length, items, slices (which
- *                are views again), bulk reads, read-ahead iteration.  It is
- *                generic over the sequence behind it; nothing in it knows
- *                about Bagz files.
- *   _ReaderBase  a _SeqBase whose root is a bag set opened from a file spec
- *                (bc_seq_open_bag); adds what only a bag can answer.
- *   ReaderIterator, _WriterBase, Index, MultiIndex.
+ *   _Sequence    the one sequence base type (core/sequence.c): an object
+ *                over a bc_seq whose subtype supplies how an element is
+ *                read and decoded and how a blocking call waits
+ *                (bcpy_seq_kind).  Subscripts (ints, numpy integers,
+ *                slices, index lists), slicing (always bc_seq_slice of the
+ *                object's own sequence, so slices of slices compose in C)
+ *                and slice bounds are one code path for every subtype.
+ *   _SeqBase     raw records of a bag set or a slice of one, with bulk
+ *                reads and read-ahead iteration; _ReaderBase opens it from
+ *                a file spec.
+ *   _CacheSeq    a LoadIt or a view of one (loadit/loadit.c): unpickled
+ *                records, reads that may wait for a cache's fill.
+ *   _View        a loadit-compatible view over any sequences (views/).
+ *   ReaderIterator  the one iterator (core/iterator.c); _CacheIter and
+ *                ViewIterator are its names for LoadIt and views.
+ *   _WriterBase, Index, MultiIndex.
  * The pure-Python package (bagcache/__init__.py) subclasses _ReaderBase and
  * _WriterBase to add options classes, pickling and the Sequence ABC.
  *
  * GIL rule: the GIL is released around every call that reads, writes or
- * waits (Py_BEGIN_ALLOW_THREADS).  bagcache calls back into Python from
- * any thread (a LoadIt's source, a view's Python leaves and index maps,
- * the index stream of ReaderIterator, the main thread's interrupt handler,
- * the release of an exception payload); each callback takes the GIL
- * itself (PyGILState_Ensure).  No bagcache lock is held while the GIL is
- * taken, except by a payload's release (loadit/source.c).
+ * waits (Py_BEGIN_ALLOW_THREADS).  The library does call back into Python,
+ * from its own threads too: a LoadIt's source runs the user's iterator and
+ * serializer on whichever thread fills a shard (loadit/source.c); a view's
+ * Python leaves and Python index maps are called while the library
+ * resolves or reads the tree (views/); ReaderIterator's index stream calls
+ * next() on a Python iterator inside bc_readahead_next; the main thread's
+ * interrupt handler checks for signals during waits; an exception payload
+ * is released by the last thread that holds it.  Every such callback takes
+ * the GIL itself (PyGILState_Ensure).  No bagcache lock is held while the
+ * GIL is taken, except by a payload's release (loadit/source.c).  Decoders
+ * (pickle.loads, a view's decode) run in the extension with the GIL held.
  */
 #ifndef BCPY_H
 #define BCPY_H
@@ -31,6 +45,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <bagcache.h>
 
@@ -108,15 +123,127 @@ size_t bcpy_stage_next(bcpy_stage *s, size_t left, bool whole);
 /* After a round of `n` records has been read: sizes the next round. */
 void bcpy_stage_done(bcpy_stage *s, size_t n);
 
-/* ---- sequences (core/seq.c) ----------------------------------------------- */
+/* core/indices.c: a growable array of int64 indices (free v with PyMem_RawFree). */
+typedef struct bcpy_ivec {
+  int64_t *v;
+  size_t n, cap;
+} bcpy_ivec;
+
+/* ---- the sequence base type (core/sequence.c) --------------------------- */
+
+/* A blocking library call handed to a sequence's wait policy: run() works
+ * on the call alone, without the GIL, in the calling thread (its failure
+ * is that thread's error, with its message and payload), or, handed to
+ * bcpy_fill_waiter.detach, on a thread of its own; free() frees it (it was
+ * allocated with PyMem_RawCalloc) and whatever it still holds. */
+typedef struct bcpy_call bcpy_call;
+struct bcpy_call {
+  int (*run)(bcpy_call *c); /* 0 or a BC_E* code */
+  void (*free)(bcpy_call *c);
+  int rc; /* run's result */
+};
+
+/* c->rc = c->run(c) (no GIL). */
+void bcpy_call_run(bcpy_call *c);
+
+/* How a call that may wait for a cache's fill runs: listed as a waiter (a
+ * first pass in progress must know when its reader waits, loadit/tee.c),
+ * the GIL released; from the main thread Ctrl-C reaches the wait through
+ * the interrupt handler (module.c), and the call returns BC_ECANCELED with
+ * KeyboardInterrupt set.  Plain until loadit/ installs its own
+ * (bcpy_loadit_init), so that views/ need not include loadit/. */
+typedef struct {
+  int (*wait)(bcpy_call *c); /* 0: the call ran */
+  bool (*needed)(void); /* whether this thread reads in place first (the
+                           main thread: a record that would wait for
+                           another thread's fill is then read by wait) */
+  /* Hands a call that may wait (closing a read-ahead whose reads may be
+   * fills) to a thread of its own that runs and frees it, where this
+   * thread must not wait (the main thread, a source callback): true when
+   * handed over. */
+  bool (*detach)(bcpy_call *c);
+} bcpy_waiter;
+extern bcpy_waiter bcpy_fill_waiter;
+
+typedef struct bcpy_sobj bcpy_sobj;
+typedef struct bcpy_iter bcpy_iter;
+
+/* What a subtype adds to the base: the read and decode of an element, the
+ * wait policy, index lists, and the object a slice makes. */
+typedef struct {
+  /* 0 when the object can be read, else -1 with an exception. */
+  int (*check)(bcpy_sobj *self);
+  /* self[i], i any int64 (negative counts from the end); checked object. */
+  PyObject *(*item)(bcpy_sobj *self, int64_t i);
+  /* self[key] for a key that is neither an integer nor a slice (an index
+   * list); NULL: such keys are a TypeError. */
+  PyObject *(*take)(bcpy_sobj *self, PyObject *key);
+  /* The wait policy of a call that may wait (a slice that settles the
+   * length, a read-ahead refill): 0 when it ran. */
+  int (*wait)(bcpy_sobj *self, bcpy_call *c);
+  /* The object self[key] (a slice) over `seq` (reference taken over);
+   * self may have been closed while the slice waited. */
+  PyObject *(*wrap)(bcpy_sobj *self, bc_seq *seq, PyObject *key);
+  /* Raises for a failed library call (message NULL: bc_errmsg()). */
+  PyObject *(*raise)(int rc, int sys_errno, const char *message);
+  /* Iteration (core/iterator.c).  The element of a record read at
+   * position `index`; NULL: the record's bytes. */
+  PyObject *(*decode)(bcpy_sobj *self, bc_buf *record, uint64_t index);
+  /* Whether reads may wait for a cache's fill (NULL: never): iterators
+   * then wait through the wait policy and close through a helper. */
+  bool (*waits)(bcpy_sobj *self);
+  /* Lists (add) or unlists an iterator of self, e.g. to stop it when the
+   * sequence is closed (NULL: nothing to do). */
+  void (*track)(bcpy_sobj *self, bcpy_iter *it, bool add);
+  /* The refill of an iterator opened without read-ahead: puts up to
+   * it->batch elements into it->items[0..count), and sets done and the
+   * end (it->fail or the exc_* triple) when they are all. */
+  void (*chunk)(bcpy_sobj *self, bcpy_iter *it);
+} bcpy_seq_kind;
+
+/* The head of every sequence object: its sequence (NULL until opened, or
+ * once closed) and its kind. */
+#define BCPY_SEQ_HEAD \
+  PyObject_HEAD       \
+  bc_seq *seq;        \
+  const bcpy_seq_kind *kind;
+
+struct bcpy_sobj {
+  BCPY_SEQ_HEAD
+};
+
+extern PyTypeObject bcpy_Sequence_Type;
+
+/* The one subscript path: ints and numpy integers -> kind->item, slices ->
+ * bcpy_sobj_slice, anything else -> kind->take (or TypeError). */
+PyObject *bcpy_sobj_subscript(bcpy_sobj *self, PyObject *key);
+/* self[key] for a slice: bc_seq_slice of self->seq, waiting through
+ * kind->wait when the slice needs a length not known yet. */
+PyObject *bcpy_sobj_slice(bcpy_sobj *self, PyObject *key);
+/* self[::-1]. */
+PyObject *bcpy_sobj_reversed(bcpy_sobj *self, PyObject *unused);
+/* The plain wait policy: the call with the GIL released. */
+int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c);
+
+/* The slice-bound rule of every sequence: None -> BC_NONE (a step of None
+ * -> 1), an integer clamped to [INT64_MIN + 1, INT64_MAX] (*big set when
+ * one above INT64_MAX was clamped), anything else InvalidSliceError; a
+ * zero step ValueError.  0, or -1 with the exception set. */
+int bcpy_slice_bound(PyObject *obj, int64_t *out, bool *big);
+int bcpy_slice_bounds(PyObject *slice, int64_t *start, int64_t *stop, int64_t *step,
+                      bool *big);
+/* PySlice_Unpack + PySlice_AdjustIndices over `len` elements, with the
+ * bounds rule above; returns the element count, or -1 with an exception. */
+Py_ssize_t bcpy_slice_indices(PyObject *slice, Py_ssize_t len, Py_ssize_t *start,
+                              Py_ssize_t *step);
+
+/* ---- raw records of a bag set (core/seq.c) -------------------------------- */
 
 typedef struct {
-  PyObject_HEAD
-  bc_seq *seq;   /* the view this object reads; NULL until opened */
-  bc_seq *root;  /* the unsliced sequence the view selects from */
+  BCPY_SEQ_HEAD
+  bc_seq *root;  /* the bag set the view selects from (seq is root or a
+                    bc_seq_slice of it) */
   uint64_t len;  /* exact length of seq */
-  int64_t start; /* element k of seq is root[start + k * step] */
-  int64_t step;
   int max_parallelism; /* as requested; negative makes bulk reads fail */
   int readahead_threads;
   PyObject *meta; /* opaque Python state shared with every slice */
@@ -125,11 +252,6 @@ typedef struct {
 
 extern PyTypeObject bcpy_SeqBase_Type;
 extern PyTypeObject bcpy_ReaderBase_Type;
-
-/* Makes `self` (fresh from tp_alloc) a view of `root` selecting
- * root[start + k * step] for k < len.  Takes new references. */
-int bcpy_seq_set_view(bcpy_seq *self, bc_seq *root, int64_t start,
-                      int64_t step, uint64_t len);
 
 /* Checks the object is open; sets ValueError and returns -1 otherwise. */
 int bcpy_seq_check(bcpy_seq *self);
@@ -141,6 +263,10 @@ int bcpy_seq_check_bulk(bcpy_seq *self);
 
 PyObject *bcpy_seq_read(bcpy_seq *self, PyObject *unused);
 PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args);
+/* Checks [start, start + num) against the view (a negative start counts
+ * from the end, and is made non-negative): 0, or -1 with IndexError or
+ * ValueError. */
+int bcpy_seq_check_range(bcpy_seq *self, Py_ssize_t *start, Py_ssize_t num);
 PyObject *bcpy_seq_read_indices(bcpy_seq *self, PyObject *indices);
 
 /* Linear scans: __contains__, count, index. */
@@ -150,7 +276,54 @@ PyObject *bcpy_seq_index(bcpy_seq *self, PyObject *args, PyObject *kwds);
 
 /* ---- iterators (core/iterator.c) ------------------------------------------ */
 
+/* The one iterator of every sequence: records read ahead on worker threads
+ * (bc_readahead) and handed out a batch at a time, decoded by the
+ * sequence's kind; or, for views with Python code, elements made a chunk at
+ * a time by kind->chunk.  ReaderIterator, _CacheIter and ViewIterator are
+ * its names for the three subtypes. */
+struct bcpy_iter {
+  PyObject_HEAD
+  bcpy_sobj *owner;        /* the sequence (own reference) */
+  bc_readahead *ra;        /* NULL: chunked, or ended */
+  struct bcpy_stream *stream; /* a lazy stream of positions, if any */
+  PyObject *source;        /* an iterator of indices (ReaderIterator) */
+  bcpy_ivec array;         /* or the indices of a native integer buffer */
+  size_t array_pos;
+  uint64_t len;            /* the owner's length, for streamed indices */
+  pid_t pid;               /* the process whose threads serve ra */
+  bool busy, done;
+  bc_buf *bufs;            /* read-ahead: records bufs[head..count) */
+  uint64_t *index;         /* ... read at these positions */
+  PyObject **items;        /* chunked: elements items[head..count) */
+  size_t cap, head, count;
+  size_t batch, max_batch; /* records per refill, doubling up to max */
+  size_t window;           /* the read-ahead's window */
+  int threads;             /* ... and its threads (0: the default) */
+  uint64_t next;           /* chunked: the next position */
+  bool bounded;            /* chunked: the length was exact at the start */
+  uint64_t end;            /* ... and was this */
+  uint64_t pulled;         /* records taken from the read-ahead */
+  bc_error_state fail;     /* how it ended: a failure (code 0: none) */
+  PyObject *exc_type, *exc_value, *exc_tb; /* or a Python exception */
+  bcpy_iter *next_iter, **prev_iter;       /* kind->track's list */
+};
+
 extern PyTypeObject bcpy_Iterator_Type;
+
+/* An iterator of type `type` (bcpy_Iterator_Type or a subtype) over
+ * `seq` (owner->seq or a slice of it) from position `from`: read ahead in
+ * a window of `window` records on `threads` threads (0: the default),
+ * `batch` records per refill doubling up to `max_batch`.  `lazy`: the
+ * positions are streamed while the end is not known (a cache still being
+ * filled); else bc_seq_iterate, which settles the length first.  `chunked`:
+ * no read-ahead, kind->chunk makes the elements. */
+PyObject *bcpy_iter_open(bcpy_sobj *owner, PyTypeObject *type, bc_seq *seq, uint64_t from,
+                         size_t window, int threads, size_t batch, size_t max_batch,
+                         bool lazy, bool chunked);
+
+/* Stops an iterator's read-ahead (a helper closes it where this thread must
+ * not wait); it then ends after the records it holds. */
+void bcpy_iter_stop(bcpy_iter *it);
 
 /* An iterator over view[start : start + count] (count records). */
 PyObject *bcpy_iter_range(bcpy_seq *seq, uint64_t start, uint64_t count,
@@ -177,7 +350,8 @@ extern PyTypeObject bcpy_MultiIndex_Type;
 extern PyTypeObject bcpy_View_Type;
 extern PyTypeObject bcpy_ViewIterator_Type;
 /* The context of a "bagcache.bc_seq" capsule whose reads may wait for a
- * cache's fill (a LoadIt's): views over it wait so that Ctrl-C works. */
+ * cache's fill (a LoadIt's): views over it wait through bcpy_fill_waiter
+ * so that Ctrl-C works. */
 extern const char bcpy_waits_mark[];
 
 /* The C sequence of `obj` when its elements are raw records read in C (a
@@ -210,12 +384,6 @@ int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name);
 
 /* Adds _CacheCore, _CacheSeq, _CacheIter and the exceptions above. */
 int bcpy_loadit_init(PyObject *mod);
-
-/* core/indices.c: a growable array of int64 indices (free v with PyMem_RawFree). */
-typedef struct bcpy_ivec {
-  int64_t *v;
-  size_t n, cap;
-} bcpy_ivec;
 
 /* Doubles the capacity (64 at first); -1 with MemoryError set. */
 int bcpy_ivec_grow(bcpy_ivec *a);

@@ -19,36 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- chunk buffers ---------------------------------------------------------- */
-
-typedef struct {
-  int64_t *idx; /* view indices of the chunk being read */
-  bc_buf *bufs; /* their records */
-  size_t cap;
-} chunk;
-
-static int chunk_init(chunk *c, size_t total) {
-  c->cap = total < BCPY_CHUNK ? (total == 0 ? 1 : total) : BCPY_CHUNK;
-  c->idx = PyMem_RawMalloc(c->cap * sizeof *c->idx);
-  c->bufs = PyMem_RawCalloc(c->cap, sizeof *c->bufs);
-  if (c->idx == NULL || c->bufs == NULL) {
-    PyMem_RawFree(c->idx);
-    PyMem_RawFree(c->bufs);
-    c->idx = NULL;
-    c->bufs = NULL;
-    PyErr_NoMemory();
-    return -1;
-  }
-  return 0;
-}
-
-static void chunk_free(chunk *c) {
-  if (c->bufs != NULL)
-    for (size_t k = 0; k < c->cap; k++) bc_buf_release(&c->bufs[k]);
-  PyMem_RawFree(c->idx);
-  PyMem_RawFree(c->bufs);
-}
-
 /* Reads idx[0..n) into bufs with the GIL released.  Sets the Python
  * exception and returns -1 on failure.  The library's message for a failed
  * batch names a position in this round, which means nothing to the caller;
@@ -260,67 +230,31 @@ static int index_push(bcpy_seq *self, bcpy_ivec *a, long long value,
   return bcpy_ivec_push(a, i);
 }
 
-/* A 1-D buffer of native integers (numpy arrays, array.array, memoryview).
- * Returns 1 when converted, 0 when the buffer is not of that kind (the
- * caller falls back to iteration), -1 on error. */
+/* A 1-D buffer of native integers (numpy arrays, array.array, memoryview;
+ * bytes too, as integers; not booleans, which are iterated as 0 and 1):
+ * converted by bcpy_indices_from_buffer, then checked.  Returns 1 when
+ * converted, 0 when the buffer is not of that kind (the caller falls back
+ * to iteration), -1 on error. */
 static int convert_buffer(bcpy_seq *self, PyObject *obj, bcpy_ivec *a) {
   Py_buffer view;
   if (PyUnicode_Check(obj) || !PyObject_CheckBuffer(obj)) return 0;
   if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
-    PyErr_Clear(); /* e.g. a buffer that is not strided-readable */
+    PyErr_Clear();
     return 0;
   }
-  int result = 0;
-  const char *f = view.format != NULL ? view.format : "B";
-  if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
-  if (f[0] == '\0' || f[1] != '\0' || strchr("bBhHiIlLqQnN", f[0]) == NULL)
-    goto cleanup; /* not a native integer: iterate instead */
-  if (view.ndim != 1) {
-    PyErr_Format(PyExc_ValueError, "indices must be a 1-D array, not %d-D",
-                 view.ndim);
-    result = -1;
-    goto cleanup;
-  }
-  bool is_unsigned = f[0] == 'B' || f[0] == 'H' || f[0] == 'I' || f[0] == 'L' ||
-                     f[0] == 'Q' || f[0] == 'N';
-  Py_ssize_t n = view.shape[0], stride = view.strides[0];
-  const char *p = view.buf;
-  for (Py_ssize_t k = 0; k < n; k++, p += stride) {
-    long long s = 0;
-    unsigned long long u = 0;
-    switch (view.itemsize) {
-      case 1: if (is_unsigned) u = *(const uint8_t *)p; else s = *(const int8_t *)p; break;
-      case 2: {
-        uint16_t x;
-        memcpy(&x, p, 2);
-        if (is_unsigned) u = x; else s = (int16_t)x;
-        break;
-      }
-      case 4: {
-        uint32_t x;
-        memcpy(&x, p, 4);
-        if (is_unsigned) u = x; else s = (int32_t)x;
-        break;
-      }
-      case 8: {
-        uint64_t x;
-        memcpy(&x, p, 8);
-        if (is_unsigned) u = x; else s = (int64_t)x;
-        break;
-      }
-      default:
-        result = 0;
-        goto cleanup;
-    }
-    if (index_push(self, a, s, is_unsigned, u) < 0) {
-      result = -1;
-      goto cleanup;
-    }
-  }
-  result = 1;
-cleanup:
+  bool is_bool = view.format != NULL && strchr(view.format, '?') != NULL;
   PyBuffer_Release(&view);
-  return result;
+  if (is_bool) return 0;
+  PyObject *ints = PyBytes_Check(obj) || PyByteArray_Check(obj)
+                       ? PyMemoryView_FromObject(obj) : Py_NewRef(obj);
+  if (ints == NULL) return -1;
+  bcpy_ivec raw = {NULL, 0, 0};
+  int rc = bcpy_indices_from_buffer(ints, &raw);
+  Py_DECREF(ints);
+  for (size_t k = 0; rc == 1 && k < raw.n; k++)
+    if (index_push(self, a, raw.v[k], false, 0) < 0) rc = -1;
+  PyMem_RawFree(raw.v);
+  return rc;
 }
 
 /* Any iterable of objects with __index__. */
@@ -378,39 +312,36 @@ PyObject *bcpy_seq_read(bcpy_seq *self, PyObject *unused) {
   return read_span(self, 0, (size_t)self->len);
 }
 
+int bcpy_seq_check_range(bcpy_seq *self, Py_ssize_t *start, Py_ssize_t num) {
+  Py_ssize_t s = *start;
+  if (num < 0) {
+    PyErr_Format(PyExc_ValueError, "num_records must be >= 0, not %zd", num);
+    return -1;
+  }
+  if (s < 0) s += (Py_ssize_t)self->len;
+  if (s < 0 || (uint64_t)s > self->len || (uint64_t)num > self->len - (uint64_t)s) {
+    PyErr_Format(PyExc_IndexError, "Range [%zd, %lld) out of range [0, %llu]", *start,
+                 (long long)*start + (long long)num, (unsigned long long)self->len);
+    return -1;
+  }
+  *start = s;
+  return 0;
+}
+
 PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args) {
   Py_ssize_t start, num;
   if (!PyArg_ParseTuple(args, "nn:read_range", &start, &num)) return NULL;
-  if (bcpy_seq_check_bulk(self) < 0) return NULL;
-  Py_ssize_t s = start < 0 ? start + (Py_ssize_t)self->len : start;
-  if (num < 0) {
-    PyErr_Format(PyExc_ValueError, "num_records must be >= 0, not %zd", num);
+  if (bcpy_seq_check_bulk(self) < 0 || bcpy_seq_check_range(self, &start, num) < 0)
     return NULL;
-  }
-  if (s < 0 || (uint64_t)s > self->len || (uint64_t)num > self->len - (uint64_t)s) {
-    PyErr_Format(PyExc_IndexError, "Range [%zd, %lld) out of range [0, %llu]", start,
-                 (long long)start + (long long)num, (unsigned long long)self->len);
-    return NULL;
-  }
-  return read_span(self, (uint64_t)s, (size_t)num);
+  return read_span(self, (uint64_t)start, (size_t)num);
 }
 
 PyObject *bcpy_seq_read_indices(bcpy_seq *self, PyObject *indices) {
   if (bcpy_seq_check_bulk(self) < 0) return NULL;
   if (PySlice_Check(indices)) {
-    Py_ssize_t start, stop, step;
-    if (PySlice_Unpack(indices, &start, &stop, &step) < 0) {
-      if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyErr_Format(bcpy_InvalidSliceError, "Invalid slice: %S", value);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-      }
-      return NULL;
-    }
-    Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)self->len, &start, &stop, step);
+    Py_ssize_t start, step;
+    Py_ssize_t n = bcpy_slice_indices(indices, (Py_ssize_t)self->len, &start, &step);
+    if (n < 0) return NULL;
     if (step == 1) return read_span(self, (uint64_t)start, (size_t)n);
     int64_t *idx = PyMem_RawMalloc((n > 0 ? (size_t)n : 1) * sizeof *idx);
     if (idx == NULL) return PyErr_NoMemory();
@@ -444,31 +375,31 @@ static int scan(bcpy_seq *self, PyObject *value, uint64_t start, uint64_t stop,
   }
   Py_buffer v;
   if (PyObject_GetBuffer(value, &v, PyBUF_SIMPLE) < 0) return -1;
-  chunk c;
-  uint64_t n = stop > start ? stop - start : 0;
-  if (chunk_init(&c, n) < 0) {
+  bcpy_stage *c = bcpy_stage_take();
+  if (c == NULL) {
     PyBuffer_Release(&v);
     return -1;
   }
+  uint64_t n = stop > start ? stop - start : 0;
   int status = 0;
   Py_ssize_t found = mode == SCAN_FIRST ? -1 : 0;
   for (uint64_t off = 0; off < n && !(mode == SCAN_FIRST && found >= 0);) {
-    size_t m = n - off < c.cap ? (size_t)(n - off) : c.cap;
-    for (size_t k = 0; k < m; k++) c.idx[k] = (int64_t)(start + off + k);
+    size_t m = bcpy_stage_next(c, (size_t)(n - off < c->cap ? n - off : c->cap), true);
+    for (size_t k = 0; k < m; k++) c->idx[k] = (int64_t)(start + off + k);
     int rc;
     int64_t bad = -1; /* the record that failed, when one did */
     Py_BEGIN_ALLOW_THREADS
-    rc = bc_seq_get_many(self->seq, c.idx, m, c.bufs);
+    rc = bc_seq_get_many(self->seq, c->idx, m, c->bufs);
     /* After a failed batch, go record by record: a match before the bad
      * record still counts (as in a plain loop), and the error raised is
      * that record's own. */
     bool one_by_one = rc != 0;
     for (size_t k = 0; k < m; k++) {
-      if (one_by_one && (rc = bc_seq_get(self->seq, c.idx[k], &c.bufs[k])) != 0) {
-        bad = c.idx[k];
+      if (one_by_one && (rc = bc_seq_get(self->seq, c->idx[k], &c->bufs[k])) != 0) {
+        bad = c->idx[k];
         break;
       }
-      const bc_buf *b = &c.bufs[k];
+      const bc_buf *b = &c->bufs[k];
       if (b->size != (size_t)v.len || (v.len > 0 && memcmp(b->data, v.buf, b->size) != 0))
         continue;
       if (mode == SCAN_COUNT) {
@@ -492,7 +423,7 @@ static int scan(bcpy_seq *self, PyObject *value, uint64_t start, uint64_t stop,
     }
     off += m;
   }
-  chunk_free(&c);
+  bcpy_stage_give(c);
   PyBuffer_Release(&v);
   if (status == 0) *result = found;
   return status;
@@ -512,17 +443,13 @@ PyObject *bcpy_seq_count(bcpy_seq *self, PyObject *value) {
   return PyLong_FromSsize_t(count);
 }
 
-/* A bound of index(): None keeps *out, an integer is clamped to Py_ssize_t. */
-static int slice_bound(PyObject *obj, Py_ssize_t *out) {
-  if (obj == Py_None) return 0;
-  if (!PyIndex_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "slice indices must be integers or None, not %.200s",
-                 Py_TYPE(obj)->tp_name);
-    return -1;
-  }
-  Py_ssize_t v = PyNumber_AsSsize_t(obj, NULL);
-  if (v == -1 && PyErr_Occurred()) return -1;
-  *out = v;
+/* A bound of index(): None keeps *out, an integer is clamped like a slice
+ * bound (bcpy_slice_bound). */
+static int index_bound(PyObject *obj, Py_ssize_t *out) {
+  int64_t v;
+  bool big = false;
+  if (bcpy_slice_bound(obj, &v, &big) < 0) return -1;
+  if (v != BC_NONE) *out = (Py_ssize_t)v;
   return 0;
 }
 
@@ -535,7 +462,7 @@ PyObject *bcpy_seq_index(bcpy_seq *self, PyObject *args, PyObject *kwds) {
   if (bcpy_seq_check_bulk(self) < 0) return NULL;
   /* list.index semantics: bounds are clamped like slice bounds. */
   Py_ssize_t start = 0, stop = PY_SSIZE_T_MAX;
-  if (slice_bound(start_obj, &start) < 0 || slice_bound(stop_obj, &stop) < 0)
+  if (index_bound(start_obj, &start) < 0 || index_bound(stop_obj, &stop) < 0)
     return NULL;
   PySlice_AdjustIndices((Py_ssize_t)self->len, &start, &stop, 1);
   Py_ssize_t pos;

@@ -91,7 +91,8 @@ int bcpy_indices_from_buffer(PyObject *obj, bcpy_ivec *a) {
     }
     if (is_unsigned) {
       if (u > (uint64_t)INT64_MAX) {
-        PyErr_Format(PyExc_IndexError, "indices[%zd] is out of range", k);
+        PyErr_Format(PyExc_IndexError, "indices[%zd] = %llu is out of range", k,
+                     (unsigned long long)u);
         result = -1;
         goto cleanup;
       }

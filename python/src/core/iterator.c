@@ -1,31 +1,42 @@
 /*
- * core/iterator.c - ReaderIterator: records read ahead on worker threads
- * (bc_readahead), over a range of a view or over the indices a Python
- * iterable yields.
+ * core/iterator.c - the one iterator of every sequence (bcpy_iter): records
+ * read ahead on worker threads (bc_readahead) and decoded by the sequence's
+ * kind, or elements made a chunk at a time by the kind (views with Python
+ * code).  ReaderIterator (range and index streams of a Reader) is made
+ * here; _CacheIter (loadit/) and ViewIterator (views/) are the same type
+ * under their own names.
  *
- * Each __next__ that finds its local batch empty releases the GIL once and
- * takes up to `batch` records from the read-ahead window (waiting only as
- * long as the records are not ready), then hands them out one per call.
+ * Each __next__ that finds its batch empty refills it: the GIL is released
+ * once and up to `batch` records are taken from the read-ahead window
+ * (waiting only as long as they are not ready); they are then handed out
+ * one per call.  When the sequence's reads may wait for a cache's fill
+ * (kind->waits) and this thread must stay interruptible (the main thread),
+ * what is ready is taken in place and only a wait goes through the wait
+ * policy; if a signal handler raises meanwhile, the refill call keeps the
+ * read-ahead and closes it when its wait is over.
  *
- * A 1-D buffer of native integers (a numpy array) is copied into a C array
- * up front and streamed without the GIL; its out-of-range indices still
- * end the iteration only after the records before them.
- *
- * Index streams: bc_readahead pulls indices only inside bc_readahead_next,
- * i.e. in the thread that runs __next__ and has released the GIL; the
- * stream callback takes the GIL (PyGILState_Ensure) to call next() on the
- * Python iterator, and holds no bagcache lock while doing so.  An exception
- * of the Python iterator is stored here and ends the stream; bc_readahead
- * reports that end only after every record of the indices before it, and
- * __next__ then re-raises the stored exception.
+ * Streams of positions:
+ *   - bc_seq_iterate: every position of a sequence of known length;
+ *   - lazy: 0, 1, 2, ... up to the length once it is exact, never waiting
+ *     for it (a cache whose source still runs); a read past the end then
+ *     fails with BC_ERANGE, which ends the iteration when that position is
+ *     at or past the now exact length;
+ *   - the indices a Python iterable yields (ReaderIterator): bc_readahead
+ *     pulls them only inside bc_readahead_next, i.e. in the thread that
+ *     runs __next__ and has released the GIL; the callback takes the GIL
+ *     to call next() and holds no bagcache lock meanwhile.  An exception of
+ *     the Python iterator is stored here and ends the stream; bc_readahead
+ *     reports that end only after every record of the indices before it,
+ *     and __next__ then re-raises the stored exception.  A 1-D buffer of
+ *     native integers (a numpy array) is copied up front and streamed
+ *     without the GIL.
  *
  * `busy` (read and written with the GIL held) keeps a second thread, or
- * the index iterator itself, from entering bc_readahead_next while a call
- * is in it: a bc_readahead has one consumer.
- *
- * After fork() the worker threads do not exist in the child: an iterator
- * inherited from the parent refuses to run there and, when freed there,
- * leaks its window instead of joining threads that are not there.
+ * the index iterator itself, from entering a refill while one runs: a
+ * bc_readahead has one consumer.  After fork() the worker threads do not
+ * exist in the child: an iterator inherited from the parent refuses to run
+ * there and, when freed there, leaks its window instead of joining threads
+ * that are not there.
  */
 #include "core/bcpy.h"
 
@@ -33,27 +44,115 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "structmember.h"
+/* ---- the lazy stream ------------------------------------------------------------ */
 
-typedef struct {
-  PyObject_HEAD
-  bc_readahead *ra;
-  PyObject *source; /* iterator of indices, or NULL for a range */
-  bcpy_ivec array;  /* or the indices of a native integer buffer, read
-                       without the GIL (next: array_pos) */
-  size_t array_pos;
-  PyObject *owner;  /* the sequence object the records come from */
-  uint64_t len;     /* its length, for checking streamed indices */
-  pid_t pid;        /* the process whose threads serve `ra` */
-  bool busy;
-  bool done; /* ra has ended; what remains is bufs[head..count) + the end */
-  bc_buf *bufs;
-  size_t cap, head, count;
-  int end_rc;    /* how the iteration ended: 0 or a BC_E* code */
-  char *end_msg; /* its message */
-  int end_errno; /* and its bc_errno() */
-  PyObject *exc_type, *exc_value, *exc_tb; /* the source's exception */
-} bcpy_iter;
+struct bcpy_stream {
+  bc_seq *seq;   /* own reference */
+  uint64_t next; /* next position the stream yields */
+};
+
+static int lazy_next(void *payload, uint64_t *index) {
+  struct bcpy_stream *r = payload;
+  bc_len l;
+  int rc = bc_seq_length(r->seq, false, &l);
+  if (rc != 0) return rc;
+  if (l.kind == BC_LEN_EXACT && r->next >= l.value) return 0;
+  *index = r->next++;
+  return 1;
+}
+
+/* Closes a read-ahead and frees its lazy stream (no GIL: it waits for the
+ * reads in flight). */
+static void close_readahead(bc_readahead *ra, struct bcpy_stream *stream) {
+  bc_readahead_close(ra);
+  if (stream != NULL) {
+    bc_seq_unref(stream->seq);
+    free(stream);
+  }
+}
+
+/* A read-ahead of seq from `from` (lazy: its own stream). */
+static int open_readahead(bcpy_iter *it, bc_seq *seq, uint64_t from, size_t window,
+                          int threads, bool lazy) {
+  bc_readahead_options o = BC_READAHEAD_OPTIONS_INIT;
+  o.window = window;
+  if (threads > 0) o.threads = threads;
+  if (!lazy) return bc_seq_iterate(&it->ra, seq, from, &o);
+  struct bcpy_stream *r = calloc(1, sizeof *r);
+  if (r == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
+  r->seq = bc_seq_ref(seq);
+  r->next = from;
+  int rc = bc_readahead_open(&it->ra, seq, lazy_next, r, &o);
+  if (rc != 0) {
+    bc_seq_unref(r->seq);
+    free(r);
+    return rc;
+  }
+  it->stream = r;
+  return 0;
+}
+
+/* ---- construction -------------------------------------------------------------- */
+
+static bcpy_iter *iter_alloc(bcpy_sobj *owner, PyTypeObject *type, size_t batch,
+                             size_t max_batch, bool chunked) {
+  bcpy_iter *it = PyObject_GC_New(bcpy_iter, type);
+  if (it == NULL) return NULL;
+  memset((char *)it + sizeof(PyObject), 0, sizeof *it - sizeof(PyObject));
+  Py_INCREF(owner);
+  it->owner = owner;
+  it->pid = getpid();
+  it->fail = (bc_error_state)BC_ERROR_STATE_INIT;
+  it->batch = batch;
+  it->max_batch = max_batch;
+  it->cap = max_batch;
+  if (chunked) {
+    it->items = PyMem_Calloc(it->cap, sizeof *it->items);
+  } else {
+    it->bufs = PyMem_RawCalloc(it->cap, sizeof *it->bufs);
+    it->index = PyMem_RawMalloc(it->cap * sizeof *it->index);
+  }
+  PyObject_GC_Track(it);
+  if (chunked ? it->items == NULL : it->bufs == NULL || it->index == NULL) {
+    Py_DECREF(it);
+    PyErr_NoMemory();
+    return NULL;
+  }
+  if (owner->kind->track != NULL) owner->kind->track(owner, it, true);
+  return it;
+}
+
+PyObject *bcpy_iter_open(bcpy_sobj *owner, PyTypeObject *type, bc_seq *seq, uint64_t from,
+                         size_t window, int threads, size_t batch, size_t max_batch,
+                         bool lazy, bool chunked) {
+  bcpy_iter *it = iter_alloc(owner, type, batch, max_batch, chunked);
+  if (it == NULL) return NULL;
+  int rc = 0;
+  if (chunked) {
+    bc_len l;
+    it->next = from;
+    rc = bc_seq_length(seq, false, &l); /* never waits */
+    if (rc == 0 && l.kind == BC_LEN_EXACT) {
+      it->bounded = true;
+      it->end = l.value;
+    }
+  } else {
+    it->pulled = from;
+    it->window = window;
+    it->threads = threads;
+    Py_BEGIN_ALLOW_THREADS /* bc_seq_iterate may settle the length */
+    rc = open_readahead(it, seq, from, window, threads, lazy);
+    Py_END_ALLOW_THREADS
+  }
+  if (rc != 0) {
+    owner->kind->raise(rc, bc_errno(), NULL);
+    Py_DECREF(it);
+    return NULL;
+  }
+  return (PyObject *)it;
+}
+
+/* ---- ReaderIterator's constructors ------------------------------------------------ */
 
 /* Records kept in flight: bagz's rule (about 1 MiB of stored bytes, or
  * read_ahead records), bounded so that tiny records do not ask for a huge
@@ -87,59 +186,26 @@ static int window_size(bcpy_seq *seq, PyObject *read_ahead, uint64_t count,
   return 0;
 }
 
-static bcpy_iter *iter_new(bcpy_seq *seq, size_t window) {
-  bcpy_iter *it = PyObject_GC_New(bcpy_iter, &bcpy_Iterator_Type);
-  if (it == NULL) return NULL;
-  it->ra = NULL;
-  it->source = NULL;
-  it->array = (bcpy_ivec){NULL, 0, 0};
-  it->array_pos = 0;
-  Py_INCREF(seq);
-  it->owner = (PyObject *)seq;
-  it->len = seq->len;
-  it->pid = getpid();
-  it->busy = false;
-  it->done = false;
-  it->cap = window < MAX_BATCH ? window : MAX_BATCH;
-  it->head = it->count = 0;
-  it->end_rc = 0;
-  it->end_msg = NULL;
-  it->exc_type = it->exc_value = it->exc_tb = NULL;
-  it->bufs = PyMem_RawCalloc(it->cap, sizeof *it->bufs);
-  PyObject_GC_Track(it);
-  if (it->bufs == NULL) {
-    Py_DECREF(it);
-    PyErr_NoMemory();
-    return NULL;
-  }
-  return it;
+static int reader_threads(bcpy_seq *seq) {
+  return seq->readahead_threads > 0 ? seq->readahead_threads : 2;
 }
-
-/* ---- construction ----------------------------------------------------------- */
 
 PyObject *bcpy_iter_range(bcpy_seq *seq, uint64_t start, uint64_t count,
                           PyObject *read_ahead) {
   size_t window;
   if (window_size(seq, read_ahead, count, &window) < 0) return NULL;
-  bcpy_iter *it = iter_new(seq, window);
-  if (it == NULL) return NULL;
+  size_t batch = window < MAX_BATCH ? window : MAX_BATCH;
   bc_seq *view = NULL;
   int rc = 0;
-  bc_readahead_options o = BC_READAHEAD_OPTIONS_INIT;
-  o.window = window;
-  o.threads = seq->readahead_threads > 0 ? seq->readahead_threads : 2;
   if (start == 0 && count == seq->len)
     view = bc_seq_ref(seq->seq);
   else
     rc = bc_seq_slice(&view, seq->seq, (int64_t)start, (int64_t)(start + count), 1);
-  if (rc == 0) rc = bc_seq_iterate(&it->ra, view, 0, &o); /* ra refs view */
-  bc_seq_unref(view);
-  if (rc != 0) {
-    bcpy_raise(rc, NULL);
-    Py_DECREF(it);
-    return NULL;
-  }
-  return (PyObject *)it;
+  if (rc != 0) return bcpy_raise(rc, NULL);
+  PyObject *it = bcpy_iter_open((bcpy_sobj *)seq, &bcpy_Iterator_Type, view, 0, window,
+                                reader_threads(seq), batch, batch, false, false);
+  bc_seq_unref(view); /* the read-ahead holds its own */
+  return it;
 }
 
 /* The index stream: called by bc_readahead_next, in the thread of __next__,
@@ -206,7 +272,8 @@ PyObject *bcpy_iter_indices(bcpy_seq *seq, PyObject *indices,
     PyMem_RawFree(array.v);
     return NULL;
   }
-  bcpy_iter *it = iter_new(seq, window);
+  size_t batch = window < MAX_BATCH ? window : MAX_BATCH;
+  bcpy_iter *it = iter_alloc((bcpy_sobj *)seq, &bcpy_Iterator_Type, batch, batch, false);
   if (it == NULL) { /* freed on the way out: nothing of ours taken yet */
     Py_XDECREF(source);
     PyMem_RawFree(array.v);
@@ -214,9 +281,10 @@ PyObject *bcpy_iter_indices(bcpy_seq *seq, PyObject *indices,
   }
   it->source = source;
   it->array = array;
+  it->len = seq->len;
   bc_readahead_options o = BC_READAHEAD_OPTIONS_INIT;
   o.window = window;
-  o.threads = seq->readahead_threads > 0 ? seq->readahead_threads : 2;
+  o.threads = reader_threads(seq);
   int rc = bc_readahead_open(&it->ra, seq->seq, conv ? array_stream : index_stream,
                              it, &o);
   if (rc != 0) {
@@ -227,79 +295,214 @@ PyObject *bcpy_iter_indices(bcpy_seq *seq, PyObject *indices,
   return (PyObject *)it;
 }
 
-/* ---- iteration ---------------------------------------------------------------- */
+/* ---- stopping ----------------------------------------------------------------------- */
 
-/* Stops the workers (GIL released: they may be finishing a read). */
-static void stop_readahead(bcpy_iter *it) {
+/* Closing a read-ahead whose reads may be fills, on a helper. */
+typedef struct {
+  bcpy_call base;
+  bc_readahead *ra;
+  struct bcpy_stream *stream;
+} close_call;
+
+static int close_run(bcpy_call *c) {
+  close_call *k = (close_call *)c;
+  close_readahead(k->ra, k->stream);
+  k->ra = NULL;
+  k->stream = NULL;
+  return 0;
+}
+
+static void close_free(bcpy_call *c) {
+  close_call *k = (close_call *)c;
+  if (k->ra != NULL) close_readahead(k->ra, k->stream);
+  PyMem_RawFree(k);
+}
+
+/* Stops the workers.  `may_detach`: reads in flight may be long fills that
+ * this thread must not wait for, so a helper closes it where needed. */
+static void stop_readahead(bcpy_iter *it, bool may_detach) {
   bc_readahead *ra = it->ra;
+  struct bcpy_stream *stream = it->stream;
   it->ra = NULL;
+  it->stream = NULL;
   if (ra == NULL) return;
-  if (it->pid != getpid()) return; /* forked child: no threads to stop */
+  if (it->pid != getpid()) return; /* forked child: no threads to stop; leaked */
+  const bcpy_seq_kind *kind = it->owner->kind;
+  if (may_detach && kind->waits != NULL && kind->waits(it->owner)) {
+    close_call *c = PyMem_RawCalloc(1, sizeof *c);
+    if (c != NULL) {
+      c->base.run = close_run;
+      c->base.free = close_free;
+      c->ra = ra;
+      c->stream = stream;
+      if (bcpy_fill_waiter.detach(&c->base)) return;
+      PyMem_RawFree(c);
+    }
+  }
   Py_BEGIN_ALLOW_THREADS
-  bc_readahead_close(ra);
+  close_readahead(ra, stream);
   Py_END_ALLOW_THREADS
 }
 
-/* After the last record: raises how the iteration ended, once. */
+void bcpy_iter_stop(bcpy_iter *it) { stop_readahead(it, true); }
+
+/* ---- refills ----------------------------------------------------------------------- */
+
+/* Takes up to `want` records (only those ready when `nowait`): 1 more may
+ * come, 0 the end, < 0 an error; *n counts what was taken. */
+static int take(bc_readahead *ra, bc_buf *bufs, uint64_t *index, size_t want, bool nowait,
+                size_t *n) {
+  int got = 1;
+  while (*n < want && (!nowait || bc_readahead_ready(ra)) &&
+         (got = bc_readahead_next(ra, &bufs[*n], &index[*n])) == 1)
+    (*n)++;
+  return got;
+}
+
+/* A refill as a call of the wait policy. */
+typedef struct {
+  bcpy_call base;
+  bc_readahead *ra;
+  bc_buf *bufs;
+  uint64_t *index;
+  size_t want, n;
+  int got;
+} refill_call;
+
+static int refill_run(bcpy_call *c) {
+  refill_call *r = (refill_call *)c;
+  r->got = take(r->ra, r->bufs, r->index, r->want, false, &r->n);
+  return r->got < 0 ? r->got : 0;
+}
+
+static void keep_exception(bcpy_iter *it) {
+  Py_CLEAR(it->exc_type);
+  Py_CLEAR(it->exc_value);
+  Py_CLEAR(it->exc_tb);
+  PyErr_Fetch(&it->exc_type, &it->exc_value, &it->exc_tb);
+}
+
+/* Takes the next records from the read-ahead: waiting as the sequence's
+ * reads wait (kind->waits: listed as a waiter for a first pass), else with
+ * the GIL released. */
+static void refill_readahead(bcpy_iter *it) {
+  bcpy_sobj *owner = it->owner;
+  const bcpy_seq_kind *kind = owner->kind;
+  refill_call r = {{refill_run, NULL, 0}, it->ra, it->bufs, it->index, it->batch, 0, 1};
+  if (kind->waits != NULL && kind->waits(owner)) {
+    kind->wait(owner, &r.base);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    refill_run(&r.base);
+    Py_END_ALLOW_THREADS
+  }
+  size_t n = r.n;
+  int got = r.got;
+  if (got == BC_ECANCELED && PyErr_Occurred()) {
+    /* Ctrl-C (the exception is pending): the iteration ends now; the
+     * read-ahead's reads in flight may be long fills, so a thread of its
+     * own closes it where this one must not wait. */
+    keep_exception(it);
+    bc_error_clear();
+    it->head = it->count = 0;
+    it->done = true;
+    stop_readahead(it, true);
+    return;
+  }
+  if (got == BC_ERANGE && it->stream != NULL) {
+    /* Past the end of a sequence whose end was not known when the
+     * position was streamed: the end, if the length now says so. */
+    bc_len l;
+    if (bc_seq_length(it->stream->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
+        it->pulled + n >= l.value)
+      got = 0;
+  }
+  it->head = 0;
+  it->count = n;
+  it->pulled += n;
+  if (got != 1) {
+    it->done = true;
+    if (got < 0) { /* raised after the records before it */
+      bc_error_save(&it->fail, got);
+      bc_error_clear();
+    }
+    stop_readahead(it, false); /* finished: nothing is in flight */
+  }
+}
+
+/* ---- iteration ---------------------------------------------------------------------- */
+
+/* After the last element: raises how the iteration ended, once. */
 static PyObject *finish(bcpy_iter *it) {
-  int rc = it->end_rc;
-  it->end_rc = 0;
-  if (rc == 0) return NULL; /* StopIteration */
   if (it->exc_type != NULL) {
     PyErr_Restore(it->exc_type, it->exc_value, it->exc_tb);
     it->exc_type = it->exc_value = it->exc_tb = NULL;
+    bc_error_state_clear(&it->fail);
     return NULL;
   }
-  bcpy_raise_errno(rc, it->end_errno, it->end_msg);
-  free(it->end_msg);
-  it->end_msg = NULL;
+  if (it->fail.code == 0) return NULL; /* StopIteration */
+  int rc = bc_error_restore(&it->fail);
+  bc_error_state_clear(&it->fail);
+  it->owner->kind->raise(rc, bc_errno(), NULL);
   return NULL;
 }
 
+/* Everything but handing out a record read ahead: items of a chunk, the
+ * end, refills.  Apart, so that the hot path below stays small.  *ready:
+ * records were read ahead, for iter_next to hand out. */
+static __attribute__((noinline)) PyObject *next_slow(bcpy_iter *it, bool *ready) {
+  bcpy_sobj *owner = it->owner;
+  if (owner == NULL) return NULL; /* cleared by the collector: ended */
+  const bcpy_seq_kind *kind = owner->kind;
+  for (;;) {
+    if (it->head < it->count) {
+      PyObject *obj = it->items[it->head];
+      it->items[it->head++] = NULL;
+      return obj;
+    }
+    if (kind->check(owner) < 0) return NULL; /* closed: its records are gone */
+    if (it->done) return finish(it);
+    if (it->busy) {
+      PyErr_Format(PyExc_RuntimeError, "%s is already running (used from two threads, "
+                   "or from its own index iterator)", Py_TYPE(it)->tp_name);
+      return NULL;
+    }
+    if (it->ra != NULL && it->pid != getpid()) {
+      PyErr_Format(PyExc_RuntimeError, "%s was created in another process (before "
+                   "fork); create a new iterator in this one", Py_TYPE(it)->tp_name);
+      return NULL;
+    }
+    it->busy = true;
+    if (it->ra != NULL)
+      refill_readahead(it);
+    else if (it->items != NULL && kind->chunk != NULL)
+      kind->chunk(owner, it);
+    else
+      it->done = true; /* the read-ahead was stopped */
+    it->busy = false;
+    if (it->batch < it->max_batch) it->batch = 2 * it->batch < it->max_batch ? 2 * it->batch
+                                                                            : it->max_batch;
+    if (it->head < it->count && it->items == NULL) {
+      *ready = true;
+      return NULL;
+    }
+  }
+}
+
 static PyObject *iter_next(bcpy_iter *it) {
-  if (it->head < it->count) {
-    bc_buf *b = &it->bufs[it->head++];
-    return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
+  for (;;) {
+    size_t k = it->head;
+    if (k < it->count && it->items == NULL) { /* a record read ahead */
+      it->head = k + 1;
+      bc_buf *b = &it->bufs[k];
+      bcpy_sobj *owner = it->owner;
+      if (owner->kind->decode != NULL) return owner->kind->decode(owner, b, it->index[k]);
+      return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
+    }
+    bool ready = false;
+    PyObject *r = next_slow(it, &ready);
+    if (!ready) return r;
   }
-  if (it->done) return finish(it);
-  if (it->busy) {
-    PyErr_SetString(PyExc_RuntimeError, "ReaderIterator is already running "
-                                         "(used from two threads, or from its own "
-                                         "index iterator)");
-    return NULL;
-  }
-  if (it->pid != getpid()) {
-    PyErr_SetString(PyExc_RuntimeError,
-                    "ReaderIterator was created in another process (before fork); "
-                    "create a new iterator in this one");
-    return NULL;
-  }
-  it->busy = true;
-  size_t n = 0;
-  int rc = 1;
-  char *msg = NULL;
-  int msg_errno = 0;
-  bc_readahead *ra = it->ra;
-  bc_buf *bufs = it->bufs;
-  size_t cap = it->cap;
-  Py_BEGIN_ALLOW_THREADS
-  while (n < cap && (rc = bc_readahead_next(ra, &bufs[n], NULL)) == 1) n++;
-  if (rc < 0) {
-    msg = strdup(bc_errmsg());
-    msg_errno = bc_errno();
-  }
-  Py_END_ALLOW_THREADS
-  it->busy = false;
-  it->head = 0;
-  it->count = n;
-  if (rc != 1) {
-    it->done = true;
-    it->end_rc = rc < 0 ? rc : 0;
-    it->end_msg = msg;
-    it->end_errno = msg_errno;
-    stop_readahead(it);
-  }
-  return iter_next(it);
 }
 
 /* ---- type ------------------------------------------------------------------------ */
@@ -307,33 +510,45 @@ static PyObject *iter_next(bcpy_iter *it) {
 static int iter_traverse(bcpy_iter *it, visitproc visit, void *arg) {
   Py_VISIT(it->source);
   Py_VISIT(it->owner);
+  if (it->items != NULL)
+    for (size_t k = it->head; k < it->count; k++) Py_VISIT(it->items[k]);
   Py_VISIT(it->exc_type);
   Py_VISIT(it->exc_value);
   Py_VISIT(it->exc_tb);
   return 0;
 }
 
+/* Also breaks cycles through the owner: the read-ahead is stopped first
+ * (its stream may use the source), and the iterator unlisted. */
 static int iter_clear(bcpy_iter *it) {
+  bcpy_sobj *owner = it->owner;
+  if (owner != NULL) {
+    if (owner->kind->track != NULL) owner->kind->track(owner, it, false);
+    stop_readahead(it, true);
+  }
   Py_CLEAR(it->source);
-  Py_CLEAR(it->owner);
+  if (it->items != NULL) {
+    for (size_t k = it->head; k < it->count; k++) Py_CLEAR(it->items[k]);
+    it->head = it->count = 0;
+  }
   Py_CLEAR(it->exc_type);
   Py_CLEAR(it->exc_value);
   Py_CLEAR(it->exc_tb);
+  Py_CLEAR(it->owner);
+  it->head = it->count = 0; /* nothing is handed out without an owner */
   return 0;
 }
 
 static void iter_dealloc(bcpy_iter *it) {
   PyObject_GC_UnTrack(it);
-  /* Workers never touch Python objects, so they can be stopped before or
-   * after the references go; the source must outlive the stream, which
-   * runs only inside __next__. */
-  stop_readahead(it);
   iter_clear(it);
   if (it->bufs != NULL)
     for (size_t k = 0; k < it->cap; k++) bc_buf_release(&it->bufs[k]);
   PyMem_RawFree(it->bufs);
+  PyMem_RawFree(it->index);
+  PyMem_Free(it->items);
   PyMem_RawFree(it->array.v);
-  free(it->end_msg);
+  bc_error_state_clear(&it->fail);
   PyObject_GC_Del(it);
 }
 
@@ -342,7 +557,7 @@ PyTypeObject bcpy_Iterator_Type = {
     .tp_name = "bagcache.ReaderIterator",
     .tp_basicsize = sizeof(bcpy_iter),
     .tp_dealloc = (destructor)iter_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, /* subtypes: static only */
     .tp_doc = "Iterator over records, read ahead on worker threads.\n\n"
               "Made by iter(reader), read_range_iter and read_indices_iter.",
     .tp_traverse = (traverseproc)iter_traverse,

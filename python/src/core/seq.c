@@ -1,13 +1,14 @@
 /*
- * core/seq.c - _SeqBase (a read-only view of any bc_seq) and _ReaderBase (a
- * _SeqBase over a bag set opened from a file spec).
+ * core/seq.c - _SeqBase (the raw records of a bag set, or a slice of one)
+ * and _ReaderBase (a _SeqBase opened from a file spec): subtypes of
+ * _Sequence (core/sequence.c), which does their subscripts and slices.
  *
- * Invariant of an open object: seq is root itself (start 0, step 1, len =
- * the root's length) or a bc_seq_slice of root, and element k of seq is
- * root[start + k * step] for k < len.  Slicing composes these coordinates
- * in Python's arithmetic and builds the new view directly over root, so a
- * slice of a slice is exact for every step (the coordinates are also what
- * pickling stores).  Views share root and `meta`; they are immutable.
+ * Invariant of an open object: seq is root itself or a bc_seq_slice of it
+ * (slices of slices compose in bc_seq_slice), and len is seq's exact
+ * length.  The coordinates pickling stores, element k of seq being
+ * root[start + k * step], are read back from the slice (_state) by
+ * resolving elements 0 and 1.  Views share root and `meta`; they are
+ * immutable.
  */
 #include "core/bcpy.h"
 
@@ -16,52 +17,6 @@
 #include "structmember.h"
 
 /* ---- construction --------------------------------------------------------- */
-
-int bcpy_seq_set_view(bcpy_seq *self, bc_seq *root, int64_t start,
-                      int64_t step, uint64_t len) {
-  uint64_t root_len;
-  bc_seq *view = NULL;
-  int rc = bc_seq_len(root, &root_len);
-  if (rc != 0) {
-    bcpy_raise(rc, NULL);
-    return -1;
-  }
-  if (len <= 1) step = 1; /* one element (or none) has no stride */
-  if (len == 0) start = 0;
-  if (start == 0 && step == 1 && len == root_len) {
-    view = bc_seq_ref(root);
-  } else {
-    /* stop one step past the last element; a negative stop would count
-     * from the end, and "omitted" means the same as -1 for a negative
-     * step. */
-    int64_t stop = len == 0 ? 0 : start + (int64_t)len * step;
-    if (stop < 0) stop = BC_NONE;
-    rc = bc_seq_slice(&view, root, start, stop, step);
-    uint64_t got = 0;
-    if (rc == 0) rc = bc_seq_len(view, &got);
-    if (rc == 0 && got != len) {
-      bc_seq_unref(view);
-      PyErr_Format(PyExc_SystemError,
-                   "bagcache: view [%lld::%lld] has %llu elements, not %llu",
-                   (long long)start, (long long)step, (unsigned long long)got,
-                   (unsigned long long)len);
-      return -1;
-    }
-    if (rc != 0) {
-      bc_seq_unref(view);
-      bcpy_raise(rc, NULL);
-      return -1;
-    }
-  }
-  bc_seq_unref(self->seq);
-  bc_seq_unref(self->root);
-  self->seq = view;
-  self->root = bc_seq_ref(root);
-  self->start = start;
-  self->step = step;
-  self->len = len;
-  return 0;
-}
 
 int bcpy_seq_check(bcpy_seq *self) {
   if (self->seq != NULL) return 0;
@@ -78,20 +33,35 @@ int bcpy_seq_check_bulk(bcpy_seq *self) {
   return -1;
 }
 
-/* A new object of self's type viewing root[start + k * step], k < len. */
-static PyObject *new_view(bcpy_seq *self, int64_t start, int64_t step,
-                          uint64_t len) {
+static const bcpy_seq_kind seq_kind;
+
+/* tp_new of _SeqBase and _ReaderBase (and their Python subclasses). */
+static PyObject *seq_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  bcpy_seq *self = (bcpy_seq *)PyType_GenericNew(type, args, kwds);
+  if (self != NULL) self->kind = &seq_kind;
+  return (PyObject *)self;
+}
+
+/* A new object of self's type over `seq` (taken over), a slice of self. */
+static PyObject *seq_wrap(bcpy_sobj *base, bc_seq *seq, PyObject *key) {
+  (void)key;
+  bcpy_seq *self = (bcpy_seq *)base;
   PyTypeObject *type = Py_TYPE(self);
-  bcpy_seq *v = (bcpy_seq *)type->tp_alloc(type, 0);
-  if (v == NULL) return NULL;
+  uint64_t len;
+  int rc = bc_seq_len(seq, &len);
+  bcpy_seq *v = rc == 0 ? (bcpy_seq *)type->tp_alloc(type, 0) : NULL;
+  if (v == NULL) {
+    bc_seq_unref(seq);
+    return rc != 0 ? bcpy_raise(rc, NULL) : NULL;
+  }
+  v->kind = &seq_kind;
+  v->seq = seq;
+  v->root = bc_seq_ref(self->root);
+  v->len = len;
   v->max_parallelism = self->max_parallelism;
   v->readahead_threads = self->readahead_threads;
   Py_XINCREF(self->meta);
   v->meta = self->meta;
-  if (bcpy_seq_set_view(v, self->root, start, step, len) < 0) {
-    Py_DECREF(v);
-    return NULL;
-  }
   return (PyObject *)v;
 }
 
@@ -115,12 +85,12 @@ static Py_ssize_t seq_length(bcpy_seq *self) {
 }
 
 /* Record `index` (negative counts from the end) as bytes. */
-static PyObject *get_item(bcpy_seq *self, Py_ssize_t index) {
-  if (bcpy_seq_check(self) < 0) return NULL;
-  Py_ssize_t i = index;
-  if (i < 0) i += (Py_ssize_t)self->len;
+static PyObject *get_item(bcpy_sobj *base, int64_t index) {
+  bcpy_seq *self = (bcpy_seq *)base;
+  int64_t i = index;
+  if (i < 0) i += (int64_t)self->len;
   if (i < 0 || (uint64_t)i >= self->len) {
-    PyErr_Format(PyExc_IndexError, "index %zd out of range [0, %llu)", index,
+    PyErr_Format(PyExc_IndexError, "index %lld out of range [0, %llu)", (long long)index,
                  (unsigned long long)self->len);
     return NULL;
   }
@@ -138,45 +108,22 @@ static PyObject *get_item(bcpy_seq *self, Py_ssize_t index) {
   return result;
 }
 
-/* Python's slice arithmetic on the view, composed into root coordinates. */
-static PyObject *get_slice(bcpy_seq *self, PyObject *slice) {
-  Py_ssize_t start, stop, step;
-  if (PySlice_Unpack(slice, &start, &stop, &step) < 0) {
-    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-      PyObject *type, *value, *tb;
-      PyErr_Fetch(&type, &value, &tb);
-      PyErr_Format(bcpy_InvalidSliceError, "Invalid slice: %S", value);
-      Py_XDECREF(type);
-      Py_XDECREF(value);
-      Py_XDECREF(tb);
-    }
-    return NULL;
-  }
-  Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)self->len, &start, &stop, step);
-  if (n <= 0) return new_view(self, 0, 1, 0);
-  int64_t root_start = self->start + (int64_t)start * self->step;
-  int64_t root_step = n == 1 ? 1 : (int64_t)step * self->step;
-  return new_view(self, root_start, root_step, (uint64_t)n);
-}
+static int seq_check(bcpy_sobj *self) { return bcpy_seq_check((bcpy_seq *)self); }
 
-static PyObject *seq_subscript(bcpy_seq *self, PyObject *key) {
-  if (PySlice_Check(key)) {
-    if (bcpy_seq_check(self) < 0) return NULL;
-    return get_slice(self, key);
-  }
-  if (PyIndex_Check(key)) {
-    Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
-    if (i == -1 && PyErr_Occurred()) return NULL;
-    return get_item(self, i);
-  }
-  PyErr_Format(PyExc_TypeError,
-               "%s indices must be integers or slices, not %.200s",
-               Py_TYPE(self)->tp_name, Py_TYPE(key)->tp_name);
-  return NULL;
-}
+static const bcpy_seq_kind seq_kind = {
+    .check = seq_check,
+    .item = get_item,
+    .take = NULL, /* bagz: integers and slices only */
+    .wait = bcpy_wait_plain,
+    .wrap = seq_wrap,
+    .raise = bcpy_raise_errno,
+};
 
-static PyObject *seq_sq_item(bcpy_seq *self, Py_ssize_t i) {
-  return get_item(self, i);
+/* self[::-1]; an empty view is its own reverse (as bagz's). */
+static PyObject *seq_reversed(bcpy_seq *self, PyObject *unused) {
+  if (bcpy_seq_check(self) < 0) return NULL;
+  if (self->len == 0) return Py_NewRef(self);
+  return bcpy_sobj_reversed((bcpy_sobj *)self, unused);
 }
 
 static int seq_sq_contains(bcpy_seq *self, PyObject *value) {
@@ -188,38 +135,6 @@ static PyObject *seq_iter(bcpy_seq *self) {
   return bcpy_iter_range(self, 0, self->len, NULL);
 }
 
-static PyObject *seq_reversed(bcpy_seq *self, PyObject *unused) {
-  (void)unused;
-  if (bcpy_seq_check(self) < 0) return NULL;
-  if (self->len == 0) {
-    Py_INCREF(self);
-    return (PyObject *)self;
-  }
-  int64_t last = self->start + (int64_t)(self->len - 1) * self->step;
-  return new_view(self, last, -self->step, self->len);
-}
-
-/* Validates [start, start + num_records) against the view (a negative start
- * counts from the end).  Sets IndexError/ValueError and returns -1. */
-static int check_range(bcpy_seq *self, Py_ssize_t *start, Py_ssize_t num) {
-  Py_ssize_t s = *start;
-  if (num < 0) {
-    PyErr_Format(PyExc_ValueError, "num_records must be >= 0, not %zd", num);
-    return -1;
-  }
-  if (s < 0) s += (Py_ssize_t)self->len;
-  if (s < 0 || (uint64_t)s > self->len || (uint64_t)num > self->len - (uint64_t)s) {
-    PyErr_Format(PyExc_IndexError, "Range [%zd, %lld) out of range [0, %llu]",
-                 *start, (long long)*start + (long long)num,
-                 (unsigned long long)self->len);
-    return -1;
-  }
-  *start = s;
-  return 0;
-}
-
-PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args);
-
 static PyObject *seq_read_range_iter(bcpy_seq *self, PyObject *args,
                                      PyObject *kwds) {
   static char *kwlist[] = {"start", "num_records", "read_ahead", NULL};
@@ -228,7 +143,7 @@ static PyObject *seq_read_range_iter(bcpy_seq *self, PyObject *args,
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "nn|$O:read_range_iter", kwlist,
                                    &start, &num, &read_ahead))
     return NULL;
-  if (bcpy_seq_check(self) < 0 || check_range(self, &start, num) < 0) return NULL;
+  if (bcpy_seq_check(self) < 0 || bcpy_seq_check_range(self, &start, num) < 0) return NULL;
   return bcpy_iter_range(self, (uint64_t)start, (uint64_t)num, read_ahead);
 }
 
@@ -248,7 +163,16 @@ static PyObject *seq_read_indices_iter(bcpy_seq *self, PyObject *args,
 static PyObject *seq_state(bcpy_seq *self, PyObject *unused) {
   (void)unused;
   if (bcpy_seq_check(self) < 0) return NULL;
-  return Py_BuildValue("(LLK)", (long long)self->start, (long long)self->step,
+  int64_t at[2] = {0, 1};
+  for (uint64_t k = 0; k < 2 && k < self->len; k++) {
+    bc_seq *leaf;
+    uint64_t li;
+    int rc = bc_seq_resolve(self->seq, (int64_t)k, &leaf, &li); /* arithmetic */
+    if (rc != 0) return bcpy_raise(rc, NULL);
+    at[k] = (int64_t)li;
+  }
+  if (self->len < 2) at[1] = at[0] + 1;
+  return Py_BuildValue("(LLK)", (long long)at[0], (long long)(at[1] - at[0]),
                        (unsigned long long)self->len);
 }
 
@@ -276,7 +200,20 @@ static PyObject *seq_view(bcpy_seq *self, PyObject *args) {
       return NULL;
     }
   }
-  return new_view(self, start, step, len);
+  if (len <= 1) step = 1; /* one element (or none) has no stride */
+  if (len == 0) start = 0;
+  bc_seq *view = NULL;
+  if (start == 0 && step == 1 && len == root_len) {
+    view = bc_seq_ref(self->root);
+  } else {
+    /* stop one step past the last element; a negative stop would count
+     * from the end, and "omitted" means the same as -1 for a negative
+     * step. */
+    long long stop = len == 0 ? 0 : start + (long long)len * step;
+    if ((rc = bc_seq_slice(&view, self->root, start, stop < 0 ? BC_NONE : stop, step)) != 0)
+      return bcpy_raise(rc, NULL);
+  }
+  return seq_wrap((bcpy_sobj *)self, view, NULL);
 }
 
 /* ---- method tables ---------------------------------------------------------- */
@@ -327,13 +264,11 @@ static PyMemberDef seq_members[] = {
 
 static PySequenceMethods seq_as_sequence = {
     .sq_length = (lenfunc)seq_length,
-    .sq_item = (ssizeargfunc)seq_sq_item,
     .sq_contains = (objobjproc)seq_sq_contains,
 };
 
 static PyMappingMethods seq_as_mapping = {
     .mp_length = (lenfunc)seq_length,
-    .mp_subscript = (binaryfunc)seq_subscript,
 };
 
 PyTypeObject bcpy_SeqBase_Type = {
@@ -349,7 +284,8 @@ PyTypeObject bcpy_SeqBase_Type = {
     .tp_iter = (getiterfunc)seq_iter,
     .tp_methods = seq_methods,
     .tp_members = seq_members,
-    .tp_new = PyType_GenericNew,
+    .tp_base = &bcpy_Sequence_Type,
+    .tp_new = seq_new,
 };
 
 /* ---- _ReaderBase: a bag set ------------------------------------------------- */
@@ -417,7 +353,9 @@ static PyObject *reader_open(bcpy_seq *self, PyObject *args, PyObject *kwds) {
   int cap = cpus >= 4 ? 4 : cpus == 3 ? 3 : 2;
   self->readahead_threads = o.max_parallelism < cap ? o.max_parallelism : cap;
   if (self->readahead_threads < 2) self->readahead_threads = 2;
-  if (bcpy_seq_set_view(self, root, 0, 1, len) < 0) goto cleanup;
+  self->seq = bc_seq_ref(root);
+  self->root = bc_seq_ref(root);
+  self->len = len;
   Py_INCREF(meta);
   Py_XSETREF(self->meta, meta);
   Py_INCREF(Py_None);
@@ -497,5 +435,5 @@ PyTypeObject bcpy_ReaderBase_Type = {
     .tp_doc = "A view of a set of Bagz shards opened from a file spec.",
     .tp_methods = reader_methods,
     .tp_base = &bcpy_SeqBase_Type,
-    .tp_new = PyType_GenericNew,
+    .tp_new = seq_new,
 };

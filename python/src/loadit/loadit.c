@@ -5,12 +5,15 @@
  *   _CacheCore  one open cache (bc_cache_open over the source of
  *               loadit/source.c): introspection, info, fill_all, close.
  *               Shared by the loader and every view of it.
- *   _CacheSeq   a sequence over the cache: the loader itself (the cache's
- *               bc_seq) or a view (a bc_seq_slice / bc_seq_take of another
- *               _CacheSeq's sequence).  Items are unpickled records (or
- *               bytes); slices and index lists give views; iteration reads
- *               ahead (bc_readahead); read_indices reads in parallel.
- *   _CacheIter  the read-ahead iterator.
+ *   _CacheSeq   a subtype of _Sequence (core/sequence.c): the loader
+ *               itself (the cache's bc_seq) or a view (a bc_seq_slice /
+ *               bc_seq_take of another _CacheSeq's sequence).  Its kind
+ *               (lobj_kind) reads items (unpickled records, or bytes),
+ *               makes views of index lists, and waits listed as a waiter
+ *               (WAIT_BEGIN); subscripts and slices are the base type's;
+ *               read_indices reads in parallel.
+ *   _CacheIter  the one iterator (core/iterator.c) under LoadIt's name:
+ *               positions streamed lazily, records decoded by lobj_decode.
  *
  * Reads and waits: every call into the engine runs with the GIL released,
  * in the calling thread.  From the main thread, Ctrl-C reaches a wait
@@ -59,14 +62,13 @@ typedef struct {
    * and the root's shared state are released then, not when the last of
    * them is collected. */
   struct bcpy_lobj *users;
-  struct bcpy_citer *iters;
+  bcpy_iter *iters;
   PyObject *weakrefs;
 } bcpy_core;
 
 typedef struct bcpy_lobj {
-  PyObject_HEAD
-  bc_seq *seq;        /* the cache's sequence or a view of it; NULL once
-                         the core is closed */
+  BCPY_SEQ_HEAD       /* seq: the cache's sequence or a view of it; NULL
+                         once the core is closed */
   bcpy_core *core;
   PyObject *parent;   /* a view: the object it was taken from */
   PyObject *key;      /* ... and the key (a slice, or int64 bytes) */
@@ -134,6 +136,48 @@ static PyObject *raise_rc(int rc, const char *msg) {
     Py_END_ALLOW_THREADS         \
     bcpy_waiter_remove(waiter_); \
   }
+
+/* The wait policy of views over a LoadIt (core/bcpy.h, bcpy_fill_waiter):
+ * listed as a waiter, the GIL released. */
+static int fill_wait(bcpy_call *c) {
+  int waiter = bcpy_waiter_add();
+  Py_BEGIN_ALLOW_THREADS
+  bcpy_call_run(c);
+  Py_END_ALLOW_THREADS
+  bcpy_waiter_remove(waiter);
+  return 0;
+}
+
+/* Runs a call on a thread of its own where this thread must not wait for
+ * it: the main thread (closing a read-ahead whose reads in flight may be
+ * long fills) or inside a source callback (this thread may be one of the
+ * engine's workers).  The thread frees it. */
+typedef struct {
+  bcpy_job base;
+  bcpy_call *call;
+} call_job;
+
+static int call_run(bcpy_job *job) {
+  bcpy_call_run(((call_job *)job)->call);
+  return 0;
+}
+
+static void call_release(bcpy_job *job) {
+  bcpy_call *c = ((call_job *)job)->call;
+  c->free(c);
+}
+
+static bool fill_detach(bcpy_call *c) {
+  if (!bcpy_is_main_thread() && !bcpy_in_callback) return false;
+  call_job *j = PyMem_RawCalloc(1, sizeof *j);
+  if (j == NULL) return false;
+  j->base.run = call_run;
+  j->base.release = call_release;
+  j->call = c;
+  if (bcpy_run_detached(&j->base) == 0) return true;
+  PyMem_RawFree(j);
+  return false;
+}
 
 /* ---- teardown ----------------------------------------------------------------- */
 
@@ -987,6 +1031,8 @@ static Py_ssize_t lobj_length(bcpy_lobj *self) {
 
 /* ---- _CacheSeq: views ---------------------------------------------------------- */
 
+static const bcpy_seq_kind lobj_kind;
+
 /* A new view object (of the class named by type(self)._view_class, else
  * _CacheSeq) over seq (reference taken over). */
 static PyObject *new_view(bcpy_lobj *self, bc_seq *seq, PyObject *key, bool safe) {
@@ -1003,6 +1049,7 @@ static PyObject *new_view(bcpy_lobj *self, bc_seq *seq, PyObject *key, bool safe
     bc_seq_unref(seq);
     return NULL;
   }
+  v->kind = &lobj_kind;
   v->seq = seq;
   Py_INCREF(self->core);
   v->core = self->core;
@@ -1015,62 +1062,21 @@ static PyObject *new_view(bcpy_lobj *self, bc_seq *seq, PyObject *key, bool safe
   return (PyObject *)v;
 }
 
-static int slice_bound(PyObject *obj, int64_t *out) {
-  if (obj == Py_None) {
-    *out = BC_NONE;
-    return 0;
-  }
-  if (!PyIndex_Check(obj)) {
-    PyErr_Format(bcpy_InvalidSliceError,
-                 "slice indices must be integers or None, not %.200s",
-                 Py_TYPE(obj)->tp_name);
-    return -1;
-  }
-  Py_ssize_t v = PyNumber_AsSsize_t(obj, NULL); /* clamped like list slices */
-  if (v == -1 && PyErr_Occurred()) return -1;
-  *out = v == (Py_ssize_t)BC_NONE ? v + 1 : (int64_t)v;
-  return 0;
-}
-
-/* self[a:b:c] with Python's rules, lazy while the end is unknown and the
- * bounds are non-negative with a positive step. */
-static PyObject *get_slice(bcpy_lobj *self, PyObject *key) {
-  PySliceObject *sl = (PySliceObject *)key;
-  int64_t start, stop, step;
-  if (slice_bound(sl->start, &start) < 0 || slice_bound(sl->stop, &stop) < 0 ||
-      slice_bound(sl->step, &step) < 0)
-    return NULL;
-  if (step == BC_NONE) step = 1;
-  if (step == 0) {
-    PyErr_SetString(PyExc_ValueError, "slice step cannot be zero");
-    return NULL;
-  }
-  bc_seq *out = NULL;
-  int rc;
-  bc_len l;
-  bool lazy = step > 0 && (start == BC_NONE || start >= 0) && (stop == BC_NONE || stop >= 0);
-  if (lazy || (bc_seq_length(self->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT)) {
-    rc = bc_seq_slice(&out, self->seq, start, stop, step); /* no waiting */
-  } else {
-    bc_seq *seq = bc_seq_ref(self->seq);
-    WAIT_BEGIN(self->core) /* settles the length: may drain */
-    rc = bc_seq_slice(&out, seq, start, stop, step);
-    WAIT_END
-    if (rc != 0) raise_rc(rc, NULL);
+/* self[a:b:c] (core/sequence.c made `seq`, perhaps after a wait in which
+ * the loader may have been closed). */
+static PyObject *lobj_wrap(bcpy_sobj *base, bc_seq *seq, PyObject *key) {
+  bcpy_lobj *self = (bcpy_lobj *)base;
+  if (lobj_check(self) < 0) {
     teardown(NULL, seq, NULL);
-    if (rc != 0) return NULL;
-    if (lobj_check(self) < 0) { /* closed while it waited */
-      teardown(NULL, out, NULL);
-      return NULL;
-    }
+    return NULL;
   }
-  if (rc != 0) return raise_rc(rc, NULL);
-  return new_view(self, out, key, self->resolve_safe);
+  return new_view(self, seq, key, self->resolve_safe);
 }
 
 /* self[indices]: a view of the records at those positions (checked when
  * read); key is kept as int64 bytes for pickling. */
-static PyObject *get_take(bcpy_lobj *self, PyObject *key) {
+static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
+  bcpy_lobj *self = (bcpy_lobj *)base;
   if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
       PyFloat_Check(key)) {
     PyErr_Format(PyExc_TypeError, "indices must be integers, slices or sequences "
@@ -1104,21 +1110,66 @@ static PyObject *get_take(bcpy_lobj *self, PyObject *key) {
   return v;
 }
 
-static PyObject *lobj_subscript(bcpy_lobj *self, PyObject *key) {
-  if (lobj_check(self) < 0) return NULL;
-  if (PyIndex_Check(key)) {
-    Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
-    if (i != -1 || !PyErr_Occurred()) return lobj_item(self, (int64_t)i);
-    /* numpy arrays have __index__, which only 1-element ones honour */
-    if (!PyErr_ExceptionMatches(PyExc_TypeError) || !PyObject_CheckBuffer(key)) return NULL;
-    PyErr_Clear();
+/* Iterators are listed in their core, which stops them when it closes. */
+static void lobj_track(bcpy_sobj *self, bcpy_iter *it, bool add) {
+  bcpy_core *core = ((bcpy_lobj *)self)->core;
+  if (add) {
+    it->next_iter = core->iters;
+    if (core->iters != NULL) core->iters->prev_iter = &it->next_iter;
+    core->iters = it;
+    it->prev_iter = &core->iters;
+  } else if (it->prev_iter != NULL) {
+    *it->prev_iter = it->next_iter;
+    if (it->next_iter != NULL) it->next_iter->prev_iter = it->prev_iter;
+    it->prev_iter = NULL;
   }
-  if (PySlice_Check(key)) return get_slice(self, key);
-  return get_take(self, key);
 }
 
-static PyObject *lobj_sq_item(bcpy_lobj *self, Py_ssize_t i) {
-  return lobj_item(self, (int64_t)i);
+/* A record an iterator read: none once the loader is closed (its records
+ * are gone). */
+static PyObject *lobj_decode(bcpy_sobj *self, bc_buf *b, uint64_t index) {
+  (void)index;
+  bcpy_core *core = ((bcpy_lobj *)self)->core;
+  if (core_check(core) < 0) return NULL;
+  return to_record(core, b);
+}
+
+static bool lobj_waits(bcpy_sobj *self) {
+  (void)self;
+  return true;
+}
+
+static int lobj_check_seq(bcpy_sobj *self) { return lobj_check((bcpy_lobj *)self); }
+
+static PyObject *lobj_item_seq(bcpy_sobj *self, int64_t i) {
+  return lobj_item((bcpy_lobj *)self, i);
+}
+
+/* A call that may wait (a slice that settles the length, a read-ahead
+ * refill): listed as a waiter, the GIL released. */
+static int lobj_wait(bcpy_sobj *self, bcpy_call *c) {
+  WAIT_BEGIN(((bcpy_lobj *)self)->core)
+  bcpy_call_run(c);
+  WAIT_END
+  return 0;
+}
+
+static const bcpy_seq_kind lobj_kind = {
+    .check = lobj_check_seq,
+    .item = lobj_item_seq,
+    .take = get_take,
+    .wait = lobj_wait,
+    .wrap = lobj_wrap,
+    .raise = raise_rc_errno,
+    .decode = lobj_decode,
+    .waits = lobj_waits,
+    .track = lobj_track,
+};
+
+static PyObject *lobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  bcpy_lobj *self = (bcpy_lobj *)PyType_GenericNew(type, args, kwds);
+  if (self != NULL) self->kind = &lobj_kind;
+  return (PyObject *)self;
 }
 
 /* ---- _CacheSeq: bulk reads and the rest ---------------------------------------- */
@@ -1273,13 +1324,8 @@ static PyMemberDef lobj_members[] = {
      "A view: its key (a slice, or the indices as int64 bytes)."},
     {NULL, 0, 0, 0, NULL}};
 
-static PySequenceMethods lobj_as_sequence = {
-    .sq_item = (ssizeargfunc)lobj_sq_item,
-};
-
 static PyMappingMethods lobj_as_mapping = {
     .mp_length = (lenfunc)lobj_length,
-    .mp_subscript = (binaryfunc)lobj_subscript,
 };
 
 PyTypeObject bcpy_CacheSeq_Type = {
@@ -1287,7 +1333,6 @@ PyTypeObject bcpy_CacheSeq_Type = {
     .tp_name = "bagcache._bagcache._CacheSeq",
     .tp_basicsize = sizeof(bcpy_lobj),
     .tp_dealloc = (destructor)lobj_dealloc,
-    .tp_as_sequence = &lobj_as_sequence,
     .tp_as_mapping = &lobj_as_mapping,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A sequence of the records of a cache, or a view of one.",
@@ -1297,162 +1342,19 @@ PyTypeObject bcpy_CacheSeq_Type = {
     .tp_iter = (getiterfunc)lobj_iter,
     .tp_methods = lobj_methods,
     .tp_members = lobj_members,
-    .tp_new = PyType_GenericNew,
+    .tp_base = &bcpy_Sequence_Type,
+    .tp_new = lobj_new,
 };
 
-/* ---- _CacheIter --------------------------------------------------------------- */
+/* ---- _CacheIter ----------------------------------------------------------------- */
 
-/* The read-ahead and its index stream: 0, 1, 2, ... up to the length once
- * it is exact, never waiting for it (bc_seq_iterate would settle the length
- * first, draining the source: see the report of the py2 LoadIt work).  A
- * read past the end then fails with BC_ERANGE, which ends the iteration
- * when that position is at or past the now exact length.  Heap-allocated:
- * an interrupted iterator hands it to the job that finishes its read. */
-typedef struct {
-  bc_readahead *ra;
-  bc_seq *seq;  /* own reference */
-  uint64_t next; /* next position the stream yields */
-} rstream;
-
-static int rstream_next(void *payload, uint64_t *index) {
-  rstream *r = payload;
-  bc_len l;
-  int rc = bc_seq_length(r->seq, false, &l);
-  if (rc != 0) return rc;
-  if (l.kind == BC_LEN_EXACT && r->next >= l.value) return 0;
-  *index = r->next++;
-  return 1;
-}
-
-/* Opens a read-ahead of seq from position `from`. */
-static int rstream_open(rstream **out, bc_seq *seq, uint64_t from) {
-  rstream *r = calloc(1, sizeof *r);
-  if (r == NULL) return bc_set_errmsg(BC_ENOMEM, "out of memory");
-  r->seq = bc_seq_ref(seq);
-  r->next = from;
-  bc_readahead_options o = BC_READAHEAD_OPTIONS_INIT;
-  o.window = ITER_WINDOW;
-  int rc = bc_readahead_open(&r->ra, seq, rstream_next, r, &o);
-  if (rc != 0) {
-    bc_seq_unref(r->seq);
-    free(r);
-    return rc;
-  }
-  *out = r;
-  return 0;
-}
-
-/* Stops the workers (waiting for reads in flight) and frees it; no GIL. */
-static void rstream_close(rstream *r) {
-  if (r == NULL) return;
-  bc_readahead_close(r->ra);
-  bc_seq_unref(r->seq);
-  free(r);
-}
-
-typedef struct bcpy_citer {
-  PyObject_HEAD
-  rstream *rs;
-  bcpy_lobj *owner;
-  struct bcpy_citer *next_iter, **prev_iter; /* core->iters (GIL) */
-  pid_t pid;
-  bool busy, done;
-  bc_buf *bufs;
-  size_t cap, head, count;
-  uint64_t pulled; /* records taken from the read-ahead so far */
-  int end_rc;
-  bc_error_state end_err; /* the failure raised after the records before it */
-} bcpy_citer;
-
-static void free_bufs(bc_buf *bufs, size_t cap) {
-  if (bufs == NULL) return;
-  for (size_t k = 0; k < cap; k++) bc_buf_release(&bufs[k]);
-  PyMem_RawFree(bufs);
-}
-
-/* Up to `cap` records from the read-ahead into bufs (*n of them), the
- * first being at position `pos`; *ended at the end.  No GIL. */
-static int batch_read(rstream *rs, bc_buf *bufs, size_t cap, uint64_t pos, size_t *n,
-                      bool *ended) {
-  int rc = 1;
-  *n = 0;
-  while (*n < cap && (rc = bc_readahead_next(rs->ra, &bufs[*n], NULL)) == 1) (*n)++;
-  if (rc == BC_ERANGE) {
-    /* Past the end of a sequence whose end was not known when the position
-     * was streamed: the end, if the length now says so. */
-    bc_len l;
-    if (bc_seq_length(rs->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
-        pos + *n >= l.value)
-      rc = 0;
-  }
-  if (rc < 0) return rc;
-  *ended = rc == 0;
-  return 0;
-}
-
-/* Closing a read-ahead waits for the reads in flight, which may be fills:
- * done by a helper so that dropping an iterator never blocks. */
-typedef struct {
-  bcpy_job base;
-  rstream *rs;
-  bc_buf *bufs;
-  size_t cap;
-} close_job;
-
-static int close_run(bcpy_job *job) {
-  close_job *j = (close_job *)job;
-  rstream_close(j->rs);
-  j->rs = NULL;
-  return 0;
-}
-
-static void close_release(bcpy_job *job) {
-  close_job *j = (close_job *)job;
-  rstream_close(j->rs);
-  free_bufs(j->bufs, j->cap);
-}
-
-static void stop_readahead(bcpy_citer *it) {
-  rstream *rs = it->rs;
-  it->rs = NULL;
-  if (rs == NULL) return;
-  Py_BEGIN_ALLOW_THREADS
-  rstream_close(rs);
-  Py_END_ALLOW_THREADS
-}
-
-/* The cache's iterator from position `from` (a view's positions). */
+/* The iterator (core/iterator.c) from position `from`: positions streamed
+ * lazily (never settling the length first: that would drain the source),
+ * ITER_BATCH records per refill from a window of ITER_WINDOW. */
 static PyObject *cache_iter_at(bcpy_lobj *self, uint64_t from) {
   if (lobj_check(self) < 0) return NULL;
-  bcpy_citer *it = PyObject_GC_New(bcpy_citer, &bcpy_CacheIter_Type);
-  if (it == NULL) return NULL;
-  it->rs = NULL;
-  Py_INCREF(self);
-  it->owner = self;
-  bcpy_core *core = self->core;
-  it->next_iter = core->iters;
-  if (core->iters != NULL) core->iters->prev_iter = &it->next_iter;
-  core->iters = it;
-  it->prev_iter = &core->iters;
-  it->pid = getpid();
-  it->busy = it->done = false;
-  it->cap = ITER_BATCH;
-  it->head = it->count = 0;
-  it->pulled = from;
-  it->end_rc = 0;
-  it->end_err = (bc_error_state)BC_ERROR_STATE_INIT;
-  it->bufs = PyMem_RawCalloc(it->cap, sizeof *it->bufs);
-  PyObject_GC_Track(it);
-  if (it->bufs == NULL) {
-    Py_DECREF(it);
-    return PyErr_NoMemory();
-  }
-  int rc = rstream_open(&it->rs, self->seq, from);
-  if (rc != 0) {
-    Py_DECREF(it);
-    return raise_rc(rc, NULL);
-  }
-  return (PyObject *)it;
+  return bcpy_iter_open((bcpy_sobj *)self, &bcpy_CacheIter_Type, self->seq, from,
+                        ITER_WINDOW, 0, ITER_BATCH, ITER_BATCH, true, false);
 }
 
 PyObject *bcpy_cache_iter(PyObject *loader, uint64_t from) {
@@ -1487,128 +1389,22 @@ static PyObject *lobj_iter(bcpy_lobj *self) {
   return cache_iter_at(self, 0);
 }
 
-static void citer_stop(bcpy_citer *it);
-
-static PyObject *citer_next(bcpy_citer *it) {
-  if (core_check(it->owner->core) < 0) return NULL; /* its records are gone */
-  for (;;) {
-    if (it->head < it->count) {
-      PyObject *r = to_record(it->owner->core, &it->bufs[it->head]);
-      it->head++;
-      return r;
-    }
-    if (it->done) {
-      int rc = it->end_rc;
-      it->end_rc = 0;
-      if (rc != 0) {
-        bc_error_restore(&it->end_err);
-        bc_error_state_clear(&it->end_err);
-        return raise_rc(rc, NULL);
-      }
-      return NULL; /* StopIteration */
-    }
-    if (it->busy) {
-      PyErr_SetString(PyExc_RuntimeError, "the iterator is already running in another thread");
-      return NULL;
-    }
-    if (it->pid != getpid()) {
-      PyErr_SetString(PyExc_RuntimeError, "the iterator was created before fork(); "
-                      "create a new one in this process");
-      return NULL;
-    }
-    if (lobj_check(it->owner) < 0) return NULL;
-    size_t n = 0;
-    bool ended = false;
-    int rc;
-    rstream *rs = it->rs;
-    bc_buf *bufs = it->bufs;
-    size_t cap = it->cap;
-    uint64_t pos = it->pulled;
-    it->busy = true;
-    WAIT_BEGIN(it->owner->core)
-    rc = batch_read(rs, bufs, cap, pos, &n, &ended);
-    WAIT_END
-    it->busy = false;
-    it->head = 0;
-    it->count = n;
-    it->pulled += n;
-    if (rc == BC_ECANCELED) { /* Ctrl-C: the exception is pending */
-      it->count = 0;
-      it->done = true;
-      citer_stop(it); /* reads in flight may be long fills */
-      return raise_rc(rc, NULL);
-    }
-    if (rc != 0) { /* raised after the records before it */
-      bc_error_save(&it->end_err, rc);
-      bc_error_clear();
-    }
-    if (rc != 0 || ended) {
-      it->done = true;
-      it->end_rc = rc;
-      stop_readahead(it); /* finished: nothing is in flight */
-    }
-  }
-}
-
-static int citer_traverse(bcpy_citer *it, visitproc visit, void *arg) {
-  Py_VISIT(it->owner);
-  return 0;
-}
-
-/* Hands the iterator's read-ahead to a helper that closes it (or closes
- * it here), so that dropping or closing never waits for reads in flight. */
-static void citer_stop(bcpy_citer *it);
-
-static void citer_dealloc(bcpy_citer *it) {
-  PyObject_GC_UnTrack(it);
-  if (it->prev_iter != NULL) {
-    *it->prev_iter = it->next_iter;
-    if (it->next_iter != NULL) it->next_iter->prev_iter = it->prev_iter;
-  }
-  citer_stop(it);
-  free_bufs(it->bufs, it->cap);
-  bc_error_state_clear(&it->end_err);
-  Py_CLEAR(it->owner);
-  PyObject_GC_Del(it);
-}
-
-static void citer_stop(bcpy_citer *it) {
-  if (it->pid != getpid()) {
-    it->rs = NULL; /* inherited through fork(): no threads here; leaked */
-  }
-  if (it->rs != NULL) {
-    close_job *j = PyMem_RawCalloc(1, sizeof *j);
-    if (j != NULL) {
-      j->base.run = close_run;
-      j->base.release = close_release;
-      j->rs = it->rs;
-      j->bufs = it->bufs;
-      j->cap = it->cap;
-      it->rs = NULL;
-      it->bufs = NULL;
-      /* On the main thread it is not waited for (reads in flight may be
-       * long fills), nor inside a source callback (this thread may be one
-       * of its workers): a helper closes it.  Elsewhere it is closed here. */
-      bool defer = bcpy_is_main_thread() || bcpy_in_callback;
-      if (!defer || bcpy_run_detached(&j->base) != 0) {
-        Py_BEGIN_ALLOW_THREADS
-        bcpy_job_free(&j->base);
-        Py_END_ALLOW_THREADS
-      }
-    } else {
-      stop_readahead(it);
-    }
-  }
-  it->head = it->count = 0; /* the buffers may be the job's now */
-}
+PyTypeObject bcpy_CacheIter_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bagcache._bagcache._CacheIter",
+    .tp_basicsize = sizeof(bcpy_iter),
+    .tp_flags = Py_TPFLAGS_DEFAULT, /* GC: inherited */
+    .tp_doc = "Iterator over a cache's records, read ahead on worker threads.",
+    .tp_base = &bcpy_Iterator_Type,
+};
 
 static void release_users(bcpy_core *c) {
   /* Iterators first (their read-ahead holds references of its own; a
    * busy one is inside a read that ends with the close, and drops its
    * read-ahead when collected), then the sequences (GIL released: the
    * last one releases the cache). */
-  for (bcpy_citer *it = c->iters; it != NULL; it = it->next_iter)
-    if (!it->busy) citer_stop(it);
+  for (bcpy_iter *it = c->iters; it != NULL; it = it->next_iter)
+    if (!it->busy) bcpy_iter_stop(it);
   size_t n = 0;
   for (bcpy_lobj *v = c->users; v != NULL; v = v->next_user) n++;
   bc_seq **seqs = n > 0 ? PyMem_RawCalloc(n, sizeof *seqs) : NULL;
@@ -1636,17 +1432,6 @@ static void release_users(bcpy_core *c) {
   PyMem_RawFree(seqs);
 }
 
-PyTypeObject bcpy_CacheIter_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bagcache._bagcache._CacheIter",
-    .tp_basicsize = sizeof(bcpy_citer),
-    .tp_dealloc = (destructor)citer_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Iterator over a cache's records, read ahead on worker threads.",
-    .tp_traverse = (traverseproc)citer_traverse,
-    .tp_iter = PyObject_SelfIter,
-    .tp_iternext = (iternextfunc)citer_next,
-};
 
 /* ---- module setup ----------------------------------------------------------------- */
 
@@ -1666,6 +1451,8 @@ static int add_exception(PyObject *mod, PyObject **slot, const char *name,
 
 int bcpy_loadit_init(PyObject *mod) {
   if (bcpy_runner_init() < 0) return -1;
+  /* Views over a LoadIt wait for its fills as the LoadIt does. */
+  bcpy_fill_waiter = (bcpy_waiter){fill_wait, bcpy_is_main_thread, fill_detach};
   if (bcpy_add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0 ||

@@ -40,7 +40,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "loadit/loadit.h"
 #include "structmember.h"
 
 /* ---- kinds of leaves in a tree ------------------------------------------------ */
@@ -53,8 +52,7 @@
 const char bcpy_waits_mark[] = "a LoadIt's sequence: reads may wait for fills";
 
 typedef struct {
-  PyObject_HEAD
-  bc_seq *seq;       /* the view; NULL until an _init_* method ran */
+  BCPY_SEQ_HEAD      /* seq: the view; NULL until an _init_* method ran */
   unsigned kinds;    /* VK_* of every leaf and map in the tree */
   PyObject *recipe;  /* (callable, args) rebuilding the view, for pickling */
   PyObject *weakrefs;
@@ -699,30 +697,28 @@ static inline bool is_pyleaf(const bc_seq *leaf) { return leaf->ops == &pyleaf_o
 
 /* A read of a tree with a LoadIt leaf may wait for a fill that runs the
  * user's iterator for minutes.  It runs in this thread with the GIL
- * released; from the main thread Ctrl-C reaches the wait through the
- * interrupt handler (module.c), and the read returns BC_ECANCELED with
- * KeyboardInterrupt set.  Reads stay as they were shaped for a helper
- * hop: a read-ahead refill takes what is ready first, and single elements
- * and chunks of trees with Python code are read in place with
- * bc_cache_try_get (read_without_waiting), then a record that would wait
- * is read through read_waiting. */
+ * released, listed as a waiter for a first pass (loadit/tee.c) through the
+ * wait policy that loadit/ installs in core (bcpy_fill_waiter); from the
+ * main thread Ctrl-C reaches the wait through the interrupt handler
+ * (module.c), and the read returns BC_ECANCELED with KeyboardInterrupt
+ * set.  Reads stay as they were shaped for a helper hop: a read-ahead
+ * refill takes what is ready first, and single elements and chunks of
+ * trees with Python code are read in place with bc_cache_try_get
+ * (read_without_waiting), then a record that would wait is read through
+ * read_waiting. */
 
-/* Whether a read of this view from this thread goes through read_waiting. */
+/* Whether reads of this view from this thread go in place first. */
 static bool interruptible(const bcpy_view *self) {
-  return (self->kinds & VK_WAITS) && bcpy_is_main_thread();
+  return (self->kinds & VK_WAITS) && bcpy_fill_waiter.needed();
 }
 
-/* Runs read(arg) with the GIL released, listed as a waiter for a first
- * pass (loadit/tee.c) when the view may wait for a fill.  Returns 0: arg is
- * the caller's (free_arg is for the caller's use). */
-static int read_waiting(bcpy_view *self, void (*read)(void *), void (*free_arg)(void *),
-                        void *arg) {
-  (void)free_arg;
-  int waiter = (self->kinds & VK_WAITS) ? bcpy_waiter_add() : -1;
+/* Runs the call with the GIL released, through the wait policy when the
+ * view may wait for a fill. */
+static int read_waiting(bcpy_view *self, bcpy_call *c) {
+  if (self->kinds & VK_WAITS) return bcpy_fill_waiter.wait(c);
   Py_BEGIN_ALLOW_THREADS
-  read(arg);
+  bcpy_call_run(c);
   Py_END_ALLOW_THREADS
-  bcpy_waiter_remove(waiter);
   return 0;
 }
 
@@ -741,25 +737,24 @@ static int read_without_waiting(bc_seq *leaf, uint64_t li, bc_buf *out) {
                        : bc_seq_get(records, (int64_t)at, out);
 }
 
-/* One record read on a helper (read_waiting). */
+/* One record read through the wait policy (read_waiting). */
 typedef struct {
-  bc_seq *leaf; /* borrowed: the job's tree holds it */
+  bcpy_call base;
+  bc_seq *tree; /* own reference: the leaf is the tree's */
+  bc_seq *leaf;
   uint64_t index;
   bc_buf buf;
-  int rc;
-  char *message; /* malloc'd, when rc != 0 */
 } one_read;
 
-static void one_read_run(void *arg) {
-  one_read *r = arg;
-  r->rc = bc_seq_get(r->leaf, (int64_t)r->index, &r->buf);
-  if (r->rc != 0) r->message = strdup(bc_errmsg());
+static int one_read_run(bcpy_call *c) {
+  one_read *r = (one_read *)c;
+  return bc_seq_get(r->leaf, (int64_t)r->index, &r->buf);
 }
 
-static void one_read_free(void *arg) {
-  one_read *r = arg;
+static void one_read_free(bcpy_call *c) {
+  one_read *r = (one_read *)c;
   bc_buf_release(&r->buf);
-  free(r->message);
+  bc_seq_unref(r->tree);
   PyMem_RawFree(r);
 }
 
@@ -774,16 +769,20 @@ static int read_after_wait(bcpy_view *self, bc_seq *leaf, uint64_t li, bc_buf *o
     PyErr_NoMemory();
     return -1;
   }
+  r->base.run = one_read_run;
+  r->base.free = one_read_free;
+  r->tree = bc_seq_ref(self->seq);
   r->leaf = leaf;
   r->index = li;
-  if (read_waiting(self, one_read_run, one_read_free, r) < 0) return -1;
+  if (read_waiting(self, &r->base) < 0) return -1;
   bc_buf_release(out);
   *out = r->buf;
   r->buf = (bc_buf)BC_BUF_INIT;
-  *rc = r->rc;
-  *message = r->message;
-  r->message = NULL;
-  one_read_free(r);
+  *rc = r->base.rc;
+  *message = *rc != 0 ? strdup(bc_errmsg()) : NULL;
+  Py_BEGIN_ALLOW_THREADS /* the last reference to the tree may close a cache */
+  one_read_free(&r->base);
+  Py_END_ALLOW_THREADS
   return 0;
 }
 
@@ -842,17 +841,6 @@ static void failure_clear(failure *f) {
   Py_XDECREF(f->value);
   Py_XDECREF(f->tb);
   memset(f, 0, sizeof *f);
-}
-
-/* Raises the stored failure (consumes it). */
-static void failure_raise(failure *f) {
-  if (f->type != NULL) {
-    PyErr_Restore(f->type, f->value, f->tb);
-    f->type = f->value = f->tb = NULL;
-  } else {
-    view_raise(f->rc, f->message);
-  }
-  failure_clear(f);
 }
 
 typedef struct {
@@ -1017,6 +1005,8 @@ cleanup:
 
 /* ---- items, slices, keys ------------------------------------------------------------ */
 
+static const bcpy_seq_kind view_kind;
+
 /* A new view of view_class over `seq` (stolen) with the given kinds. */
 static PyObject *derived(bcpy_view *self, bc_seq *seq, PyObject *recipe_fn,
                          PyObject *recipe_args) {
@@ -1026,6 +1016,7 @@ static PyObject *derived(bcpy_view *self, bc_seq *seq, PyObject *recipe_fn,
     bc_seq_unref(seq);
     return NULL;
   }
+  v->kind = &view_kind;
   v->seq = seq;
   v->kinds = self->kinds;
   if (recipe_fn != NULL && recipe_args != NULL)
@@ -1045,80 +1036,10 @@ static PyObject *getitem_fn(void) {
   return fn;
 }
 
-/* One bound of a slice: None -> BC_NONE, else clamped to int64 (*big set
- * when a bound above INT64_MAX was clamped).  Clamping keeps the meaning
- * for a sequence with an end (no length exceeds INT64_MAX), not for an
- * endless one: the caller checks. */
-static int slice_bound(PyObject *obj, int64_t *out, bool *big) {
-  if (obj == Py_None) {
-    *out = BC_NONE;
-    return 0;
-  }
-  PyObject *num = PyNumber_Index(obj);
-  if (num == NULL) {
-    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-      PyErr_Clear();
-      PyErr_Format(bcpy_InvalidSliceError,
-                   "Invalid slice: slice indices must be integers or None, not %.200s",
-                   Py_TYPE(obj)->tp_name);
-    }
-    return -1;
-  }
-  int overflow;
-  long long v = PyLong_AsLongLongAndOverflow(num, &overflow);
-  Py_DECREF(num);
-  if (v == -1 && PyErr_Occurred()) return -1;
-  if (overflow > 0) {
-    v = INT64_MAX;
-    *big = true;
-  }
-  if (overflow < 0 || v == BC_NONE) v = INT64_MIN + 1;
-  *out = v;
-  return 0;
-}
-
-static PyObject *get_slice(bcpy_view *self, PyObject *key) {
-  PySliceObject *s = (PySliceObject *)key;
-  int64_t start, stop, step;
-  bool big = false;
-  if (slice_bound(s->start, &start, &big) < 0 || slice_bound(s->stop, &stop, &big) < 0 ||
-      slice_bound(s->step, &step, &big) < 0)
-    return NULL;
-  if (step == 0) {
-    PyErr_SetString(PyExc_ValueError, "slice step cannot be zero");
-    return NULL;
-  }
-  bc_seq *seq = NULL;
-  int rc;
-  if (big) {
-    /* An endless sequence has elements at every index, but only indices
-     * up to 2**63-1 can be named (as view[2**63] is an IndexError): a
-     * bound beyond that cannot be clamped without changing the elements. */
-    bc_len l;
-    GIL_RELEASE_IF(self->kinds & VK_NATIVE)
-    rc = bc_seq_length(self->seq, false, &l);
-    GIL_RESTORE
-    if (rc != 0) return view_raise(rc, NULL);
-    if (l.kind == BC_LEN_INFINITE) {
-      PyErr_SetString(PyExc_IndexError,
-                      "slice bound out of range: an endless view has indices up to "
-                      "2**63-1 only");
-      return NULL;
-    }
-  }
-  GIL_RELEASE_IF(self->kinds & VK_NATIVE)
-  rc = bc_seq_slice(&seq, self->seq, start, stop, step);
-  GIL_RESTORE
-  if (rc != 0) {
-    if (rc == BC_EINVAL && !PyErr_Occurred()) {
-      /* only an endless sequence refuses a slice (step 0 was checked) */
-      PyErr_SetString(PyExc_TypeError,
-                      "an endless view has no end to count from: slice it with "
-                      "non-negative bounds and a positive step");
-      return NULL;
-    }
-    return view_raise(rc, NULL);
-  }
+/* view[a:b:c] (core/sequence.c made `seq`): remembers (operator.getitem,
+ * (self, key)) for pickling. */
+static PyObject *view_wrap(bcpy_sobj *base, bc_seq *seq, PyObject *key) {
+  bcpy_view *self = (bcpy_view *)base;
   PyObject *args = PyTuple_Pack(2, (PyObject *)self, key);
   PyObject *r = derived(self, seq, getitem_fn(), args);
   Py_XDECREF(args);
@@ -1150,7 +1071,17 @@ static PyObject *view_indices_array(PyObject *unused, PyObject *indices) {
 }
 
 /* view[indices]: a take view. */
-static PyObject *get_take(bcpy_view *self, PyObject *key) {
+static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
+  bcpy_view *self = (bcpy_view *)base;
+  if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
+      PyFloat_Check(key) || key == Py_None ||
+      (!PySequence_Check(key) && !PyObject_CheckBuffer(key))) {
+    PyErr_Format(PyExc_TypeError,
+                 "view indices must be integers, slices or sequences of integers, "
+                 "not %.200s",
+                 Py_TYPE(key)->tp_name);
+    return NULL;
+  }
   bcpy_ivec a = {0};
   if (bcpy_indices_from_object(key, &a) < 0) {
     PyMem_RawFree(a.v);
@@ -1168,44 +1099,6 @@ cleanup:
   Py_XDECREF(args);
   PyMem_RawFree(a.v);
   return r;
-}
-
-static PyObject *view_subscript(bcpy_view *self, PyObject *key) {
-  if (check_open(self) < 0) return NULL;
-  if (PyIndex_Check(key)) {
-    /* An ndarray has __index__ too, for its 0-d case only. */
-    PyObject *num = PyNumber_Index(key);
-    if (num == NULL) {
-      if (!PySequence_Check(key) || !PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
-      PyErr_Clear();
-      return get_take(self, key);
-    }
-    int overflow;
-    long long i = PyLong_AsLongLongAndOverflow(num, &overflow);
-    Py_DECREF(num);
-    if (i == -1 && PyErr_Occurred()) return NULL;
-    if (overflow != 0) {
-      PyErr_SetString(PyExc_IndexError, "view index out of range");
-      return NULL;
-    }
-    return get_one(self, i);
-  }
-  if (PySlice_Check(key)) return get_slice(self, key);
-  if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
-      PyFloat_Check(key) || key == Py_None ||
-      (!PySequence_Check(key) && !PyObject_CheckBuffer(key))) {
-    PyErr_Format(PyExc_TypeError,
-                 "view indices must be integers, slices or sequences of integers, "
-                 "not %.200s",
-                 Py_TYPE(key)->tp_name);
-    return NULL;
-  }
-  return get_take(self, key);
-}
-
-static PyObject *view_sq_item(bcpy_view *self, Py_ssize_t i) {
-  if (check_open(self) < 0) return NULL;
-  return get_one(self, (int64_t)i);
 }
 
 static Py_ssize_t view_length(bcpy_view *self) {
@@ -1240,17 +1133,28 @@ static int view_bool(bcpy_view *self) {
   return l.kind == BC_LEN_INFINITE || l.value > 0;
 }
 
-static PyObject *view_reversed(bcpy_view *self, PyObject *unused) {
-  (void)unused;
-  if (check_open(self) < 0) return NULL;
-  PyObject *minus_one = PyLong_FromLong(-1);
-  if (minus_one == NULL) return NULL;
-  PyObject *key = PySlice_New(NULL, NULL, minus_one);
-  Py_DECREF(minus_one);
-  if (key == NULL) return NULL;
-  PyObject *r = get_slice(self, key);
-  Py_DECREF(key);
-  return r;
+static int view_check(bcpy_sobj *self) { return check_open((bcpy_view *)self); }
+
+static PyObject *view_item(bcpy_sobj *self, int64_t i) { return get_one((bcpy_view *)self, i); }
+
+static PyObject *view_raise_errno(int rc, int sys_errno, const char *message) {
+  (void)sys_errno;
+  return view_raise(rc, message);
+}
+
+/* A slice that settles the length: the GIL released when the tree may
+ * block, interruptibly when it may wait for a fill. */
+static int view_wait(bcpy_sobj *base, bcpy_call *c) {
+  bcpy_view *self = (bcpy_view *)base;
+  if (self->kinds & VK_NATIVE) return read_waiting(self, c);
+  bcpy_call_run(c); /* Python leaves only: arithmetic and Python code */
+  return 0;
+}
+
+static PyObject *view_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  bcpy_view *self = (bcpy_view *)PyType_GenericNew(type, args, kwds);
+  if (self != NULL) self->kind = &view_kind;
+  return (PyObject *)self;
 }
 
 /* ---- iteration ------------------------------------------------------------------------ */
@@ -1264,226 +1168,34 @@ static PyObject *view_reversed(bcpy_view *self, PyObject *unused) {
 #define ITER_MAX_RA_CHUNK 64
 #define ITER_THREADS 2
 
-typedef struct {
-  PyObject_HEAD
-  bcpy_view *view;
-  bc_readahead *ra; /* trees without Python code: read ahead in C */
-  pid_t pid;        /* the process whose threads serve ra */
-  bool busy;        /* a refill is running (one consumer at a time) */
-  bool done;        /* nothing is left to read; items + failure remain */
-  uint64_t next;    /* position of the next element to read (no ra) */
-  bool bounded;     /* the length was exact when iteration began */
-  uint64_t end;     /* ...and that length */
-  size_t chunk;     /* elements per refill */
-  PyObject **items;
-  size_t head, count, cap;
-  bool failed;
-  failure fail; /* raised once the items before it are out */
-} bcpy_view_iter;
-
-extern PyTypeObject bcpy_ViewIterator_Type;
-
+/* The iterator (core/iterator.c): trees without Python code are read ahead
+ * in C; others a chunk of positions at a time (view_chunk). */
 static PyObject *view_iter(bcpy_view *self) {
   if (check_open(self) < 0) return NULL;
-  bcpy_view_iter *it = PyObject_GC_New(bcpy_view_iter, &bcpy_ViewIterator_Type);
-  if (it == NULL) return NULL;
-  it->view = (bcpy_view *)Py_NewRef(self);
-  it->ra = NULL;
-  it->pid = getpid();
-  it->busy = it->done = it->bounded = it->failed = false;
-  it->next = it->end = 0;
-  it->chunk = ITER_FIRST_CHUNK;
-  it->head = it->count = 0;
-  it->cap = ITER_MAX_CHUNK;
-  memset(&it->fail, 0, sizeof it->fail);
-  it->items = PyMem_Calloc(it->cap, sizeof *it->items);
-  PyObject_GC_Track(it);
-  if (it->items == NULL) {
-    Py_DECREF(it);
-    return PyErr_NoMemory();
-  }
-  int rc = 0;
-  if (!(self->kinds & VK_PYTHON)) {
-    bc_readahead_options o = BC_READAHEAD_OPTIONS_INIT;
-    o.window = ITER_WINDOW;
-    o.threads = ITER_THREADS;
-    bc_readahead *ra = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = bc_seq_iterate(&ra, self->seq, 0, &o);
-    Py_END_ALLOW_THREADS
-    it->ra = ra;
-  } else {
-    bc_len l;
-    rc = known_length(self, self->seq, false, &l);
-    if (rc == 0 && l.kind == BC_LEN_EXACT) {
-      it->bounded = true;
-      it->end = l.value;
-    }
-  }
-  if (rc != 0) {
-    Py_DECREF(it);
-    return view_raise(rc, NULL);
-  }
-  return (PyObject *)it;
+  bool chunked = (self->kinds & VK_PYTHON) != 0;
+  return bcpy_iter_open((bcpy_sobj *)self, &bcpy_ViewIterator_Type, self->seq, 0,
+                        ITER_WINDOW, ITER_THREADS, ITER_FIRST_CHUNK,
+                        chunked ? ITER_MAX_CHUNK : ITER_MAX_RA_CHUNK, false, chunked);
 }
 
-static void iter_stop_readahead(bcpy_view_iter *it) {
-  bc_readahead *ra = it->ra;
-  it->ra = NULL;
-  if (ra == NULL || it->pid != getpid()) return; /* forked child: no threads */
-  Py_BEGIN_ALLOW_THREADS
-  bc_readahead_close(ra);
-  Py_END_ALLOW_THREADS
+/* A record read ahead at position `index`, as an element: its leaf's
+ * decoder, if any, makes it (the leaf found again by arithmetic). */
+static PyObject *view_decode(bcpy_sobj *base, bc_buf *b, uint64_t index) {
+  bcpy_view *self = (bcpy_view *)base;
+  bc_seq *leaf = NULL;
+  uint64_t li;
+  if (!(self->kinds & VK_DECODE) ||
+      bc_seq_resolve(self->seq, (int64_t)index, &leaf, &li) != 0)
+    return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
+  return native_element(leaf, b);
 }
 
-/* A refill's reads from the read-ahead window; one allocation the helper
- * can free if the wait is abandoned (it then owns the read-ahead too). */
-typedef struct {
-  bc_readahead *ra; /* borrowed from the iterator, owned if abandoned */
-  bc_seq *seq;      /* the tree (kept alive by the iterator or the job) */
-  bool decode;
-  bool nowait;      /* take only what is ready (bc_readahead_ready) */
-  size_t want, n;
-  bc_buf *bufs;
-  uint64_t *index;
-  bc_seq **leaf;
-  int rc;
-  char *msg;
-} ra_read;
-
-static void ra_read_free(void *arg) {
-  ra_read *r = arg;
-  if (r == NULL) return;
-  if (r->bufs != NULL)
-    for (size_t j = 0; j < r->want; j++) bc_buf_release(&r->bufs[j]);
-  PyMem_RawFree(r->bufs);
-  PyMem_RawFree(r->index);
-  PyMem_RawFree(r->leaf);
-  free(r->msg);
-  PyMem_RawFree(r);
-}
-
-/* Frees an abandoned refill and closes its read-ahead (no GIL). */
-static void ra_read_abandon(void *arg) {
-  ra_read *r = arg;
-  bc_readahead_close(r->ra);
-  ra_read_free(r);
-}
-
-static void ra_read_run(void *arg) {
-  ra_read *r = arg;
-  r->rc = 1;
-  while (r->n < r->want && (!r->nowait || bc_readahead_ready(r->ra)) &&
-         (r->rc = bc_readahead_next(r->ra, &r->bufs[r->n], &r->index[r->n])) == 1) {
-    uint64_t li;
-    bc_seq **leaf = &r->leaf[r->n];
-    *leaf = NULL;
-    /* The decoder of a record is its leaf's: resolve it again (no I/O). */
-    if (r->decode && bc_seq_resolve(r->seq, (int64_t)r->index[r->n], leaf, &li) != 0)
-      *leaf = NULL;
-    r->n++;
-  }
-  if (r->rc < 0) r->msg = strdup(bc_errmsg());
-}
-
-/* Refill from the read-ahead window (trees read in C).  From the main
- * thread, over a LoadIt, what is ready is taken at once and a wait for
- * more is made interruptible (read_waiting). */
-/* Closes a read-ahead on a detached thread (or here, should none start). */
-typedef struct {
-  bcpy_job base;
-  bc_readahead *ra;
-} ra_close_job;
-
-static int ra_close_run(bcpy_job *job) {
-  bc_readahead_close(((ra_close_job *)job)->ra);
-  return 0;
-}
-
-static void close_detached(bc_readahead *ra) {
-  ra_close_job *j = PyMem_RawCalloc(1, sizeof *j);
-  if (j != NULL) {
-    j->base.run = ra_close_run;
-    j->ra = ra;
-    if (bcpy_run_detached(&j->base) == 0) return;
-    PyMem_RawFree(j);
-  }
-  Py_BEGIN_ALLOW_THREADS
-  bc_readahead_close(ra);
-  Py_END_ALLOW_THREADS
-}
-
-static void refill_readahead(bcpy_view_iter *it) {
-  size_t want = it->chunk;
-  ra_read *r = PyMem_RawCalloc(1, sizeof *r);
-  if (r != NULL) {
-    r->want = want;
-    r->bufs = PyMem_RawCalloc(want, sizeof *r->bufs);
-    r->index = PyMem_RawMalloc(want * sizeof *r->index);
-    r->leaf = PyMem_RawMalloc(want * sizeof *r->leaf);
-  }
-  if (r == NULL || r->bufs == NULL || r->index == NULL || r->leaf == NULL) {
-    ra_read_free(r);
-    PyErr_NoMemory();
-    PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
-    it->failed = it->done = true;
-    return;
-  }
-  r->ra = it->ra;
-  r->rc = 1; /* nothing read, not at the end */
-  r->seq = it->view->seq;
-  r->decode = (it->view->kinds & VK_DECODE) != 0;
-  if (interruptible(it->view)) {
-    /* What is ready is taken here; only a wait goes to a helper. */
-    r->nowait = true;
-    Py_BEGIN_ALLOW_THREADS
-    ra_read_run(r);
-    Py_END_ALLOW_THREADS
-    r->nowait = false;
-  }
-  if (r->n == 0 && r->rc == 1) read_waiting(it->view, ra_read_run, ra_read_abandon, r);
-  if (r->rc == BC_ECANCELED && PyErr_Occurred()) {
-    /* Ctrl-C: the read-ahead's reads in flight may be long fills, so it
-     * is closed on a thread of its own. */
-    close_detached(it->ra);
-    it->ra = NULL;
-    PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
-    it->failed = it->done = true;
-    it->head = it->count = 0;
-    bc_error_clear();
-    ra_read_free(r);
-    return;
-  }
-  size_t k, n = r->n;
-  for (k = 0; k < n; k++) {
-    bc_buf *b = &r->bufs[k];
-    PyObject *obj = r->leaf[k] != NULL
-                        ? native_element(r->leaf[k], b)
-                        : PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
-    if (obj == NULL) break;
-    it->items[k] = obj;
-  }
-  it->head = 0;
-  it->count = k;
-  if (k < n) { /* a decoder raised: that is where the iteration ends */
-    PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
-    it->failed = it->done = true;
-  } else if (r->rc != 1) {
-    it->done = true;
-    if (r->rc < 0) {
-      it->failed = true;
-      it->fail.rc = r->rc;
-      it->fail.message = r->msg;
-      r->msg = NULL;
-    }
-  }
-  if (it->done) iter_stop_readahead(it);
-  ra_read_free(r);
-}
+static bool view_waits(bcpy_sobj *self) { return (((bcpy_view *)self)->kinds & VK_WAITS) != 0; }
 
 /* Refill by resolving a chunk of positions (trees with Python code). */
-static void refill_chunk(bcpy_view_iter *it) {
-  size_t want = it->chunk;
+static void view_chunk(bcpy_sobj *base, bcpy_iter *it) {
+  bcpy_view *view = (bcpy_view *)base;
+  size_t want = it->batch;
   if (it->bounded) {
     if (it->next >= it->end) {
       it->done = true;
@@ -1495,13 +1207,13 @@ static void refill_chunk(bcpy_view_iter *it) {
   int64_t *pos = PyMem_RawMalloc(want * sizeof *pos);
   if (pos == NULL) {
     PyErr_NoMemory();
-    PyErr_Fetch(&it->fail.type, &it->fail.value, &it->fail.tb);
-    it->failed = it->done = true;
+    PyErr_Fetch(&it->exc_type, &it->exc_value, &it->exc_tb);
+    it->done = true;
     return;
   }
   for (size_t k = 0; k < want; k++) pos[k] = (int64_t)(it->next + k);
   failure f;
-  size_t got = read_positions(it->view, pos, want, it->items, &f);
+  size_t got = read_positions(view, pos, want, it->items, &f);
   PyMem_RawFree(pos);
   it->head = 0;
   it->count = got;
@@ -1511,94 +1223,48 @@ static void refill_chunk(bcpy_view_iter *it) {
   if (f.type == NULL && f.rc == BC_ERANGE && !it->bounded) {
     /* Past the end of a sequence whose end was not known, or a real error? */
     bc_len l;
-    if (known_length(it->view, it->view->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
+    if (known_length(view, view->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
         l.value <= it->next) {
       failure_clear(&f);
       return;
     }
     PyErr_Clear();
   }
-  it->failed = true;
-  it->fail = f;
-}
-
-static PyObject *view_iter_next(bcpy_view_iter *it) {
-  for (;;) {
-    if (it->head < it->count) {
-      PyObject *obj = it->items[it->head];
-      it->items[it->head++] = NULL;
-      return obj;
-    }
-    if (it->done) {
-      if (it->failed) {
-        it->failed = false;
-        failure_raise(&it->fail);
-      }
-      return NULL;
-    }
-    if (it->busy) {
-      PyErr_SetString(PyExc_RuntimeError,
-                      "view iterator is already running (used from two threads)");
-      return NULL;
-    }
-    if (it->ra != NULL && it->pid != getpid()) {
-      PyErr_SetString(PyExc_RuntimeError,
-                      "view iterator was created in another process (before fork); "
-                      "create a new iterator in this one");
-      return NULL;
-    }
-    it->busy = true;
-    if (it->ra != NULL)
-      refill_readahead(it);
-    else if (it->view->kinds & VK_PYTHON)
-      refill_chunk(it);
-    else
-      it->done = true; /* the read-ahead already ended */
-    it->busy = false;
-    if (it->chunk < (it->ra != NULL ? ITER_MAX_RA_CHUNK : ITER_MAX_CHUNK)) it->chunk *= 2;
+  /* raised once the elements before it are out */
+  it->exc_type = f.type;
+  it->exc_value = f.value;
+  it->exc_tb = f.tb;
+  if (f.type == NULL && f.rc != 0) {
+    /* This thread's error is still the failure's (with its payload, a
+     * source's exception) unless a later call replaced it. */
+    if (f.message == NULL || strcmp(bc_errmsg(), f.message) != 0)
+      bc_set_errmsg(f.rc, "%s", f.message != NULL ? f.message : "");
+    bc_error_save(&it->fail, f.rc);
+    bc_error_clear();
   }
+  free(f.message);
 }
 
-static int view_iter_traverse(bcpy_view_iter *it, visitproc visit, void *arg) {
-  Py_VISIT(it->view);
-  for (size_t k = it->head; k < it->count; k++) Py_VISIT(it->items[k]);
-  Py_VISIT(it->fail.type);
-  Py_VISIT(it->fail.value);
-  Py_VISIT(it->fail.tb);
-  return 0;
-}
-
-static int view_iter_clear(bcpy_view_iter *it) {
-  for (size_t k = it->head; k < it->count; k++) Py_CLEAR(it->items[k]);
-  it->head = it->count = 0;
-  Py_CLEAR(it->fail.type);
-  Py_CLEAR(it->fail.value);
-  Py_CLEAR(it->fail.tb);
-  return 0;
-}
-
-static void view_iter_dealloc(bcpy_view_iter *it) {
-  PyObject_GC_UnTrack(it);
-  iter_stop_readahead(it);
-  view_iter_clear(it);
-  failure_clear(&it->fail);
-  Py_CLEAR(it->view);
-  PyMem_Free(it->items);
-  PyObject_GC_Del(it);
-}
+static const bcpy_seq_kind view_kind = {
+    .check = view_check,
+    .item = view_item,
+    .take = get_take,
+    .wait = view_wait,
+    .wrap = view_wrap,
+    .raise = view_raise_errno,
+    .decode = view_decode,
+    .waits = view_waits,
+    .chunk = view_chunk,
+};
 
 PyTypeObject bcpy_ViewIterator_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "bagcache.ViewIterator",
-    .tp_basicsize = sizeof(bcpy_view_iter),
-    .tp_dealloc = (destructor)view_iter_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_basicsize = sizeof(bcpy_iter),
+    .tp_flags = Py_TPFLAGS_DEFAULT, /* GC: inherited */
     .tp_doc = "Iterator over a view: elements read a chunk at a time (native\n"
               "records read ahead on worker threads).",
-    .tp_traverse = (traverseproc)view_iter_traverse,
-    .tp_clear = (inquiry)view_iter_clear,
-    .tp_iter = PyObject_SelfIter,
-    .tp_iternext = (iternextfunc)view_iter_next,
+    .tp_base = &bcpy_Iterator_Type,
 };
 
 /* ---- membership ------------------------------------------------------------------------ */
@@ -1764,7 +1430,7 @@ static PyMethodDef view_methods[] = {
      "_init_repeat(seq, times): seq times over (None: forever)."},
     {"_init_chunk_shuffle", (PyCFunction)view_init_chunk_shuffle, METH_VARARGS,
      "_init_chunk_shuffle(seq, chunk_size, length, seed)."},
-    {"__reversed__", (PyCFunction)view_reversed, METH_NOARGS,
+    {"__reversed__", (PyCFunction)bcpy_sobj_reversed, METH_NOARGS,
      "__reversed__() -> the view in reverse order (a view)."},
     {"_describe", (PyCFunction)view_describe, METH_NOARGS,
      "_describe() -> (type name, length kind, known length)."},
@@ -1785,13 +1451,11 @@ static PyMethodDef view_methods[] = {
 
 static PySequenceMethods view_as_sequence = {
     .sq_length = (lenfunc)view_length,
-    .sq_item = (ssizeargfunc)view_sq_item,
     .sq_contains = (objobjproc)view_contains,
 };
 
 static PyMappingMethods view_as_mapping = {
     .mp_length = (lenfunc)view_length,
-    .mp_subscript = (binaryfunc)view_subscript,
 };
 
 static PyNumberMethods view_as_number = {
@@ -1814,5 +1478,6 @@ PyTypeObject bcpy_View_Type = {
     .tp_weaklistoffset = offsetof(bcpy_view, weakrefs),
     .tp_iter = (getiterfunc)view_iter,
     .tp_methods = view_methods,
-    .tp_new = PyType_GenericNew,
+    .tp_base = &bcpy_Sequence_Type,
+    .tp_new = view_new,
 };
