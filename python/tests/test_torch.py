@@ -27,6 +27,16 @@ np = pytest.importorskip("numpy")
 EPOCH = train.Sampler.Mode.EPOCH
 N = 37
 
+# Under AddressSanitizer (run-pytest.sh preloads its runtime), a worker that
+# torch forks from this threaded process can hang inside the sanitizer's
+# own allocator: a lock another thread held at fork() stays held in the
+# child (seen once on a loaded machine, in a child doing no bagcache work).
+# The plain build runs these tests; the spawn variant runs under ASan too.
+UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
+skip_fork_under_asan = pytest.mark.skipif(
+    UNDER_ASAN, reason="fork() of a threaded process can hang in ASan's allocator; "
+    "the plain build runs this test")
+
 
 def record(i):
     return b"rec-%03d" % i + b"." * (i % 5)
@@ -125,7 +135,8 @@ def test_dataset_over_sequences(reader, loadit, tmp_path):
         Dataset(iter(range(3)))
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", [pytest.param("fork", marks=skip_fork_under_asan),
+                                     "spawn"])
 def test_torch_dataloader_workers(reader, loadit, context):
     sampler = DistributedSampler(N, num_replicas=1, rank=0, seed=11)
     sampler.set_epoch(2)
@@ -335,6 +346,7 @@ def test_two_gloo_ranks(tmp_path):
         assert orders[0] != orders[1] != orders[2]
 
 
+@skip_fork_under_asan  # its DataLoader forks two workers
 def test_doc_example(tmp_path, monkeypatch):
     """doc/python.md's torch example (a ```py block, which the doc tests
     that need no torch leave alone), run as written."""
