@@ -121,17 +121,9 @@ static void set_exception(int code, int sys_errno, const char *message) {
  * signals are not checked then. */
 static PyObject *interrupt_raised; /* the exception a poll raised (GIL) */
 
-static bool finalizing(void) {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
 static int main_interrupt(void *ctx) {
   (void)ctx;
-  if (finalizing()) return 0;
+  if (bcpy_finalizing()) return 0;
   PyGILState_STATE gil = PyGILState_Ensure();
   int stop = 0;
   if (PyErr_Occurred()) {

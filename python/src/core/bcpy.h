@@ -87,6 +87,16 @@ extern PyObject *bcpy_InvalidSliceError;
 /* The number of records a bulk call reads between GIL hand-offs. */
 #define BCPY_CHUNK 8192
 
+/* True during interpreter shutdown, when no thread may take the GIL:
+ * callbacks then fail and destructors leak their Python references. */
+static inline bool bcpy_finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 /* ---- the thread's read buffer (core/scratch.c) ------------------------------ */
 
 /* Takes the calling thread's reusable buffer (or, out of memory,

@@ -102,14 +102,6 @@ static void user_remove(bcpy_lobj *v) {
   v->next_user = NULL;
 }
 
-static PyObject *call1(PyObject *fn, PyObject *arg) {
-#if PY_VERSION_HEX >= 0x03090000
-  return PyObject_CallOneArg(fn, arg);
-#else
-  return PyObject_CallFunctionObjArgs(fn, arg, NULL);
-#endif
-}
-
 /* Raises for a failed call (a NULL or "" message means this thread's error,
  * whose payload is a source's exception): bcpy_raise maps codes. */
 static PyObject *raise_rc_errno(int rc, int sys_errno, const char *msg) {
@@ -391,13 +383,13 @@ static PyObject *to_record(bcpy_core *c, bc_buf *b) {
   if (!c->loads_is_pickle) {
     PyObject *bytes = PyBytes_FromStringAndSize(data, (Py_ssize_t)b->size);
     if (bytes == NULL) return NULL;
-    PyObject *r = call1(c->loads, bytes);
+    PyObject *r = PyObject_CallOneArg(c->loads, bytes);
     Py_DECREF(bytes);
     return r;
   }
   PyObject *mv = PyMemoryView_FromMemory((char *)data, (Py_ssize_t)b->size, PyBUF_READ);
   if (mv == NULL) return NULL;
-  PyObject *r = call1(c->loads, mv);
+  PyObject *r = PyObject_CallOneArg(c->loads, mv);
   if (Py_REFCNT(mv) == 1) { /* nobody kept it: freeing it releases it */
     Py_DECREF(mv);
     return r;
@@ -1005,7 +997,7 @@ static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
   }
   PyObject *shown = NULL; /* the progress display of this drain, if any */
   if (self->core->progress != NULL &&
-      (shown = call1(self->core->progress, (PyObject *)self->core)) == NULL)
+      (shown = PyObject_CallOneArg(self->core->progress, (PyObject *)self->core)) == NULL)
     return -1;
   bc_seq *seq = bc_seq_ref(self->seq);
   uint64_t len = 0;

@@ -35,14 +35,6 @@
 #include <string.h>
 #include <time.h>
 
-static bool finalizing(void) {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
 /* ---- the GIL in threads Python did not start ----------------------------------
  *
  * PyGILState_Ensure in a thread without a Python thread state creates one,
@@ -64,7 +56,7 @@ static bool pin_ok;
  * cleared (keys are torn down in creation order), so the state is deleted
  * directly rather than through PyGILState_Release. */
 static void unpin(void *tstate) {
-  if (tstate == NULL || finalizing()) return;
+  if (tstate == NULL || bcpy_finalizing()) return;
   PyEval_RestoreThread(tstate);
   PyThreadState_Clear(tstate);
   PyThreadState_DeleteCurrent(); /* and drops the GIL */
@@ -102,14 +94,6 @@ static PyGILState_STATE gil_ensure(void) {
   return PyGILState_Ensure();
 }
 
-static PyObject *call1(PyObject *fn, PyObject *arg) {
-#if PY_VERSION_HEX >= 0x03090000
-  return PyObject_CallOneArg(fn, arg);
-#else
-  return PyObject_CallFunctionObjArgs(fn, arg, NULL);
-#endif
-}
-
 /* The payload of a source's failure: a reference to its exception. */
 typedef struct {
   atomic_long refs;
@@ -136,7 +120,7 @@ static void box_release(void *p) {
   if (atomic_fetch_sub(&box->refs, 1) != 1) return;
   PyObject *exc = box->exc;
   PyMem_RawFree(box);
-  if (finalizing()) return; /* at shutdown the object is left to the runtime */
+  if (bcpy_finalizing()) return; /* at shutdown the object is left to the runtime */
   if (!PyGILState_Check() && Py_AddPendingCall(drop_exception, exc) == 0) return;
   PyGILState_STATE gil = bcpy_gil_enter();
   Py_DECREF(exc);
@@ -235,7 +219,7 @@ PyObject *bcpy_source_dumps(const bcpy_source *s, PyObject *item) {
   Py_INCREF(dumps); /* the call may run code that clears s's objects */
   PyObject *r;
   if (s->dumps_args == NULL) {
-    r = call1(dumps, item);
+    r = PyObject_CallOneArg(dumps, item);
   } else {
     /* Extra arguments go positionally, through vectorcall where there is
      * one: a functools.partial with keywords would copy its keyword dict
@@ -270,7 +254,7 @@ PyObject *bcpy_source_dumps(const bcpy_source *s, PyObject *item) {
 
 void bcpy_source_unref(bcpy_source *s) {
   if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1) return;
-  if (!finalizing()) { /* at shutdown the objects are left to the runtime */
+  if (!bcpy_finalizing()) { /* at shutdown the objects are left to the runtime */
     PyGILState_STATE gil = bcpy_gil_enter();
     Py_XDECREF(s->create_iter);
     Py_XDECREF(s->dumps);
@@ -323,7 +307,7 @@ static int cancelled(void) {
 /* A pass from record `start`: create_iter() for 0, create_iter(start=start)
  * otherwise (a seekable create_iter, see bcpy_source_seekable). */
 static int open_pass(bcpy_source *s, uint64_t start, void **out) {
-  if (finalizing()) return shutting_down();
+  if (bcpy_finalizing()) return shutting_down();
   if (atomic_load(&s->closed))
     return bc_set_errmsg(BC_ECLOSED, "the LoadIt was closed");
   pass *p = PyMem_RawCalloc(1, sizeof *p);
@@ -476,7 +460,7 @@ static void refill(bcpy_source *s, pass *p) {
 static int src_next(void *payload, void *pass_, bc_buf *out) {
   bcpy_source *s = payload;
   pass *p = pass_;
-  if (finalizing()) return shutting_down();
+  if (bcpy_finalizing()) return shutting_down();
   if (p->generation != atomic_load(&s->generation)) return cancelled();
   if (p->head == p->count && p->end_rc == 1) refill(s, p);
   if (p->head < p->count) {
@@ -494,7 +478,7 @@ static int src_next(void *payload, void *pass_, bc_buf *out) {
 static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
   bcpy_source *s = payload;
   pass *p = pass_;
-  if (finalizing()) return shutting_down();
+  if (bcpy_finalizing()) return shutting_down();
   uint64_t k = 0;
   int rc = 0;
   while (k < n && p->head < p->count) { /* the queue first */
@@ -534,7 +518,7 @@ static void src_close(void *payload, void *pass_) {
   pass *p = pass_;
   if (p == NULL) return;
   atomic_fetch_sub(&s->passes, 1);
-  if (!finalizing()) {
+  if (!bcpy_finalizing()) {
     PyGILState_STATE gil = bcpy_gil_enter();
     PyObject *saved_type, *saved_value, *saved_tb;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
@@ -670,7 +654,7 @@ size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_record
       return n;
     }
     case BCPY_PREFETCH_PYTHON: {
-      if (finalizing()) return 0;
+      if (bcpy_finalizing()) return 0;
       PyGILState_STATE gil = bcpy_gil_enter();
       if (python_policy(s, index, R, shards, max, &n) < 0) n = 0;
       bcpy_gil_leave(gil);

@@ -62,16 +62,6 @@ typedef struct {
  * once that module is imported). */
 static PyObject *view_class;
 
-/* During interpreter shutdown no thread may take the GIL: callbacks then
- * fail and destructors leak their Python references. */
-static bool finalizing(void) {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
 /* ---- python leaves -------------------------------------------------------------- */
 
 typedef struct {
@@ -120,7 +110,7 @@ static PyObject *pyleaf_item(const pyleaf *p, uint64_t i) {
 static int pyleaf_get(bc_seq *self, uint64_t index, bc_buf *out) {
   pyleaf *p = (pyleaf *)self;
   int rc = 0;
-  if (finalizing()) return bc_set_errmsg(BC_ESOURCE, "python: the interpreter is exiting");
+  if (bcpy_finalizing()) return bc_set_errmsg(BC_ESOURCE, "python: the interpreter is exiting");
   PyGILState_STATE gil = PyGILState_Ensure();
   if (PyErr_Occurred()) { /* an earlier callback failed: do not run more */
     rc = bc_set_errmsg(BC_ESOURCE, "a Python error is pending");
@@ -167,7 +157,7 @@ done:
 
 static void pyleaf_destroy(bc_seq *self) {
   pyleaf *p = (pyleaf *)self;
-  if (!finalizing()) {
+  if (!bcpy_finalizing()) {
     PyGILState_STATE gil = PyGILState_Ensure();
     Py_XDECREF(p->obj);
     PyGILState_Release(gil);
@@ -230,7 +220,7 @@ static int natleaf_get_many(bc_seq *self, const uint64_t *indices, size_t count,
 static void natleaf_destroy(bc_seq *self) {
   natleaf *n = (natleaf *)self;
   bc_seq_unref(n->inner);
-  if (!finalizing()) {
+  if (!bcpy_finalizing()) {
     PyGILState_STATE gil = PyGILState_Ensure();
     Py_XDECREF(n->decode);
     PyGILState_Release(gil);
@@ -274,7 +264,7 @@ static int pymap_call(void *payload, uint64_t index, uint64_t *child_index) {
   pymap *m = payload;
   long long v = 0;
   int rc = 0;
-  if (finalizing()) return bc_set_errmsg(BC_ESOURCE, "index map: the interpreter is exiting");
+  if (bcpy_finalizing()) return bc_set_errmsg(BC_ESOURCE, "index map: the interpreter is exiting");
   PyGILState_STATE gil = PyGILState_Ensure();
   if (PyErr_Occurred()) {
     rc = bc_set_errmsg(BC_ESOURCE, "a Python error is pending");
@@ -312,7 +302,7 @@ static int pymap_call(void *payload, uint64_t index, uint64_t *child_index) {
 
 static void pymap_free(void *payload) {
   pymap *m = payload;
-  if (!finalizing()) {
+  if (!bcpy_finalizing()) {
     PyGILState_STATE gil = PyGILState_Ensure();
     Py_XDECREF(m->fn);
     PyGILState_Release(gil);
