@@ -34,7 +34,9 @@ BC_PY_C_SOURCES = \
 	python/src/loadit/source.c \
 	python/src/loadit/tee.c \
 	python/src/loadit/runner.c \
-	python/src/train/train.c
+	python/src/train/train.c \
+	python/src/train/pool.h \
+	python/src/train/pool.c
 
 BC_PY_TEST_FILES = \
 	python/tests/conftest.py \

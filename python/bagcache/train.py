@@ -263,15 +263,23 @@ class ARDataset(BaseDataset):
     def __getitems__(self, idxs):
         return self._gather(idxs, 0)
 
-    def _gather(self, idxs, max_parallelism):
+    def _gather(self, idxs, max_parallelism, pool=None):
         """__getitems__ on at most ``max_parallelism`` threads of the
         library's pool (0: the sequence's own setting; 1: the calling
         thread only, for a loader whose workers already build batches at
-        once)."""
+        once).  With ``pool`` (a ``_BatchPool``) the batch's memory comes
+        from it and returns to it when nothing refers to the batch any
+        more (train/pool.c), instead of from ``np.empty``."""
         np = _np()
         seq = self._live()
         idx = np.ascontiguousarray(idxs, dtype=np.int64).reshape(-1)
-        out = np.empty((len(idx),) + self.row_shape, dtype=self.dtype)
+        shape = (len(idx),) + self.row_shape
+        if pool is not None and len(idx) and self._row_bytes:
+            # The array's base is the block: any view of the batch keeps it.
+            block = pool.take(len(idx) * self._row_bytes)
+            _bagcache._gather(seq, idx, block, max_parallelism)
+            return np.frombuffer(block, dtype=self.dtype).reshape(shape)
+        out = np.empty(shape, dtype=self.dtype)
         if len(idx):
             _bagcache._gather(seq, idx, out.reshape(-1).view(np.uint8), max_parallelism)
         return out
@@ -679,6 +687,7 @@ class DataLoader:
         self._transform = transform
         self._state = self.sampler.state_dict()
         self._error = None
+        self._pipe_workers, self._prefetch = num_workers, prefetch_size
         self._pipe = _Pipeline(self.sampler, self._builder(), num_workers, prefetch_size)
         self._pipe.start()
 
@@ -687,6 +696,20 @@ class DataLoader:
         # keep the loader alive.
         dataset, labelset = self.dataset, self.labelset
         collate, transform = self._collate, self._transform
+        # One pool of batch memory per gathered dataset: a batch's block
+        # returns when the user's last reference to it dies, so batches
+        # reuse pages already faulted in (np.empty on the workers, freed by
+        # the consumer's thread, faulted in most pages of every batch).
+        # At most prefetch + 2 batches are live in the pipeline (built
+        # ahead, plus the consumer's last); the workers bound it too.
+        keep = self._pipe_workers + self._prefetch + 2
+        pools = {}
+        for ds in (dataset, labelset):
+            if (collate is None and ds is not None
+                    and type(ds).__getitems__ is ARDataset.__getitems__):
+                pools[id(ds)] = _bagcache._BatchPool(
+                    self.sampler.batch_size * ds._row_bytes, keep)
+        self._pools = list(pools.values())
 
         def fetch(ds, idx):
             if collate is not None:
@@ -696,7 +719,7 @@ class DataLoader:
                 # fanning it out over the library's pool as well cost more
                 # CPU and time on 2 CPUs with any num_workers, 0 included
                 # (doc/performance.md, "Training loops").
-                return ds._gather(idx, 1)
+                return ds._gather(idx, 1, pools[id(ds)])
             return ds.__getitems__(idx)
 
         def build(idx):
@@ -768,6 +791,8 @@ class DataLoader:
         for ds in (self.dataset, self.labelset):
             if isinstance(ds, BaseDataset):
                 ds.close()
+        for pool in getattr(self, "_pools", ()):
+            pool.clear()  # batches still held keep their own memory
 
     def __enter__(self):
         return self

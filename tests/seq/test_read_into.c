@@ -396,6 +396,212 @@ static void test_frames_without_content_size(void **state) {
   tu_records_free(&frames);
 }
 
+/* ---- frame shapes ------------------------------------------------------ */
+
+#define FROW 4096 /* 2-byte content size fields (+256), and room for blocks */
+
+/* A frame by hand (RFC 8878): magic, descriptor `desc`, the window byte
+ * `window` when not single segment, `did` bytes of dictionary ID 0, the
+ * content size in the field width the descriptor says, then the row as one
+ * raw last block.  Returns its size. */
+static size_t hand_frame(unsigned char *out, unsigned desc, unsigned window,
+                         size_t did, uint64_t content, const unsigned char *row) {
+  static const size_t fcs_bytes[4] = {0, 2, 4, 8};
+  size_t n = 0;
+  uint32_t magic = ZSTD_MAGICNUMBER;
+  for (int b = 0; b < 4; b++) out[n++] = (unsigned char)(magic >> (8 * b));
+  out[n++] = (unsigned char)desc;
+  if (!(desc & 0x20)) out[n++] = (unsigned char)window;
+  for (size_t b = 0; b < did; b++) out[n++] = 0;
+  size_t fcs = (desc >> 6) == 0 ? (desc >> 5 & 1) : fcs_bytes[desc >> 6];
+  uint64_t v = (desc >> 6) == 1 ? content - 256 : content;
+  for (size_t b = 0; b < fcs; b++) out[n++] = (unsigned char)(v >> (8 * b));
+  uint32_t bh = (uint32_t)FROW << 3 | 1; /* raw, last */
+  for (int b = 0; b < 3; b++) out[n++] = (unsigned char)(bh >> (8 * b));
+  memcpy(out + n, row, FROW);
+  return n + FROW;
+}
+
+/* A skippable frame of `size` bytes of content, by hand. */
+static size_t skippable_frame(unsigned char *out, const void *content, size_t size) {
+  uint32_t magic = 0x184D2A50, n = (uint32_t)size;
+  for (int b = 0; b < 4; b++) out[b] = (unsigned char)(magic >> (8 * b));
+  for (int b = 0; b < 4; b++) out[4 + b] = (unsigned char)(n >> (8 * b));
+  memcpy(out + 8, content, size);
+  return 8 + size;
+}
+
+/* Records of every shape a frame header and its blocks can take, each read
+ * into a row alone and through bc_bag_get (the general decoder): a frame
+ * that is exactly one frame of FROW bytes of content reads into its row
+ * byte for byte; anything else (bytes after the frame, a skippable frame
+ * after it, a truncated one, a reserved bit or block type, a window too
+ * large) is BC_ECORRUPT with the general decoder's message, and a
+ * skippable frame alone is a record of 0 bytes, as bc_bag_get reads it,
+ * and a header saying 65 bytes a record of 65 bytes, not the row size.  (read_into checks the common shapes itself before handing
+ * the frame to zstd, and leaves the rest to the general checks.) */
+static void test_frame_shapes(void **state) {
+  fixture *f = *state;
+  enum { NREC = 20 };
+  unsigned char *rows = malloc((size_t)NREC * FROW);
+  unsigned char *z = malloc(3 * FROW);
+  assert_non_null(rows);
+  assert_non_null(z);
+  tu_rng r;
+  tu_rng_seed(&r, 3);
+  for (size_t i = 0; i < NREC; i++)
+    for (size_t j = 0; j < FROW; j++)
+      rows[i * FROW + j] = i % 3 == 0 ? (unsigned char)tu_rng_below(&r, 256)
+                           : i % 3 == 1 ? (unsigned char)(j / 64 + i)
+                                        : (unsigned char)(0x41 + i);
+  bool valid[NREC];
+  size_t empty = NREC; /* the record the general decoder reads as 0 bytes */
+  size_t says65 = NREC; /* the record whose header says 65 bytes */
+  tu_records recs = {0};
+  ZSTD_CCtx *c = ZSTD_createCCtx();
+  for (size_t i = 0; i < NREC; i++) {
+    const unsigned char *row = rows + i * FROW;
+    size_t n = 0;
+    valid[i] = true;
+    ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
+    switch (i) {
+      case 0: /* raw block (random bytes) */
+      case 1: /* compressed */
+      case 2: /* RLE */
+        n = ZSTD_compressCCtx(c, z, 3 * FROW, row, FROW, 3);
+        break;
+      case 3: /* checksum, window byte (window 1 KiB < content), 2 blocks */
+      case 4:
+      case 5: {
+        assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1)));
+        assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_windowLog, 10)));
+        assert_false(ZSTD_isError(ZSTD_CCtx_setPledgedSrcSize(c, FROW)));
+        ZSTD_outBuffer o = {z, 3 * FROW, 0};
+        ZSTD_inBuffer in = {row, FROW / 2, 0};
+        assert_int_equal(ZSTD_compressStream2(c, &o, &in, ZSTD_e_flush), 0);
+        ZSTD_inBuffer rest = {row + FROW / 2, FROW / 2, 0};
+        assert_int_equal(ZSTD_compressStream2(c, &o, &rest, ZSTD_e_end), 0);
+        n = o.pos;
+        assert_true(ZSTD_getFrameContentSize(z, n) == FROW);
+        assert_int_equal(z[4] & 0x24, 0x04); /* checksum, not single segment */
+        break;
+      }
+      case 6: /* 4-byte content size, single segment */
+        n = hand_frame(z, 0x80 | 0x20, 0, 0, FROW, row);
+        break;
+      case 7: /* 8-byte content size, window byte, 4-byte dictionary ID 0 */
+        n = hand_frame(z, 0xC0 | 0x03, 12 << 3 /* log 22 */, 4, FROW, row);
+        break;
+      case 8: /* 2-byte content size, 1-byte dictionary ID 0, window byte */
+        n = hand_frame(z, 0x40 | 0x01, 2 << 3, 1, FROW, row);
+        break;
+      case 9: /* a frame then an empty frame */
+        n = ZSTD_compressCCtx(c, z, 3 * FROW, row, FROW, 3);
+        n += ZSTD_compressCCtx(c, z + n, 3 * FROW - n, row, 0, 3);
+        valid[i] = false;
+        break;
+      case 10: /* a frame then a skippable frame */
+        n = ZSTD_compressCCtx(c, z, 3 * FROW, row, FROW, 3);
+        n += skippable_frame(z + n, "skip", 4);
+        valid[i] = false;
+        break;
+      case 11: /* a frame then one stray byte */
+        n = hand_frame(z, 0x40 | 0x20, 0, 0, FROW, row);
+        z[n++] = 0;
+        valid[i] = false;
+        break;
+      case 12: /* truncated by one byte */
+        n = hand_frame(z, 0x40 | 0x20, 0, 0, FROW, row) - 1;
+        valid[i] = false;
+        break;
+      case 13: /* the reserved descriptor bit */
+        n = hand_frame(z, 0x40 | 0x20 | 0x08, 0, 0, FROW, row);
+        valid[i] = false;
+        break;
+      case 14: /* a window log of 41 */
+        n = hand_frame(z, 0x40, 31 << 3, 0, FROW, row);
+        valid[i] = false;
+        break;
+      case 15: /* the reserved block type */
+        n = hand_frame(z, 0x40 | 0x20, 0, 0, FROW, row);
+        z[7] |= 0x06;
+        valid[i] = false;
+        break;
+      case 16: /* a skippable frame alone: no content, 0 bytes (as zstd) */
+        n = skippable_frame(z, row, FROW);
+        valid[i] = false;
+        empty = i;
+        break;
+      case 17: /* a last-block bit missing: the frame runs past the record */
+        n = hand_frame(z, 0x40 | 0x20, 0, 0, FROW, row);
+        z[7] &= 0xFE;
+        valid[i] = false;
+        break;
+      case 18: /* checksum flag without its 4 bytes */
+        n = hand_frame(z, 0x40 | 0x20 | 0x04, 0, 0, FROW, row);
+        valid[i] = false;
+        break;
+      default: /* a 1-byte content size field (single segment) saying 65:
+                * the row check goes by the header, before decoding */
+        n = hand_frame(z, 0x20, 0, 0, 65, row);
+        valid[i] = false;
+        says65 = i;
+        break;
+    }
+    assert_false(ZSTD_isError(n));
+    tu_records_add(&recs, z, n);
+  }
+  ZSTD_freeCCtx(c);
+  bc_writer_options wo = BC_WRITER_OPTIONS_INIT;
+  wo.compression = BC_COMPRESSION_NONE; /* the frames as they are */
+  char *path = tu_join(f->dir, "shapes.bagz");
+  tu_write_bag(path, &wo, &recs);
+  bc_bag *bag = open_bag(path, NULL);
+  for (uint64_t i = 0; i < NREC; i++) {
+    bc_buf got = BC_BUF_INIT;
+    int get_rc = bc_bag_get(bag, i, &got);
+    char get_msg[512];
+    snprintf(get_msg, sizeof get_msg, "%s", get_rc != 0 ? bc_errmsg() : "");
+    dest d = dest_new(2, FROW);
+    uint64_t idx[2] = {0, i}; /* row 0: a valid record, read alongside */
+    int rc = bc_bag_read_into(bag, idx, 2, d.rows, FROW);
+    dest_check_canaries(&d);
+    if (valid[i]) {
+      TU_OK(get_rc);
+      assert_int_equal(got.size, FROW);
+      assert_memory_equal(got.data, rows + i * FROW, FROW);
+      TU_OK(rc);
+      assert_memory_equal(d.rows, rows, FROW);
+      assert_memory_equal(d.rows + FROW, rows + i * FROW, FROW);
+    } else if (i == says65) {
+      TU_RC(rc, BC_EINVAL);
+      assert_non_null(strstr(bc_errmsg(), "has 65 bytes, not the row size"));
+    } else if (i == empty) {
+      TU_OK(get_rc);
+      assert_int_equal(got.size, 0);
+      TU_RC(rc, BC_EINVAL);
+      assert_non_null(strstr(bc_errmsg(), "has 0 bytes, not the row size"));
+    } else {
+      if (get_rc != BC_ECORRUPT) fail_msg("record %d: get rc %d", (int)i, get_rc);
+      if (rc != BC_ECORRUPT) fail_msg("record %d: read_into rc %d", (int)i, rc);
+      /* The general decoder's words, after "indices[1] = i: ". */
+      const char *detail = strstr(get_msg, "record");
+      assert_non_null(detail);
+      if (strstr(bc_errmsg(), detail) == NULL || strstr(bc_errmsg(), "indices[1]") == NULL)
+        fail_msg("record %d: read_into says \"%s\", get \"%s\"", (int)i, bc_errmsg(),
+                 get_msg);
+    }
+    bc_error_clear();
+    dest_free(&d);
+    bc_buf_release(&got);
+  }
+  bc_bag_close(bag);
+  free(path);
+  tu_records_free(&recs);
+  free(rows);
+  free(z);
+}
+
 /* ---- bad indices and arguments ----------------------------------------- */
 
 static void test_out_of_range(void **state) {
@@ -697,6 +903,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_empty_rows, setup, teardown),
       cmocka_unit_test_setup_teardown(test_wrong_sizes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_frames_without_content_size, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_frame_shapes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_out_of_range, setup, teardown),
       cmocka_unit_test_setup_teardown(test_arguments, setup, teardown),
       cmocka_unit_test_setup_teardown(test_checksums, setup, teardown),

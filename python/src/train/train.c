@@ -26,6 +26,7 @@
  * released; only argument parsing holds it.
  */
 #include "core/bcpy.h"
+#include "train/pool.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -240,4 +241,7 @@ static PyMethodDef train_methods[] = {
      "positions start, start+stride, ..."},
     {NULL, NULL, 0, NULL}};
 
-int bcpy_train_init(PyObject *mod) { return PyModule_AddFunctions(mod, train_methods); }
+int bcpy_train_init(PyObject *mod) {
+  if (PyModule_AddFunctions(mod, train_methods) < 0) return -1;
+  return bcpy_train_pool_init(mod);
+}
