@@ -581,6 +581,10 @@ class _Pipeline:
                 if gen == self.gen:
                     self.results[k] = result
                     self.cond.notify_all()
+            # Not kept while waiting for the next step: the consumer's
+            # dropping a batch must free it (its memory returns to the
+            # loader's pool then).
+            del result, idx, task
 
     def next(self):
         """(ok, batch or exception, state after) of the next step, or None."""
