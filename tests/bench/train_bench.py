@@ -47,14 +47,26 @@ Rows:
                         per row from a mapping of the .npy into a fresh
                         batch (np.empty, as X[idx] makes), on the calling
                         thread.  n/a where it does not compile.
-  (C zstd decompression, 1 thread / W threads)
-                        the floor under .bagz: ZSTD_decompressDCtx of each
-                        row's frame, straight from mappings of the shards
-                        (bounds from their limits, read before timing) into
-                        a fresh batch, on the calling thread, then on W
-                        Python threads taking batches in turn (as the
-                        DataLoader's workers): zstd alone, no bagcache
-                        code.
+  (C zstd decompression, 1 thread / W threads, fresh batches)
+                        ZSTD_decompressDCtx of each row's frame, straight
+                        from mappings of the shards (bounds from their
+                        limits, read before timing) into a fresh batch
+                        (np.empty), on the calling thread, then on W Python
+                        threads taking batches in turn (as the DataLoader's
+                        workers): zstd alone, no bagcache code.  With W
+                        threads the batches are allocated by the workers
+                        and freed by the consumer, and glibc's per-thread
+                        arenas give fresh pages: up to one minor fault per
+                        4 kB page of a batch (information).
+  C zstd alone, W threads, batches recycled
+                        the floor under .bagz: the same records, the same
+                        W threads, the same frames decompressed into a
+                        batch, but with the DataLoader's memory handling:
+                        a batch's array returns to a free list once the
+                        consumer drops it (when the next arrives), and
+                        later batches decompress into it (np.empty only
+                        when the list is empty).  The .bagz DataLoader's
+                        target (1.0x) is against this row.
   (numpy np.load in the run)
                         X[idx] on a memmap opened by np.load in the run.
   (numpy in memory)     X[idx] on the array in memory (information).
@@ -79,9 +91,10 @@ Rows:
                         against numpy memmap X[idx] (target >= 0.8x), the
                         loaderx-style loader (>= 3x) and torch's (>= 3x).
   DataLoader .bagz      the same over DIR/bagz: against zstd alone in C on
-                        as many threads (target 1.0x: the rate of zstd
-                        alone), bagcache's reader alone, and the
-                        loaderx-style loader on .bagz (>= 3x).
+                        as many threads into recycled batches (target 1.0x:
+                        the rate of zstd alone) and into fresh ones,
+                        bagcache's reader alone, and the loaderx-style
+                        loader on .bagz (>= 3x).
   (DataLoader, ARDataset(path) in the run)
                         DataLoader(ARDataset(DIR/bag)) made in the run:
                         against numpy's np.load in the run.
@@ -146,16 +159,20 @@ def parse_args():
 # ---- loaders ------------------------------------------------------------------------
 
 
-def threaded(fn, batches, workers):
+def threaded(fn, batches, workers, recycle=None):
     """loaderx's scheme: `workers` threads, as many batches in flight,
     fn(batch) results delivered in order; each dropped when the next
-    arrives.  Returns the last result."""
+    arrives (and then given to recycle(), if any).  Returns the last
+    result."""
     out = None
     with concurrent.futures.ThreadPoolExecutor(workers) as ex:
         it = iter(batches)
         q = collections.deque(ex.submit(fn, b) for _, b in zip(range(workers), it))
         while q:
-            out = q.popleft().result()
+            prev, out = out, q.popleft().result()
+            if recycle is not None and prev is not None:
+                recycle(prev)
+            del prev
             nxt = next(it, None)
             if nxt is not None:
                 q.append(ex.submit(fn, nxt))
@@ -352,10 +369,10 @@ def main():
             zstd_frames = [(np.ascontiguousarray(z_starts[b]), np.ascontiguousarray(z_lens[b]))
                            for b in batches]
 
-        def check(name, got):
+        def check(name, got, want=want, which="first"):
             got = np.asarray(got)
             if got.shape != want.shape or not np.array_equal(got, want):
-                print(f"train_bench: {name}: the first batch is not numpy's X[idx]",
+                print(f"train_bench: {name}: the {which} batch is not numpy's X[idx]",
                       file=sys.stderr)
                 sys.exit(1)
 
@@ -407,6 +424,26 @@ def main():
 
         def c_zstd_threads():
             return threaded(c_zstd_batch, zstd_frames, a.workers)
+
+        def c_zstd_recycled():
+            # The DataLoader's memory handling with no bagcache code: a
+            # batch's array goes back to a free list once the consumer
+            # drops it, and the next batches decompress into it.
+            free = queue.SimpleQueue()
+
+            def batch(frames):
+                starts, lens = frames
+                try:
+                    out = free.get_nowait()
+                except queue.Empty:
+                    out = np.empty((len(starts),) + ROW_SHAPE, np.uint8)
+                bad = floors.floor_zstd(starts.ctypes.data, lens.ctypes.data, len(starts),
+                                        ROW_BYTES, out.ctypes.data)
+                if bad:
+                    raise RuntimeError(f"floor_zstd: frame {bad - 1} is not one row")
+                return out
+
+            return threaded(batch, zstd_frames, a.workers, recycle=free.put)
 
         def getitems(kind):
             ds = ARDataset.from_sequence(readers[kind], np.uint8, ROW_SHAPE)
@@ -489,6 +526,8 @@ def main():
         if floors is not None:
             check("C memcpy gather", c_copy_batch(copy_srcs[0]))
             check("C zstd decompression", c_zstd_batch(zstd_frames[0]))
+            check("C zstd decompression, recycled", c_zstd_recycled(),
+                  x_mem[batches[-1]], "last")
         for kind in dirs:
             check(f"ARDataset.__getitems__ .{kind}",
                   ARDataset.from_sequence(readers[kind], np.uint8, ROW_SHAPE)
@@ -526,7 +565,8 @@ def main():
         if tl is not None:
             runs["torch"] = torch_run
         if floors is not None:
-            runs.update({"c copy": c_copy, "c zstd": c_zstd, "c zstd W": c_zstd_threads})
+            runs.update({"c copy": c_copy, "c zstd": c_zstd, "c zstd W": c_zstd_threads,
+                         "c zstd W reuse": c_zstd_recycled})
         res = measure_all(a.repeat, runs)
         if tl is not None:
             del tl
@@ -552,7 +592,9 @@ def main():
         "bytes gather": "(bytes gather: per-row mmap slices, b''.join)",
         "c copy": "(C memcpy gather from the .npy mapping, 1 thread)",
         "c zstd": "(C zstd decompression of the rows' frames, 1 thread)",
-        "c zstd W": f"(C zstd decompression of the rows' frames, {a.workers} threads)",
+        "c zstd W": f"(C zstd decompression of the rows' frames, {a.workers} threads, "
+                    "fresh batches)",
+        "c zstd W reuse": f"C zstd alone, {a.workers} threads, batches recycled",
         "zstd alone": f"(reader alone: bc_bag_get_many .bagz, {a.workers} threads)",
         "reader alone": f"(reader alone: bc_bag_get_many .bag, {a.workers} threads)",
         "getitems bag": "(ARDataset.__getitems__ .bag, calling thread)",
@@ -568,12 +610,14 @@ def main():
     # (subject, baseline, target ratio or None for information)
     plan = [("numpy memmap", None, None), ("c copy", "numpy memmap", None),
             ("c zstd", "numpy memmap", None), ("c zstd W", "numpy memmap", None),
+            ("c zstd W reuse", "numpy memmap", None),
             ("numpy fresh", "numpy memmap", None),
             ("numpy memory", "numpy memmap", None),
             ("bytes gather", "numpy memmap", None), ("zstd alone", "numpy memmap", None),
             ("reader alone", "numpy memmap", None),
             ("getitems bag", "c copy", None), ("getitems bagz", "c zstd", None),
-            ("DataLoader .bag", "numpy memmap", 0.8), ("DataLoader .bagz", "c zstd W", 1.0),
+            ("DataLoader .bag", "numpy memmap", 0.8),
+            ("DataLoader .bagz", "c zstd W reuse", 1.0), ("DataLoader .bagz", "c zstd W", None),
             ("DataLoader .bagz", "zstd alone", None),
             ("DataLoader .bag", "loaderx .bag", 3.0), ("DataLoader .bagz", "loaderx .bagz", 3.0),
             ("DataLoader .bag", "torch", 3.0),
