@@ -17,6 +17,7 @@ COPY = "(C memcpy gather from the .npy mapping, 1 thread)"
 ZSTD1 = "(C zstd decompression of the rows' frames, 1 thread)"
 ZSTD4 = "(C zstd decompression of the rows' frames, 4 threads, fresh batches)"
 ZSTD4R = "C zstd alone, 4 threads, batches recycled"
+ZSTDC = "(C zstd alone, 4 C threads, no Python, a buffer each)"
 READER_Z = "(reader alone: bc_bag_get_many .bagz, 4 threads)"
 DL, DLZ = "DataLoader ARDataset .bag, 4 workers", "DataLoader ARDataset .bagz, 4 workers"
 ROWS = (
@@ -25,6 +26,7 @@ ROWS = (
     (ZSTD1, F, "-"),
     (ZSTD4, F, "-"),
     (ZSTD4R, F, "-"),
+    (ZSTDC, F, "-"),
     ("(numpy memmap, np.load in the run)", F, "-"),
     ("(numpy in-memory X[idx])", F, "-"),
     ("(bytes gather: per-row mmap slices, b''.join)", F, "-"),
@@ -35,6 +37,7 @@ ROWS = (
     (DL, F, ">= 0.8x"),
     (DLZ, ZSTD4R, ">= 1x"),
     (DLZ, ZSTD4, "-"),
+    (DLZ, ZSTDC, "-"),
     (DLZ, READER_Z, "-"),
     (DL, "loaderx-style r[i] .bag, 4 threads", ">= 3x"),
     (DLZ, "loaderx-style r[i] .bagz, 4 threads", ">= 3x"),
@@ -43,7 +46,7 @@ ROWS = (
      "(numpy memmap, np.load in the run)", "-"),
     ("(DataLoader .bag, 2 workers)", F, "-"),
 )
-TORCH = 18  # the torch row: not measured with --no-torch
+TORCH = 20  # the torch row: not measured with --no-torch
 
 
 def test_train_bench_runs_on_tiny_sizes(tmp_path):

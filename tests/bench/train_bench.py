@@ -67,6 +67,14 @@ Rows:
                         later batches decompress into it (np.empty only
                         when the list is empty).  The .bagz DataLoader's
                         target (1.0x) is against this row.
+  (C zstd alone, W C threads, no Python, a buffer each)
+                        the same frames, batch after batch, decompressed by
+                        W POSIX threads in gather_floor.c taking batches in
+                        turn, each into one buffer of its own reused for
+                        every batch it takes: no Python, no allocation, no
+                        batch handed to anyone.  What the hardware does
+                        with zstd alone (information: no Python loader can
+                        reach it).
   (numpy np.load in the run)
                         X[idx] on a memmap opened by np.load in the run.
   (numpy in memory)     X[idx] on the array in memory (information).
@@ -234,7 +242,7 @@ def build_floors(tmp):
     except (OSError, subprocess.CalledProcessError):
         flags = ["-lzstd"]
     try:
-        subprocess.run(cc + ["-O2", "-shared", "-fPIC", "-o", out, src] + flags,
+        subprocess.run(cc + ["-O2", "-pthread", "-shared", "-fPIC", "-o", out, src] + flags,
                        capture_output=True, text=True, check=True)
         lib = ctypes.CDLL(out)
     except (OSError, subprocess.CalledProcessError) as e:
@@ -245,6 +253,10 @@ def build_floors(tmp):
     lib.floor_zstd.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                ctypes.c_size_t, ctypes.c_void_p]
     lib.floor_zstd.restype = ctypes.c_size_t
+    lib.floor_zstd_threads.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                       ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p,
+                                       ctypes.c_size_t]
+    lib.floor_zstd_threads.restype = ctypes.c_size_t
     return lib, None
 
 
@@ -368,6 +380,11 @@ def main():
             z_starts, z_lens = frame_table(np, dirs["bagz"], maps)
             zstd_frames = [(np.ascontiguousarray(z_starts[b]), np.ascontiguousarray(z_lens[b]))
                            for b in batches]
+            # Every batch's frames, batch after batch, for the C threads.
+            all_idx = np.concatenate(batches)
+            z_all = (np.ascontiguousarray(z_starts[all_idx]),
+                     np.ascontiguousarray(z_lens[all_idx]))
+            z_bufs = np.empty((a.workers, a.batch_size) + ROW_SHAPE, np.uint8)
 
         def check(name, got, want=want, which="first"):
             got = np.asarray(got)
@@ -424,6 +441,14 @@ def main():
 
         def c_zstd_threads():
             return threaded(c_zstd_batch, zstd_frames, a.workers)
+
+        def c_zstd_pthreads(nbatches=a.batches):
+            bad = floors.floor_zstd_threads(z_all[0].ctypes.data, z_all[1].ctypes.data,
+                                            nbatches, a.batch_size, ROW_BYTES,
+                                            z_bufs.ctypes.data, a.workers)
+            if bad:
+                raise RuntimeError(f"floor_zstd_threads: frame {bad - 1} is not one row")
+            return z_bufs[0]
 
         def c_zstd_recycled():
             # The DataLoader's memory handling with no bagcache code: a
@@ -528,6 +553,7 @@ def main():
             check("C zstd decompression", c_zstd_batch(zstd_frames[0]))
             check("C zstd decompression, recycled", c_zstd_recycled(),
                   x_mem[batches[-1]], "last")
+            check("C zstd decompression, C threads", c_zstd_pthreads(1))
         for kind in dirs:
             check(f"ARDataset.__getitems__ .{kind}",
                   ARDataset.from_sequence(readers[kind], np.uint8, ROW_SHAPE)
@@ -566,7 +592,7 @@ def main():
             runs["torch"] = torch_run
         if floors is not None:
             runs.update({"c copy": c_copy, "c zstd": c_zstd, "c zstd W": c_zstd_threads,
-                         "c zstd W reuse": c_zstd_recycled})
+                         "c zstd W reuse": c_zstd_recycled, "c zstd pthreads": c_zstd_pthreads})
         res = measure_all(a.repeat, runs)
         if tl is not None:
             del tl
@@ -595,6 +621,7 @@ def main():
         "c zstd W": f"(C zstd decompression of the rows' frames, {a.workers} threads, "
                     "fresh batches)",
         "c zstd W reuse": f"C zstd alone, {a.workers} threads, batches recycled",
+        "c zstd pthreads": f"(C zstd alone, {a.workers} C threads, no Python, a buffer each)",
         "zstd alone": f"(reader alone: bc_bag_get_many .bagz, {a.workers} threads)",
         "reader alone": f"(reader alone: bc_bag_get_many .bag, {a.workers} threads)",
         "getitems bag": "(ARDataset.__getitems__ .bag, calling thread)",
@@ -610,7 +637,7 @@ def main():
     # (subject, baseline, target ratio or None for information)
     plan = [("numpy memmap", None, None), ("c copy", "numpy memmap", None),
             ("c zstd", "numpy memmap", None), ("c zstd W", "numpy memmap", None),
-            ("c zstd W reuse", "numpy memmap", None),
+            ("c zstd W reuse", "numpy memmap", None), ("c zstd pthreads", "numpy memmap", None),
             ("numpy fresh", "numpy memmap", None),
             ("numpy memory", "numpy memmap", None),
             ("bytes gather", "numpy memmap", None), ("zstd alone", "numpy memmap", None),
@@ -618,6 +645,7 @@ def main():
             ("getitems bag", "c copy", None), ("getitems bagz", "c zstd", None),
             ("DataLoader .bag", "numpy memmap", 0.8),
             ("DataLoader .bagz", "c zstd W reuse", 1.0), ("DataLoader .bagz", "c zstd W", None),
+            ("DataLoader .bagz", "c zstd pthreads", None),
             ("DataLoader .bagz", "zstd alone", None),
             ("DataLoader .bag", "loaderx .bag", 3.0), ("DataLoader .bagz", "loaderx .bagz", 3.0),
             ("DataLoader .bag", "torch", 3.0),
