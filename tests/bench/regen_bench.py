@@ -30,11 +30,16 @@ the records the iterator produced per read (exact for a fixed seed, up to
 the few background prefetches a random sequence triggers), with its
 ratios to the restart-from-0 loop and (with --loadit) to loadit.
 
-The floor: before the tables, a bare loop over the generator measures how
-many records per second producing them costs in this run (G); a row
-producing r records per read cannot exceed G / r reads/s however cheap
-the cache is.  The `of floor` column is the row's reads/s over that
-ceiling: the share of the time spent producing records.
+The floor: before each repeat, a bare loop over the generator measures
+how many records per second producing them costs in this run (G), and in
+each directory creating, writing and unlinking a file of one shard's
+bytes, with no sync, measures what storing a shard costs there at the
+least (W).  A row producing r records and missing m times per read cannot
+exceed 1 / (r / G + m x W) reads/s however cheap the cache's own work is
+(the loop row stores nothing, and loadit's misses are not counted: r / G alone).  `of floor` is the row's
+reads/s over that ceiling; what it lacks is the cache's own work per miss
+(pickling, checksums, the state's transactions, syncs on a disk, opening
+the shard).
 
 Rows:
   restart from 0   the baseline: a bare loop keeping the shards the limit
@@ -172,6 +177,22 @@ def bare_rate(a):
     return src.produced / (time.perf_counter() - t)
 
 
+def store_cost(a, d):
+    """Seconds to create, write and unlink a file of one shard's bytes in d
+    (median of 20, no sync): the least a miss pays to store a shard."""
+    data = os.urandom(a.shard * (a.record_bytes + 24))
+    path = os.path.join(d, "store-cost")
+    times = []
+    for _ in range(20):
+        t = time.perf_counter()
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+        os.unlink(path)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
 def run_dir(a, d, kinds, LoadIt, real, indices, limit, capacity, rates):
     """Runs every row R times with its roots under d (None: a new
     temporary directory); the floor's loop runs before each repeat."""
@@ -179,10 +200,11 @@ def run_dir(a, d, kinds, LoadIt, real, indices, limit, capacity, rates):
     os.makedirs(tmp, exist_ok=True)
     times = {k: [] for k in kinds}
     produced = {k: [] for k in kinds}
-    stats = {}
+    stats, stores = {}, []
     try:
         for r in range(a.repeat):
             rates.append(bare_rate(a))
+            stores.append(store_cost(a, tmp))
             for k in kinds:
                 src = Source(a.records, a.record_bytes)
                 root = os.path.join(tmp, f"{k}-{r}")
@@ -199,7 +221,7 @@ def run_dir(a, d, kinds, LoadIt, real, indices, limit, capacity, rates):
     finally:
         if not d:
             shutil.rmtree(tmp, ignore_errors=True)
-    return tmp, times, produced, stats
+    return tmp, times, produced, stats, statistics.median(stores)
 
 
 def fs_type(path):
@@ -218,7 +240,7 @@ def fs_type(path):
     return kind
 
 
-def print_table(a, kinds, tmp, times, produced, stats, capacity, rate):
+def print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate):
     names = {"base": "restart from 0 (loop)", "default": "LoadIt (defaults)",
              "seekable": "LoadIt, create_iter(start)", "passes1": "LoadIt, max_passes=1",
              "loadit": "loadit (its own)"}
@@ -226,7 +248,8 @@ def print_table(a, kinds, tmp, times, produced, stats, capacity, rate):
     if "loadit" in kinds:
         head += ["records vs loadit", "reads/s vs loadit"]
     head += ["floor reads/s", "of floor", "misses", "passes opened", "records/miss"]
-    print(f"roots in {tmp} ({fs_type(tmp)})")
+    print(f"roots in {tmp} ({fs_type(tmp)}); storing a shard costs at least "
+          f"{store * 1e3:.3f} ms here (W)")
     rows = [head]
     med = {k: (statistics.median(produced[k]) / a.reads,
                a.reads / statistics.median(times[k])) for k in kinds}
@@ -241,7 +264,9 @@ def print_table(a, kinds, tmp, times, produced, stats, capacity, rate):
             lrec, lrps = med["loadit"]
             row += [f"{lrec / rec:.1f}x fewer" if k != "loadit" else "-",
                     f"{rps / lrps:.1f}x" if k != "loadit" else "-"]
-        row += [f"{rate / rec:,.0f}", f"{rps / (rate / rec):.0%}",
+        misses = st["misses"] / a.reads if st else 0.0
+        floor = 1.0 / (rec / rate + misses * store)
+        row += [f"{floor:,.0f}", f"{rps / floor:.0%}",
                 f"{st['misses']:,}" if st else f"(capacity {capacity})" if k == "base" else "-",
                 f"{st['passes_opened']:,}" if st else "-",
                 f"{st['records_per_miss']:,.1f}" if st else "-"]
@@ -279,11 +304,12 @@ def main():
           f"{a.shard:,}, disk limit {limit:,} bytes ({a.limit_percent:g}% of the data), "
           f"max_cache_size=4, {a.reads:,} uniformly random loader[i] (seed {a.seed}); "
           f"medians of {a.repeat}")
-    print(f"floor: the bare generator loop makes {rate:,.0f} records/s (median of "
-          f"{len(rates)}); a row of r records/read is at most {rate:,.0f} / r reads/s")
-    for tmp, times, produced, stats in results:
+    print(f"floor: the bare generator loop makes G = {rate:,.0f} records/s (median "
+          f"of {len(rates)}); a row of r records and m misses per read is at most "
+          f"1 / (r / G + m x W) reads/s")
+    for tmp, times, produced, stats, store in results:
         print()
-        print_table(a, kinds, tmp, times, produced, stats, capacity, rate)
+        print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate)
     return 0
 
 
