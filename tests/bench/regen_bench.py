@@ -36,10 +36,10 @@ each directory creating, writing and unlinking a file of one shard's
 bytes, with no sync, measures what storing a shard costs there at the
 least (W).  A row producing r records and missing m times per read cannot
 exceed 1 / (r / G + m x W) reads/s however cheap the cache's own work is
-(the loop row stores nothing, and loadit's misses are not counted: r / G alone).  `of floor` is the row's
-reads/s over that ceiling; what it lacks is the cache's own work per miss
-(pickling, checksums, the state's transactions, syncs on a disk, opening
-the shard).
+(the loop row stores nothing, and loadit's misses are not counted: r / G
+alone).  `of floor` is the row's reads/s over that ceiling; what it lacks
+is the cache's own work per miss (pickling, checksums, the state's
+transactions, syncs on a disk, opening the shard).
 
 Rows:
   restart from 0   the baseline: a bare loop keeping the shards the limit
