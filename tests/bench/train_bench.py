@@ -442,10 +442,12 @@ def main():
         def c_zstd_threads():
             return threaded(c_zstd_batch, zstd_frames, a.workers)
 
-        def c_zstd_pthreads(nbatches=a.batches):
+        def c_zstd_pthreads(nbatches=a.batches, nthreads=a.workers):
+            """The last batch's array when nthreads is 1 (thread 0's buffer;
+            with more threads, whichever took a batch holds it)."""
             bad = floors.floor_zstd_threads(z_all[0].ctypes.data, z_all[1].ctypes.data,
                                             nbatches, a.batch_size, ROW_BYTES,
-                                            z_bufs.ctypes.data, a.workers)
+                                            z_bufs.ctypes.data, nthreads)
             if bad:
                 raise RuntimeError(f"floor_zstd_threads: frame {bad - 1} is not one row")
             return z_bufs[0]
@@ -553,7 +555,7 @@ def main():
             check("C zstd decompression", c_zstd_batch(zstd_frames[0]))
             check("C zstd decompression, recycled", c_zstd_recycled(),
                   x_mem[batches[-1]], "last")
-            check("C zstd decompression, C threads", c_zstd_pthreads(1))
+            check("C zstd decompression, C threads", c_zstd_pthreads(1, 1))
         for kind in dirs:
             check(f"ARDataset.__getitems__ .{kind}",
                   ARDataset.from_sequence(readers[kind], np.uint8, ROW_SHAPE)
