@@ -662,6 +662,11 @@ class DataLoader:
     ``with`` block) stops every thread and closes the datasets of this
     module (as loaderx).  An exception raised by a worker or ``transform``
     is raised by ``next()`` itself, at the batch it belongs to.
+
+    An :class:`ARDataset`'s batches are arrays over memory from the
+    loader's pool: it is reused for later batches only once nothing refers
+    to the batch (the array, a view of it, a memoryview...), so a batch
+    you keep keeps its bytes, and dropped ones cost no page faults.
     """
 
     def __init__(self, dataset, labelset=None, num_workers=4, batch_size=256,
