@@ -271,6 +271,13 @@ int bcpy_seq_check_bulk(bcpy_seq *self);
 
 /* ---- bulk reads (core/bulk.c) --------------------------------------------- */
 
+/* [self[i] for i in idx[0..n)], read in parallel: the one bulk read loop of
+ * every sequence.  Records go in rounds of bc_seq_get_many through the
+ * kind's wait policy, and are made elements by kind->decode (NULL: bytes);
+ * indices are the sequence's (negative count from the end).  A new list,
+ * or NULL with an exception (kind->raise). */
+PyObject *bcpy_read_list(bcpy_sobj *self, const int64_t *idx, size_t n);
+
 PyObject *bcpy_seq_read(bcpy_seq *self, PyObject *unused);
 PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args);
 /* Checks [start, start + num) against the view (a negative start counts

@@ -1166,61 +1166,18 @@ static PyObject *lobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 
 /* ---- _CacheSeq: bulk reads and the rest ---------------------------------------- */
 
-/* Reads rounds through the thread's staging area (scratch.c), as the
- * Reader does (bulk.c): no buffer is allocated per record once the thread
- * has read records of that size.  Each round of up to BCPY_CHUNK records
- * is one bc_seq_get_many with the GIL released (Ctrl-C reaches its waits
- * through the main thread's interrupt handler).  The loader is held
- * (lobj_enter) while it reads, and a round after the first checks it was
- * not closed meanwhile. */
-static PyObject *lobj_read_indices_held(bcpy_lobj *self, PyObject *indices);
-
+/* The loader is held (lobj_enter) while it reads: the one bulk read loop
+ * (core/bulk.c) waits through lobj_wait and checks between rounds that it
+ * was not closed meanwhile. */
 static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
   if (lobj_check(self) < 0) return NULL;
   lobj_enter(self);
-  PyObject *r = lobj_read_indices_held(self, indices);
+  bcpy_ivec a = {NULL, 0, 0};
+  PyObject *r = bcpy_indices_from_object(indices, &a) < 0
+                    ? NULL : bcpy_read_list((bcpy_sobj *)self, a.v, a.n);
+  PyMem_RawFree(a.v);
   lobj_leave(self);
   return r;
-}
-
-static PyObject *lobj_read_indices_held(bcpy_lobj *self, PyObject *indices) {
-  bcpy_core *core = self->core;
-  bcpy_ivec a = {NULL, 0, 0};
-  if (bcpy_indices_from_object(indices, &a) < 0) {
-    PyMem_RawFree(a.v);
-    return NULL;
-  }
-  PyObject *list = PyList_New((Py_ssize_t)a.n);
-  bcpy_stage *st = list != NULL ? bcpy_stage_take() : NULL;
-  if (st == NULL) Py_CLEAR(list);
-  for (size_t off = 0; list != NULL && off < a.n;) {
-    if (off > 0 && lobj_check(self) < 0) { /* closed while a round waited */
-      Py_CLEAR(list);
-      break;
-    }
-    size_t m = bcpy_stage_next(st, a.n - off, false);
-    memcpy(st->idx, a.v + off, m * sizeof *st->idx);
-    bc_seq *seq = self->seq;
-    int rc;
-    WAIT_BEGIN(core)
-    rc = bc_seq_get_many(seq, st->idx, m, st->bufs);
-    WAIT_END
-    if (rc != 0) {
-      raise_rc(rc, NULL);
-      Py_CLEAR(list);
-      break;
-    }
-    for (size_t k = 0; list != NULL && k < m; k++) {
-      PyObject *r = to_record(core, &st->bufs[k]);
-      if (r == NULL) Py_CLEAR(list);
-      else PyList_SET_ITEM(list, (Py_ssize_t)(off + k), r);
-    }
-    if (list != NULL) bcpy_stage_done(st, m);
-    off += m;
-  }
-  bcpy_stage_give(st);
-  PyMem_RawFree(a.v);
-  return list;
 }
 
 static PyObject *lobj_known_length(bcpy_lobj *self, PyObject *unused) {
