@@ -164,9 +164,6 @@ void bcpy_call_run(bcpy_call *c);
  * (bcpy_loadit_init), so that views/ need not include loadit/. */
 typedef struct {
   int (*wait)(bcpy_call *c); /* 0: the call ran */
-  bool (*needed)(void); /* whether this thread reads in place first (the
-                           main thread: a record that would wait for
-                           another thread's fill is then read by wait) */
   /* Hands a call that may wait (closing a read-ahead whose reads may be
    * fills) to a thread of its own that runs and frees it, where this
    * thread must not wait (the main thread, a source callback): true when

@@ -35,14 +35,12 @@ static int wait_inline(bcpy_call *c) {
   return 0;
 }
 
-static bool never(void) { return false; }
-
 static bool keep(bcpy_call *c) {
   (void)c;
   return false;
 }
 
-bcpy_waiter bcpy_fill_waiter = {wait_inline, never, keep};
+bcpy_waiter bcpy_fill_waiter = {wait_inline, keep};
 
 int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c) {
   (void)self;

@@ -1401,7 +1401,7 @@ static int add_exception(PyObject *mod, PyObject **slot, const char *name,
 int bcpy_loadit_init(PyObject *mod) {
   if (bcpy_runner_init() < 0) return -1;
   /* Views over a LoadIt wait for its fills as the LoadIt does. */
-  bcpy_fill_waiter = (bcpy_waiter){fill_wait, bcpy_is_main_thread, fill_detach};
+  bcpy_fill_waiter = (bcpy_waiter){fill_wait, fill_detach};
   if (bcpy_add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0 ||
