@@ -140,10 +140,8 @@ static int fill_wait(bcpy_call *c) {
   return 0;
 }
 
-/* Runs a call on a thread of its own where this thread must not wait for
- * it: the main thread (closing a read-ahead whose reads in flight may be
- * long fills) or inside a source callback (this thread may be one of the
- * engine's workers).  The thread frees it. */
+/* Runs a call on a thread of its own, which frees it: true when one
+ * started (else the call is untouched). */
 typedef struct {
   bcpy_job base;
   bcpy_call *call;
@@ -159,8 +157,7 @@ static void call_release(bcpy_job *job) {
   c->free(c);
 }
 
-static bool fill_detach(bcpy_call *c) {
-  if (!bcpy_is_main_thread() && !bcpy_in_callback) return false;
+static bool detach(bcpy_call *c) {
   call_job *j = PyMem_RawCalloc(1, sizeof *j);
   if (j == NULL) return false;
   j->base.run = call_run;
@@ -171,26 +168,31 @@ static bool fill_detach(bcpy_call *c) {
   return false;
 }
 
+/* Where this thread must not wait for a call: the main thread (closing a
+ * read-ahead whose reads in flight may be long fills) or inside a source
+ * callback (this thread may be one of the engine's workers). */
+static bool fill_detach(bcpy_call *c) {
+  return (bcpy_is_main_thread() || bcpy_in_callback) && detach(c);
+}
+
 /* ---- teardown ----------------------------------------------------------------- */
 
 typedef struct {
-  bcpy_job base;
+  bcpy_call base;
   bc_cache *cache;
   bc_seq *seq;
   bcpy_source *src;
-} teardown_job;
+} teardown_call;
 
-static int teardown_run(bcpy_job *job) {
-  (void)job;
-  return 0; /* all in release */
+static int teardown_run(bcpy_call *c) {
+  teardown_call *t = (teardown_call *)c;
+  bc_cache_close(t->cache);
+  bc_seq_unref(t->seq);
+  bcpy_source_unref(t->src);
+  return 0;
 }
 
-static void teardown_release(bcpy_job *job) {
-  teardown_job *j = (teardown_job *)job;
-  bc_cache_close(j->cache);
-  bc_seq_unref(j->seq);
-  bcpy_source_unref(j->src);
-}
+static void teardown_free(bcpy_call *c) { PyMem_RawFree(c); }
 
 /* Closes a cache and drops a sequence and a source reference (any may be
  * NULL; the GIL is held).  Inside a source callback this is done by a
@@ -199,15 +201,10 @@ static void teardown_release(bcpy_job *job) {
 static void teardown(bc_cache *cache, bc_seq *seq, bcpy_source *src) {
   if (cache == NULL && seq == NULL && src == NULL) return;
   if (bcpy_in_callback) {
-    teardown_job *j = PyMem_RawCalloc(1, sizeof *j);
-    if (j != NULL) {
-      j->base.run = teardown_run;
-      j->base.release = teardown_release;
-      j->cache = cache;
-      j->seq = seq;
-      j->src = src;
-      if (bcpy_run_detached(&j->base) != 0) PyMem_RawFree(j);
-    }
+    teardown_call *t = PyMem_RawCalloc(1, sizeof *t);
+    if (t == NULL) return;
+    *t = (teardown_call){{teardown_run, teardown_free, 0}, cache, seq, src};
+    if (!detach(&t->base)) PyMem_RawFree(t);
     return;
   }
   Py_BEGIN_ALLOW_THREADS
