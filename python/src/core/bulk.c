@@ -35,23 +35,39 @@ static int round_run(bcpy_call *c) {
   return bc_seq_get_many(r->seq, r->idx, r->n, r->bufs);
 }
 
-/* Reads idx[0..n) into bufs through the sequence's wait policy (the GIL
- * released).  Sets the Python exception and returns -1 on failure.  The
- * library's message for a failed batch names a position in this round,
- * which means nothing to the caller; so, where reads never wait for a
- * fill, the failing records are looked up one by one (on this error path
+/* Raises a failed round's error.  The library names the failing position
+ * "indices[P] = I: ..." (bc_seq_get_many), P counted in the round: renamed
+ * here by the round's offset `off` in the caller's list (SIZE_MAX: the
+ * round is not in the caller's order). */
+static void raise_round(bcpy_sobj *self, int rc, int sys_errno, const char *message,
+                        size_t off) {
+  size_t p;
+  int at = 0;
+  char msg[1200];
+  if (off != SIZE_MAX && sscanf(message, "indices[%zu] = %n", &p, &at) == 1 && at > 0) {
+    snprintf(msg, sizeof msg, "indices[%zu] = %s", off + p, message + at);
+    message = msg;
+  }
+  self->kind->raise(rc, sys_errno, message);
+}
+
+/* Reads idx[0..n), positions off.. of the caller's list, into bufs through
+ * the sequence's wait policy (the GIL released).  Sets the Python
+ * exception and returns -1 on failure.  Where reads never wait for a fill,
+ * the failing records are then looked up one by one (on this error path
  * only) and the first one's own error is raised, naming its index.  A
- * read that may wait (a LoadIt's) raises the batch's error as it came: its
- * payload is the source's exception, and a second read would run the
- * source again. */
-static int round_read(bcpy_sobj *self, const int64_t *idx, bc_buf *bufs, size_t n) {
+ * read that may wait (a LoadIt's) raises the batch's error, naming its
+ * position: its payload is the source's exception, and a second read
+ * would run the source again. */
+static int round_read(bcpy_sobj *self, const int64_t *idx, bc_buf *bufs, size_t n,
+                      size_t off) {
   const bcpy_seq_kind *kind = self->kind;
   round_call c = {{round_run, NULL, 0}, self->seq, idx, bufs, n};
   if (kind->wait(self, &c.base) < 0) return -1;
   int rc = c.base.rc;
   if (rc == 0) return 0;
   if (kind->waits != NULL && kind->waits(self)) {
-    kind->raise(rc, bc_errno(), NULL);
+    raise_round(self, rc, bc_errno(), bc_errmsg(), off);
     return -1;
   }
   char *batch_msg = strdup(bc_errmsg());
@@ -67,7 +83,7 @@ static int round_read(bcpy_sobj *self, const int64_t *idx, bc_buf *bufs, size_t 
     snprintf(msg, sizeof msg, "index %lld: %s", (long long)idx[k - 1], bc_errmsg());
     kind->raise(one, bc_errno(), msg);
   } else {
-    kind->raise(rc, batch_errno, batch_msg);
+    raise_round(self, rc, batch_errno, batch_msg != NULL ? batch_msg : "", off);
   }
   free(batch_msg);
   return -1;
@@ -113,7 +129,8 @@ static PyObject *read_plan(bcpy_sobj *self, const plan *p, size_t n, size_t len)
       st->idx[k] = p->idx != NULL     ? p->idx[off + k]
                    : p->pairs != NULL ? p->pairs[p->group[off + k]].index
                                       : p->start + (int64_t)(off + k);
-    if (round_read(self, st->idx, st->bufs, m) < 0) goto fail;
+    if (round_read(self, st->idx, st->bufs, m, p->pairs != NULL ? SIZE_MAX : off) < 0)
+      goto fail;
     for (size_t k = 0; k < m; k++) {
       bc_buf *b = &st->bufs[k];
       PyObject *e = kind->decode != NULL

@@ -1044,14 +1044,8 @@ static PyObject *view_raise_errno(int rc, int sys_errno, const char *message) {
   return view_raise(rc, message);
 }
 
-/* A slice that settles the length: the GIL released when the tree may
- * block, interruptibly when it may wait for a fill. */
-static int view_wait(bcpy_sobj *base, bcpy_call *c) {
-  bcpy_view *self = (bcpy_view *)base;
-  if (self->kinds & VK_NATIVE) return read_waiting(self, c);
-  bcpy_call_run(c); /* Python leaves only: arithmetic and Python code */
-  return 0;
-}
+/* A slice that settles the length, a read-ahead refill. */
+static int view_wait(bcpy_sobj *base, bcpy_call *c) { return read_waiting((bcpy_view *)base, c); }
 
 static PyObject *view_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   bcpy_view *self = (bcpy_view *)PyType_GenericNew(type, args, kwds);
