@@ -102,19 +102,6 @@ static void user_remove(bcpy_lobj *v) {
   v->next_user = NULL;
 }
 
-/* Raises for a failed call (a NULL or "" message means this thread's error,
- * whose payload is a source's exception): bcpy_raise maps codes. */
-static PyObject *raise_rc_errno(int rc, int sys_errno, const char *msg) {
-  if (msg == NULL || msg[0] == '\0') return bcpy_raise(rc, NULL);
-  return bcpy_raise_errno(rc, sys_errno, msg);
-}
-
-/* raise_rc_errno for a failure of this thread (msg NULL) or one whose
- * errno is unknown. */
-static PyObject *raise_rc(int rc, const char *msg) {
-  return raise_rc_errno(rc, 0, msg);
-}
-
 /* Brackets a call into the engine that may wait, the GIL released: a
  * first pass in progress must know when its reader waits (loadit/tee.c).
  * Ctrl-C reaches the wait through the main thread's interrupt handler
@@ -526,7 +513,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   free(info_copy);
   free(root_copy);
   if (rc != 0) {
-    raise_rc(rc, NULL);
+    bcpy_raise(rc, NULL);
     if (cache != NULL) teardown(cache, NULL, NULL);
     goto fail;
   }
@@ -610,7 +597,7 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_stats_get(self->cache, &st);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   return Py_BuildValue(
       "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "length",
       (unsigned long long)st.length, "length_final", st.length_final ? Py_True : Py_False,
@@ -648,7 +635,7 @@ static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
   }
   if (rc != 0) {
     PyMem_RawFree(list);
-    return raise_rc(rc, NULL);
+    return bcpy_raise(rc, NULL);
   }
   PyObject *result = PyList_New((Py_ssize_t)count);
   for (size_t k = 0; result != NULL && k < count; k++) {
@@ -656,7 +643,7 @@ static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
     rc = bc_cache_shard_path(self->cache, &list[k], &file);
     if (rc != 0) {
       Py_CLEAR(result);
-      raise_rc(rc, NULL);
+      bcpy_raise(rc, NULL);
       break;
     }
     PyObject *path = PyUnicode_DecodeFSDefault(file);
@@ -682,7 +669,7 @@ static PyObject *core_finalize_length(bcpy_core *self, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_finalize(self->cache);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   Py_RETURN_NONE;
 }
 
@@ -695,7 +682,7 @@ static PyObject *core_worker_positions(bcpy_core *self, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_worker_positions(self->cache, pos, 1024, &count);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   if (count > 1024) count = 1024;
   PyObject *list = PyList_New((Py_ssize_t)count);
   for (size_t k = 0; list != NULL && k < count; k++) {
@@ -724,7 +711,7 @@ static PyObject *core_progress(bcpy_core *self, PyObject *unused) {
   if (rc == 0) rc = bc_cache_worker_positions(self->cache, pos, 64, &n);
   draining = bc_cache_draining(self->cache);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   uint64_t furthest = 0;
   for (size_t k = 0; k < n && k < 64; k++)
     if (pos[k] > furthest) furthest = pos[k];
@@ -743,7 +730,7 @@ static PyObject *core_info(bcpy_core *self, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_info(self->cache, &json);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   PyObject *s = PyUnicode_FromString(json);
   free(json);
   return s;
@@ -757,7 +744,7 @@ static PyObject *core_set_info(bcpy_core *self, PyObject *arg) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_set_info(self->cache, json);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   Py_RETURN_NONE;
 }
 
@@ -771,7 +758,7 @@ static PyObject *core_fill_all(bcpy_core *self, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = fill_everything(cache, seq, R);
   Py_END_ALLOW_THREADS
-  if (rc != 0) raise_rc(rc, NULL);
+  if (rc != 0) bcpy_raise(rc, NULL);
   teardown(NULL, seq, NULL);
   if (rc != 0) return NULL;
   Py_RETURN_NONE;
@@ -933,7 +920,7 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
     bc_seq *leaf;
     uint64_t li;
     int rc = bc_seq_resolve(self->seq, index, &leaf, &li);
-    if (rc != 0) return raise_rc(rc, NULL);
+    if (rc != 0) return bcpy_raise(rc, NULL);
     if (leaf == core->seq && core->R != 0) {
       seq = leaf;
       at = (int64_t)li;
@@ -952,7 +939,7 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   WAIT_END
   if (rc != 0) {
     bcpy_scratch_give(buf, &fallback);
-    return raise_rc(rc, NULL);
+    return bcpy_raise(rc, NULL);
   }
   PyObject *result = to_record(core, buf);
   bcpy_scratch_give(buf, &fallback);
@@ -1001,7 +988,7 @@ static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
   WAIT_BEGIN(self->core)
   rc = bc_seq_len(seq, &len);
   WAIT_END
-  if (rc != 0) raise_rc(rc, NULL);
+  if (rc != 0) bcpy_raise(rc, NULL);
   teardown(NULL, seq, NULL);
   if (progress_end(shown, rc == 0) < 0 || rc != 0) return -1;
   *out = len;
@@ -1092,7 +1079,7 @@ static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
   if (packed == NULL) return NULL;
   if (rc != 0) {
     Py_DECREF(packed);
-    return raise_rc(rc, NULL);
+    return bcpy_raise(rc, NULL);
   }
   PyObject *v = new_view(self, out, packed, safe);
   Py_DECREF(packed);
@@ -1149,7 +1136,7 @@ static const bcpy_seq_kind lobj_kind = {
     .take = get_take,
     .wait = lobj_wait,
     .wrap = lobj_wrap,
-    .raise = raise_rc_errno,
+    .raise = bcpy_raise_errno,
     .decode = lobj_decode,
     .waits = lobj_waits,
     .track = lobj_track,
@@ -1182,7 +1169,7 @@ static PyObject *lobj_known_length(bcpy_lobj *self, PyObject *unused) {
   if (lobj_check(self) < 0) return NULL;
   bc_len l;
   int rc = bc_seq_length(self->seq, false, &l);
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   return Py_BuildValue("(KO)", (unsigned long long)l.value,
                        l.kind == BC_LEN_EXACT ? Py_True : Py_False);
 }
