@@ -297,7 +297,7 @@ typedef struct bc_appender bc_appender;
 #define BC_APPENDER_OPTIONS_VERSION 2 /* (1: up to publish_behind) */
 
 /* The write-behind queue's size when behind_bytes is 0. */
-#define BC_APPENDER_BEHIND_BYTES_DEFAULT ((size_t)8 << 20)
+#define BC_APPENDER_BEHIND_BYTES_DEFAULT ((size_t)1 << 20)
 
 typedef struct bc_appender_options {
   unsigned version; /* BC_APPENDER_OPTIONS_VERSION */
