@@ -31,7 +31,9 @@
  * append and by close.  The caller's interrupt handler stops a wait for
  * room in the ring, and close's and discard's waits for the writer; it
  * then sets `cancel`, the writer's (and its publisher's) interrupt
- * handler, so that the writer's own waits stop too.  Discard lets the
+ * handler, so that the writer's own waits stop too.  Close lets the
+ * writer publish the last shard and make the length final as well (its
+ * syncs are then not the caller's CPU time either).  Discard lets the
  * writer take the complete shards queued (appended, they would have been
  * published already without write-behind) and drop the rest.
  *
@@ -100,6 +102,8 @@ struct write_behind {
   _Atomic uint64_t keep; /* the writer appends records [0, keep) */
   atomic_bool cancel;    /* the caller was interrupted: stop */
   atomic_int wfailed;    /* the writer's failure code (then a->failed) */
+  bool ending;           /* close: the writer ends the stream too (set
+                            before the ring is closed) */
 };
 
 /* fork() generations: an appender of an older one is the parent's. */
@@ -120,7 +124,6 @@ static int fail(bc_appender *a, int rc) {
   bc_error_save(&a->failed, rc);
   return rc;
 }
-
 
 /* Removes the scratch file of the shard in progress and its sidecar. */
 static void drop_scratch(bc_appender *a) {
@@ -434,6 +437,15 @@ static int append_now(bc_appender *a, const void *data, size_t size) {
   return 0;
 }
 
+/* The stream has ended (close): the shard in progress is published and
+ * the length made final.  A failure is final (a->failed). */
+static int end_stream(bc_appender *a) {
+  join_publisher(a); /* (its failure is the appender's) */
+  if (a->failed.code != 0) return a->failed.code;
+  int rc = a->mode != MODE_NONE ? shard_end(a, true) : bc__fill_record_end(a->c, a->count);
+  return rc != 0 ? fail(a, rc) : 0;
+}
+
 /* ---- write-behind ---------------------------------------------------------- */
 
 /* The writer thread: appends the queued records in order with the sync
@@ -467,6 +479,10 @@ static void *writer_main(void *arg) {
     }
     bc__ring_release(&wb->ring, b.to);
   }
+  /* close: the last publish and its syncs are this thread's too. */
+  if (wb->ending && a->failed.code == 0 && !atomic_load(&wb->cancel) &&
+      end_stream(a) != 0)
+    atomic_store(&wb->wfailed, a->failed.code);
   bc__ring_finish(&wb->ring);
   return NULL;
 }
@@ -474,8 +490,11 @@ static void *writer_main(void *arg) {
 /* Starts the writer thread with a ring of `bytes`.  No thread: the
  * appender works without write-behind. */
 static int behind_start(bc_appender *a, size_t bytes) {
-  struct write_behind *wb = calloc(1, sizeof *wb);
+  /* (aligned: the ring keeps each side's fields on a cache line of its own) */
+  size_t size = (sizeof(struct write_behind) + 63) / 64 * 64;
+  struct write_behind *wb = aligned_alloc(64, size);
   if (wb == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  memset(wb, 0, size);
   int rc = bc__ring_init(&wb->ring, bytes);
   if (rc != 0) {
     free(wb);
@@ -519,14 +538,16 @@ static int append_behind(bc_appender *a, const void *data, size_t size, bool wai
   return 0;
 }
 
-/* Write-behind: lets the writer take the records [0, keep) queued, stops
- * it and the publisher, and frees the write-behind half: from then on the
- * sync core is the caller's.  An interrupt of the wait stops the writer
+/* Write-behind: lets the writer take the records [0, keep) queued (and,
+ * `ending`, end the stream: end_stream), stops it and the publisher, and
+ * frees the write-behind half: from then on the sync core is the
+ * caller's.  An interrupt of the wait stops the writer
  * at once (BC_ECANCELED, final).  Returns the appender's failure, if
  * any (then also in a->failed). */
-static int behind_end(bc_appender *a, uint64_t keep) {
+static int behind_end(bc_appender *a, uint64_t keep, bool ending) {
   struct write_behind *wb = a->wb;
   atomic_store(&wb->keep, keep);
+  wb->ending = ending; /* (the ring's lock orders it before the writer's look) */
   bc__ring_close(&wb->ring);
   int rc = bc__ring_wait_finished(&wb->ring, true);
   if (rc != 0) {
@@ -651,16 +672,12 @@ int bc_appender_close(bc_appender *a) {
   if (a == NULL) return 0;
   int rc = forked(a, "bc_appender_close");
   if (rc != 0) return rc; /* (left alone: see the header) */
-  if (a->wb != NULL) behind_end(a, UINT64_MAX); /* (a failure: a->failed) */
-  join_publisher(a); /* (its failure is the appender's) */
+  /* (a failure: in a->failed) */
+  if (a->wb != NULL) behind_end(a, UINT64_MAX, true);
+  else end_stream(a);
   if (a->failed.code != 0) {
     rc = bc_error_restore(&a->failed);
     shard_abort(a);
-  } else if (a->mode != MODE_NONE) {
-    rc = shard_end(a, true);
-    if (rc != 0) shard_abort(a);
-  } else {
-    rc = bc__fill_record_end(a->c, a->count);
   }
   if (rc != 0) {
     bc_error_state keep = BC_ERROR_STATE_INIT; /* (shard_abort's messages) */
@@ -681,7 +698,7 @@ void bc_appender_discard(bc_appender *a) {
   snprintf(msg, sizeof msg, "%s", bc_errmsg());
   int err = bc_errno();
   /* The complete shards queued are published, as without write-behind. */
-  if (a->wb != NULL) behind_end(a, a->wb->accepted - a->wb->accepted % a->R);
+  if (a->wb != NULL) behind_end(a, a->wb->accepted - a->wb->accepted % a->R, false);
   join_publisher(a); /* a complete shard is published all the same */
   shard_abort(a);
   appender_free(a);

@@ -29,6 +29,7 @@ int bc__ring_init(bc__ring *r, size_t cap) {
   pthread_cond_init(&r->room, NULL);
   atomic_init(&r->wpos, 0);
   atomic_init(&r->rpos, 0);
+  r->rseen = r->checked = 0;
   atomic_init(&r->consumer_waiting, false);
   atomic_init(&r->producer_waiting, false);
   return 0;
@@ -50,7 +51,7 @@ static int wait_room(bc__ring *r, uint64_t w, size_t total) {
   pthread_mutex_lock(&r->lock);
   atomic_store(&r->producer_waiting, true);
   pthread_cond_signal(&r->more);
-  while (rc == 0 && r->cap - (w - atomic_load(&r->rpos)) < total)
+  while (rc == 0 && r->cap - (w - (r->rseen = atomic_load(&r->rpos))) < total)
     rc = bc__cond_wait(&r->room, &r->lock);
   atomic_store(&r->producer_waiting, false);
   pthread_mutex_unlock(&r->lock);
@@ -59,7 +60,7 @@ static int wait_room(bc__ring *r, uint64_t w, size_t total) {
 
 /* Waits (wait) until the ring is empty: 0, BC_EAGAIN or BC_ECANCELED. */
 static int wait_empty(bc__ring *r, uint64_t w, bool wait) {
-  if (atomic_load(&r->rpos) == w) return 0;
+  if ((r->rseen = atomic_load_explicit(&r->rpos, memory_order_acquire)) == w) return 0;
   if (!wait) return BC_EAGAIN;
   return wait_room(r, w, r->cap); /* all of it */
 }
@@ -80,6 +81,7 @@ static uint64_t restart(bc__ring *r, unsigned char *buf, size_t cap) {
   w = (w / r->cap + 1) * r->cap;
   atomic_store(&r->rpos, w);
   atomic_store(&r->wpos, w);
+  r->rseen = r->checked = w;
   pthread_mutex_unlock(&r->lock);
   return w;
 }
@@ -101,7 +103,9 @@ int bc__ring_put(bc__ring *r, const void *data, size_t size, bool wait, bool wak
       return bc__error(BC_ENOMEM, "out of memory (a record of %zu bytes)", size);
     w = restart(r, buf, need);
     off = skip = 0;
-  } else if (r->cap - (w - atomic_load(&r->rpos)) < skip + need) {
+  } else if (r->cap - (w - r->rseen) < skip + need &&
+             r->cap - (w - (r->rseen = atomic_load_explicit(
+                                &r->rpos, memory_order_acquire))) < skip + need) {
     if (!wait) return BC_EAGAIN;
     if ((rc = wait_room(r, w, skip + need)) != 0) return rc;
   }
@@ -115,12 +119,15 @@ int bc__ring_put(bc__ring *r, const void *data, size_t size, bool wait, bool wak
   memcpy(r->buf + off, &h, 8);
   if (size > 0) memcpy(r->buf + off + 8, data, size);
   w += need;
-  atomic_store(&r->wpos, w);
-  if (atomic_load(&r->consumer_waiting) &&
-      (wake || w - atomic_load(&r->rpos) >= r->wake_bytes)) {
-    pthread_mutex_lock(&r->lock);
-    pthread_cond_signal(&r->more);
-    pthread_mutex_unlock(&r->lock);
+  atomic_store_explicit(&r->wpos, w, memory_order_release);
+  if (wake || w - r->checked >= r->wake_bytes) {
+    r->checked = w;
+    atomic_thread_fence(memory_order_seq_cst); /* wpos, then the flag */
+    if (atomic_load(&r->consumer_waiting)) {
+      pthread_mutex_lock(&r->lock);
+      pthread_cond_signal(&r->more);
+      pthread_mutex_unlock(&r->lock);
+    }
   }
   return 0;
 }
@@ -147,17 +154,23 @@ bool bc__ring_take(bc__ring *r, bc__ring_batch *b) {
   bool got = false;
   pthread_mutex_lock(&r->lock);
   for (;;) {
-    atomic_store(&r->consumer_waiting, true);
-    uint64_t w = atomic_load(&r->wpos), from = atomic_load(&r->rpos);
+    /* (rpos is ours, but the producer may restart an empty ring while we
+     * sleep) */
+    uint64_t from = atomic_load_explicit(&r->rpos, memory_order_relaxed);
+    uint64_t w = atomic_load_explicit(&r->wpos, memory_order_acquire);
+    if (w == from && !r->closed) { /* about to sleep: say so, look again */
+      atomic_store(&r->consumer_waiting, true);
+      w = atomic_load(&r->wpos);
+      if (w == from) pthread_cond_wait(&r->more, &r->lock);
+      atomic_store_explicit(&r->consumer_waiting, false, memory_order_relaxed);
+      continue;
+    }
     if (w != from) {
       *b = (bc__ring_batch){r->buf, r->cap, from, w};
       got = true;
-      break;
     }
-    if (r->closed) break;
-    pthread_cond_wait(&r->more, &r->lock);
+    break;
   }
-  atomic_store(&r->consumer_waiting, false);
   pthread_mutex_unlock(&r->lock);
   return got;
 }
@@ -180,7 +193,8 @@ void bc__ring_next(const bc__ring_batch *b, uint64_t *pos, const void **data,
 }
 
 void bc__ring_release(bc__ring *r, uint64_t pos) {
-  atomic_store(&r->rpos, pos);
+  atomic_store_explicit(&r->rpos, pos, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst); /* rpos, then the flag */
   if (atomic_load(&r->producer_waiting)) {
     pthread_mutex_lock(&r->lock);
     pthread_cond_signal(&r->room);

@@ -11,18 +11,24 @@
  * so a record's header always fits.
  *
  * Concurrency: [rpos, wpos) is the consumer's to read, the rest the
- * producer's to write.  wpos and rpos are atomics (the producer stores wpos
- * after writing the bytes, the consumer loads it before reading them; the
- * other way round for rpos), so that a record costs the producer no lock.
- * Who sleeps says so in an atomic flag before checking its condition under
- * `lock`; who wakes stores its position first, then checks the flag (both
- * sequentially consistent, so one of the two sees the other) and signals
- * under `lock`.  buf and cap change only while the ring is empty (a record
- * longer than cap grows it), under `lock`, where the consumer reads them.
+ * producer's to write.  wpos and rpos are atomics: the producer stores wpos
+ * (release) after writing the bytes, the consumer loads it (acquire)
+ * before reading them, and the other way round for rpos; so a record
+ * costs the producer no lock, and no read of the consumer's cache line
+ * while the room it last saw (rseen) suffices.  The two sides' fields are
+ * on cache lines of their own.  Who sleeps says so in an atomic flag
+ * before checking its condition under `lock`; who wakes stores its
+ * position, then (after a sequentially consistent fence) checks the flag
+ * and signals under `lock`: one of the two sees the other.  The producer
+ * checks only where a wake-up is due (below), so a consumer may sleep on
+ * records queued since the last check until the next one.  buf and cap
+ * change only while the ring is empty (a record that fits no lap of it),
+ * under `lock`, where the consumer reads them.
  *
- * The consumer is woken when wake_bytes are queued, when the producer asks
- * for it (the end of a shard, so that it is published without waiting for
- * more records), when the producer must wait for room, and at the end.
+ * The consumer is woken when wake_bytes were queued since the last check,
+ * when the producer asks for it (the end of a shard, so that it is
+ * published without waiting for more records), when the producer must
+ * wait for room, and at the end.
  */
 #ifndef BC_CACHE_APPEND_RING_H
 #define BC_CACHE_APPEND_RING_H
@@ -34,15 +40,21 @@
 #include <stdint.h>
 
 typedef struct bc__ring {
-  pthread_mutex_t lock;
+  /* the producer's */
+  _Alignas(64) _Atomic uint64_t wpos; /* bytes written */
+  uint64_t rseen;            /* rpos as last loaded (producer only) */
+  uint64_t checked;          /* wpos at the last wake-up check (ditto) */
+  atomic_bool producer_waiting;
+  /* the consumer's */
+  _Alignas(64) _Atomic uint64_t rpos; /* bytes released */
+  atomic_bool consumer_waiting;
+  /* cold */
+  _Alignas(64) pthread_mutex_t lock;
   pthread_cond_t more;       /* the consumer waits: records, or the end */
   pthread_cond_t room;       /* the producer waits: room, or `finished` */
   unsigned char *buf;        /* (lock to change, and for the consumer) */
   size_t cap;                /* bytes of buf, a multiple of 8 (as buf) */
   size_t wake_bytes;         /* queued bytes that wake the consumer */
-  _Atomic uint64_t wpos;     /* bytes written (the producer's) */
-  _Atomic uint64_t rpos;     /* bytes released (the consumer's) */
-  atomic_bool consumer_waiting, producer_waiting;
   bool closed;               /* no more records (lock) */
   bool finished;             /* the consumer is done (lock) */
 } bc__ring;
