@@ -131,6 +131,51 @@ static void test_flush_keeps_final_name_empty(void **state) {
   tu_records_free(&mixed);
 }
 
+/* With the limits at the tail, a writer keeps one temporary file until
+ * its limits outgrow their buffer (8,192 records): a cache shard is one
+ * file created and renamed, not two.  The file written either way is
+ * the same bag. */
+static void test_tail_limits_temp_only_when_needed(void **state) {
+  (void)state;
+  char *tmp = tu_tempdir();
+  char *path = tu_join(tmp, "t.bag");
+  enum { N = 8192 + 10 };
+  bc_writer *w = NULL;
+  TU_OK(bc_writer_open(&w, path, NULL));
+  char rec[16];
+  for (int i = 0; i < N; i++) {
+    int n = snprintf(rec, sizeof rec, "r%d", i);
+    TU_OK(bc_writer_write(w, rec, (size_t)n));
+    if (i == 8191) assert_int_equal(temp_files(tmp), 1); /* buffer full */
+  }
+  assert_int_equal(temp_files(tmp), 2); /* the 8,193rd limit flushed them */
+  TU_OK(bc_writer_close(w));
+  bc_writer_free(w);
+  assert_int_equal(temp_files(tmp), 0);
+  bc_bag *bag = NULL;
+  TU_OK(bc_bag_open(&bag, path, NULL));
+  assert_int_equal(bc_bag_len(bag), N);
+  bc_buf got = BC_BUF_INIT;
+  for (int i = 0; i < N; i += 97) {
+    int n = snprintf(rec, sizeof rec, "r%d", i);
+    TU_OK(bc_bag_get(bag, (uint64_t)i, &got));
+    tu_assert_bytes(got.data, got.size, rec, (size_t)n, path);
+  }
+  bc_buf_release(&got);
+  bc_bag_close(bag);
+  tu_remove_entries(tmp, "");
+  /* A small file: one temporary file from open to close. */
+  TU_OK(bc_writer_open(&w, path, NULL));
+  TU_OK(bc_writer_write(w, "abc", 3));
+  assert_int_equal(temp_files(tmp), 1);
+  TU_OK(bc_writer_close(w));
+  bc_writer_free(w);
+  assert_int_equal(tu_count_entries(tmp, ""), 1);
+  tu_rmtree(tmp);
+  free(tmp);
+  free(path);
+}
+
 static void test_free_unclosed_publishes_nothing(void **state) {
   (void)state;
   tu_records mixed = {0};
@@ -624,6 +669,7 @@ int main(void) {
       cmocka_unit_test(test_write_after_close),
       cmocka_unit_test(test_close_returns_first_error),
       cmocka_unit_test(test_flush_keeps_final_name_empty),
+      cmocka_unit_test(test_tail_limits_temp_only_when_needed),
       cmocka_unit_test(test_free_unclosed_publishes_nothing),
       cmocka_unit_test(test_missing_directory),
       cmocka_unit_test(test_replace_only_at_close),

@@ -215,6 +215,12 @@ int bc__bag_attach_crcs(bc_bag *bag, const char *path);
  * byte-identical to bagz's. */
 int bc__writer_checksum_frames(bc_writer *w);
 
+/* Makes the writer's close rename its file into place without fsyncing
+ * the directory (its data is still fsynced): for a file under a temporary
+ * name that is renamed again, and that directory fsynced, before anything
+ * relies on it (the cache's scratch files).  Before close. */
+int bc__writer_scratch(bc_writer *w);
+
 /* The device and inode of shard 0's records file as it was opened: which
  * file a bag reads even after its name was replaced or removed. */
 void bc__bag_file_id(const bc_bag *bag, uint64_t *dev, uint64_t *ino);

@@ -16,6 +16,15 @@
  * Any failure puts the writer in the failed state: temporary files are
  * removed and every later call returns the same error.
  *
+ * With the limits at the tail, their temporary file is created only when
+ * the limits outgrow their buffer (LIMITS_BUFFER: 8,192 records) or at
+ * bc_writer_flush: a smaller file costs one temporary file, not two.
+ *
+ * A scratch writer (bc__writer_scratch: the cache's fills) renames its
+ * file into place without fsyncing the directory: the name is itself a
+ * temporary one, which the cache renames again into a directory it does
+ * fsync.  The file's data is still fsynced at close.
+ *
  * Early writeback: every WRITEBACK_EVERY bytes written, the kernel is asked
  * to start writing them to the device (sync_file_range, SYNC_FILE_RANGE_WRITE:
  * it does not wait for the device), so that the disk works while records
@@ -26,6 +35,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h> /* rename */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,6 +56,8 @@ struct bc_writer {
   char *path;        /* final records path */
   char *limits_path; /* final limits path (separate only) */
   bool separate;
+  bool scratch; /* no directory fsync at close (bc__writer_scratch) */
+  unsigned file_mode;
   char *tmp_records, *tmp_limits;
   int fd_records, fd_limits;
   bc__encoder *encoder; /* NULL: records stored as given */
@@ -143,10 +155,12 @@ int bc_writer_open(bc_writer **out, const char *path,
   if (zstd && (rc = bc__encoder_new(&w->encoder, opts->zstd_level,
                                     opts->dictionary, opts->dictionary_size)) != 0)
     goto cleanup;
+  w->file_mode = opts->file_mode;
   rc = bc__tmp_create(path, opts->file_mode, &w->tmp_records, &w->fd_records);
-  if (rc != 0) goto cleanup;
-  rc = bc__tmp_create(w->separate ? w->limits_path : path, opts->file_mode,
-                      &w->tmp_limits, &w->fd_limits);
+  /* Tail limits: their temporary file waits until it is needed. */
+  if (rc == 0 && w->separate)
+    rc = bc__tmp_create(w->limits_path, opts->file_mode, &w->tmp_limits,
+                        &w->fd_limits);
   if (rc != 0) goto cleanup;
   *out = w;
   w = NULL;
@@ -176,7 +190,11 @@ static int flush_records(bc_writer *w) {
 }
 
 static int flush_limits(bc_writer *w) {
-  int rc = bc__write_all(w->fd_limits, w->lbuf, w->lbuf_len, w->tmp_limits);
+  int rc = 0;
+  if (w->fd_limits < 0) /* the first flush of tail limits */
+    rc = bc__tmp_create(w->path, w->file_mode, &w->tmp_limits, &w->fd_limits);
+  if (rc != 0) return rc;
+  rc = bc__write_all(w->fd_limits, w->lbuf, w->lbuf_len, w->tmp_limits);
   w->limits_flushed += w->lbuf_len;
   w->lbuf_len = 0;
   return rc;
@@ -259,7 +277,10 @@ static int finish(bc_writer *w) {
       return rc;
     w->lbuf_len = 0;
     if ((rc = bc__fsync(w->fd_records, w->tmp_records)) != 0) return rc;
-    return bc__publish(w->tmp_records, w->path);
+    if (!w->scratch) return bc__publish(w->tmp_records, w->path);
+    if (rename(w->tmp_records, w->path) != 0)
+      return bc__error_errno(errno, "%s: rename from %s", w->path, w->tmp_records);
+    return 0;
   }
   if ((rc = flush_limits(w)) != 0) return rc;
   if ((rc = bc__fsync(w->fd_records, w->tmp_records)) != 0 ||
@@ -278,12 +299,12 @@ int bc_writer_close(bc_writer *w) {
   if (rc != 0) return rc;
   if ((rc = finish(w)) != 0) return fail(w, rc);
   /* Published: the temporary names are gone (renamed or to be unlinked). */
-  if (!w->separate) unlink(w->tmp_limits);
+  if (!w->separate && w->tmp_limits) unlink(w->tmp_limits);
   free(w->tmp_records);
   free(w->tmp_limits);
   w->tmp_records = w->tmp_limits = NULL;
   close(w->fd_records);
-  close(w->fd_limits);
+  if (w->fd_limits >= 0) close(w->fd_limits);
   w->fd_records = w->fd_limits = -1;
   w->state = WRITER_CLOSED;
   w->result = 0;
@@ -302,6 +323,12 @@ void bc_writer_free(bc_writer *w) {
   free(w->limits_path);
   free(w->result_msg);
   free(w);
+}
+
+int bc__writer_scratch(bc_writer *w) {
+  int rc = check_open(w, "scratch");
+  if (rc == 0) w->scratch = true;
+  return rc;
 }
 
 int bc__writer_checksum_frames(bc_writer *w) {

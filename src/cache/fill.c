@@ -449,6 +449,9 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   /* zstd frames carry zstd's content checksum; records of .bag shards get
    * a CRC-32C each, in the sidecar (format version 2). */
   if (c->zstd && (rc = bc__writer_checksum_frames(w)) != 0) goto cleanup;
+  /* scratch/ is never fsynced: the publish renames the file into shards/
+   * and fsyncs that (doc/cache.md, "The sync budget of a miss"). */
+  if ((rc = bc__writer_scratch(w)) != 0) goto cleanup;
   uint64_t sum = BC__SUM_INIT;
   while (n < c->R) {
     if (atomic_load(&c->stop_fills)) { /* closing: abandon, publish nothing */

@@ -12,8 +12,9 @@ $BC_BUILDDIR or the current directory), --records N (100,000),
 --record-bytes B (1,000), --shard N (records per shard, 1,000), --reads N
 (2,000), --limit-percent P (25: the disk limit is P% of N x B), --seed S
 (0), --repeat R (3), --dir DIR (where the roots go; default a new
-temporary directory: put it on tmpfs, e.g. /dev/shm, to take the disk's
-fsync latency out of reads/s), --loadit DIR (a directory from which
+temporary directory, which is on the disk here; give it twice, e.g.
+`--dir /dev/shm/x --dir /tmp/x`, for a table on tmpfs, where the disk's
+syncs cost nothing, and one on the disk, in the same run), --loadit DIR (a directory from which
 `import loadit` works, e.g. loadit's src/: adds loadit's own row; it
 needs filelock, watchdog and fsspec), --quick (10,000 records of 100
 bytes, shards of 100, 200 reads, one repeat).
@@ -26,7 +27,19 @@ preload_fn); `--reads` uniformly random indices (random.Random(seed)),
 each read as loader[i] and compared with the item it must be.  Each row
 runs on a fresh root, R times; the table shows the median reads/s and
 the records the iterator produced per read (exact for a fixed seed, up to
-the few background prefetches a random sequence triggers).
+the few background prefetches a random sequence triggers), with its
+ratios to the restart-from-0 loop and (with --loadit) to loadit.
+
+The floor: before each repeat, a bare loop over the generator measures
+how many records per second producing them costs in this run (G), and in
+each directory creating, writing and unlinking a file of one shard's
+bytes, with no sync, measures what storing a shard costs there at the
+least (W).  A row producing r records and missing m times per read cannot
+exceed 1 / (r / G + m x W) reads/s however cheap the cache's own work is
+(the loop row stores nothing, and loadit's misses are not counted: r / G
+alone).  `of floor` is the row's reads/s over that ceiling; what it lacks
+is the cache's own work per miss (pickling, checksums, the state's
+transactions, syncs on a disk, opening the shard).
 
 Rows:
   restart from 0   the baseline: a bare loop keeping the shards the limit
@@ -63,7 +76,7 @@ def parse_args():
     p.add_argument("--limit-percent", type=float, default=25.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--dir")
+    p.add_argument("--dir", action="append")
     p.add_argument("--loadit")
     p.add_argument("--quick", action="store_true")
     a = p.parse_args()
@@ -155,30 +168,43 @@ def loadit_run(a, LoadIt, root, src, indices, limit, kind):
         loader.close()
 
 
-def main():
-    a = parse_args()
-    sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python", "pkg"))
-    from bagcache import LoadIt
+def bare_rate(a):
+    """Records per second of a bare loop over the generator: the floor."""
+    src = Source(a.records, a.record_bytes)
+    t = time.perf_counter()
+    for _ in src.plain()():
+        pass
+    return src.produced / (time.perf_counter() - t)
 
-    rng = random.Random(a.seed)
-    indices = [rng.randrange(a.records) for _ in range(a.reads)]
-    data = a.records * a.record_bytes
-    limit = int(data * a.limit_percent / 100)
-    capacity = max(1, limit // (a.shard * (a.record_bytes + 8)))
-    tmp = a.dir or tempfile.mkdtemp(prefix="bagcache-regen-")
+
+def store_cost(a, d):
+    """Seconds to create, write and unlink a file of one shard's bytes in d
+    (median of 20, no sync): the least a miss pays to store a shard."""
+    data = os.urandom(a.shard * (a.record_bytes + 24))
+    path = os.path.join(d, "store-cost")
+    times = []
+    for _ in range(20):
+        t = time.perf_counter()
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+        os.unlink(path)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def run_dir(a, d, kinds, LoadIt, real, indices, limit, capacity, rates):
+    """Runs every row R times with its roots under d (None: a new
+    temporary directory); the floor's loop runs before each repeat."""
+    tmp = d or tempfile.mkdtemp(prefix="bagcache-regen-")
     os.makedirs(tmp, exist_ok=True)
-    kinds = ["base", "default", "seekable", "passes1"]
-    real = None
-    if a.loadit:
-        sys.path.insert(0, os.path.abspath(a.loadit))
-        import loadit as real
-
-        kinds.append("loadit")
     times = {k: [] for k in kinds}
     produced = {k: [] for k in kinds}
-    stats = {}
+    stats, stores = {}, []
     try:
         for r in range(a.repeat):
+            rates.append(bare_rate(a))
+            stores.append(store_cost(a, tmp))
             for k in kinds:
                 src = Source(a.records, a.record_bytes)
                 root = os.path.join(tmp, f"{k}-{r}")
@@ -193,38 +219,97 @@ def main():
                 produced[k].append(src.produced)
                 shutil.rmtree(root, ignore_errors=True)
     finally:
-        if not a.dir:
+        if not d:
             shutil.rmtree(tmp, ignore_errors=True)
+    return tmp, times, produced, stats, statistics.median(stores)
 
-    print(f"workload: {a.records:,} records of {a.record_bytes:,} bytes, shards of "
-          f"{a.shard:,}, disk limit {limit:,} bytes ({a.limit_percent:g}% of the data), "
-          f"max_cache_size=4, {a.reads:,} uniformly random loader[i] (seed {a.seed}); "
-          f"medians of {a.repeat}")
+
+def fs_type(path):
+    """The file system under path (from /proc/mounts), for the table."""
+    best, kind = "", "?"
+    try:
+        real = os.path.realpath(path)
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                mnt = parts[1]
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                    best, kind = mnt, parts[2]
+    except OSError:
+        pass
+    return kind
+
+
+def print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate):
     names = {"base": "restart from 0 (loop)", "default": "LoadIt (defaults)",
              "seekable": "LoadIt, create_iter(start)", "passes1": "LoadIt, max_passes=1",
              "loadit": "loadit (its own)"}
-    head = ("row", "records/read", "reads/s", "records vs base", "reads/s vs base",
-            "misses", "passes opened", "records/miss")
-    print(f"roots in {tmp}")
+    head = ["row", "records/read", "reads/s", "records vs base", "reads/s vs base"]
+    if "loadit" in kinds:
+        head += ["records vs loadit", "reads/s vs loadit"]
+    head += ["floor reads/s", "of floor", "misses", "passes opened", "records/miss"]
+    print(f"roots in {tmp} ({fs_type(tmp)}); storing a shard costs at least "
+          f"{store * 1e3:.3f} ms here (W)")
     rows = [head]
-    base_rec = statistics.median(produced["base"]) / a.reads
-    base_rps = a.reads / statistics.median(times["base"])
+    med = {k: (statistics.median(produced[k]) / a.reads,
+               a.reads / statistics.median(times[k])) for k in kinds}
+    base_rec, base_rps = med["base"]
     for k in kinds:
-        rec = statistics.median(produced[k]) / a.reads
-        rps = a.reads / statistics.median(times[k])
+        rec, rps = med[k]
         st = stats.get(k)
-        rows.append((names[k], f"{rec:,.1f}", f"{rps:,.1f}",
-                     f"{base_rec / rec:.1f}x fewer" if k != "base" else "-",
-                     f"{rps / base_rps:.1f}x" if k != "base" else "-",
-                     f"{st['misses']:,}" if st else f"(capacity {capacity})",
-                     f"{st['passes_opened']:,}" if st else "-",
-                     f"{st['records_per_miss']:,.1f}" if st else "-"))
+        row = [names[k], f"{rec:,.1f}", f"{rps:,.1f}",
+               f"{base_rec / rec:.1f}x fewer" if k != "base" else "-",
+               f"{rps / base_rps:.1f}x" if k != "base" else "-"]
+        if "loadit" in kinds:
+            lrec, lrps = med["loadit"]
+            row += [f"{lrec / rec:.1f}x fewer" if k != "loadit" else "-",
+                    f"{rps / lrps:.1f}x" if k != "loadit" else "-"]
+        misses = st["misses"] / a.reads if st else 0.0
+        floor = 1.0 / (rec / rate + misses * store)
+        row += [f"{floor:,.0f}", f"{rps / floor:.0%}",
+                f"{st['misses']:,}" if st else f"(capacity {capacity})" if k == "base" else "-",
+                f"{st['passes_opened']:,}" if st else "-",
+                f"{st['records_per_miss']:,.1f}" if st else "-"]
+        rows.append(row)
     widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
     for n, r in enumerate(rows):
         print("  ".join(v.ljust(w) if c == 0 else v.rjust(w)
                         for c, (v, w) in enumerate(zip(r, widths))))
         if n == 0:
             print("  ".join("-" * w for w in widths))
+
+
+def main():
+    a = parse_args()
+    sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python", "pkg"))
+    from bagcache import LoadIt
+
+    rng = random.Random(a.seed)
+    indices = [rng.randrange(a.records) for _ in range(a.reads)]
+    data = a.records * a.record_bytes
+    limit = int(data * a.limit_percent / 100)
+    capacity = max(1, limit // (a.shard * (a.record_bytes + 8)))
+    kinds = ["base", "default", "seekable", "passes1"]
+    real = None
+    if a.loadit:
+        sys.path.insert(0, os.path.abspath(a.loadit))
+        import loadit as real
+
+        kinds.append("loadit")
+    results, rates = [], []
+    for d in a.dir or [None]:
+        results.append(run_dir(a, d, kinds, LoadIt, real, indices, limit, capacity, rates))
+    rate = statistics.median(rates)
+    print(f"workload: {a.records:,} records of {a.record_bytes:,} bytes, shards of "
+          f"{a.shard:,}, disk limit {limit:,} bytes ({a.limit_percent:g}% of the data), "
+          f"max_cache_size=4, {a.reads:,} uniformly random loader[i] (seed {a.seed}); "
+          f"medians of {a.repeat}")
+    print(f"floor: the bare generator loop makes G = {rate:,.0f} records/s (median "
+          f"of {len(rates)}); a row of r records and m misses per read is at most "
+          f"1 / (r / G + m x W) reads/s")
+    for tmp, times, produced, stats, store in results:
+        print()
+        print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate)
     return 0
 
 

@@ -1,9 +1,9 @@
 /*
- * tests/cache/fixture.c - the fixture of test_cache_basics and
- * test_cache_introspect (see fixture.h).
+ * tests/cache/fixture.c - the per-test fixture (see fixture.h).
  */
 #include "fixture.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 int fx_setup(void **state) {
@@ -19,6 +19,8 @@ int fx_setup(void **state) {
 
 int fx_teardown(void **state) {
   fixture *f = *state;
+  if (f->sh != NULL) atomic_store(&f->sh->hold, false); /* a held next() ends */
+  bc_set_interrupt_handler(NULL, NULL);
   bc_cache_close(f->c2);
   bc_cache_close(f->c);
   ts_shared_free(f->sh);

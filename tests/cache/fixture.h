@@ -1,7 +1,7 @@
 /*
- * tests/cache/fixture.h - the per-test fixture of test_cache_basics and
- * test_cache_introspect: a fresh temporary directory whose cache root is
- * DIR/c (so creating the root is covered too), the source's shared
+ * tests/cache/fixture.h - the per-test fixture of the cache tests: a fresh
+ * temporary directory whose cache root is DIR/c (so creating the root is
+ * covered too), the source's shared
  * counters, and the caches a test opens.  fx_teardown runs after a failed
  * test as well, so whatever a test may leave open lives here.
  */
@@ -17,7 +17,9 @@ typedef struct fixture {
 } fixture;
 
 /* cmocka setup/teardown (a watchdog runs in between; notices are not
- * captured unless a test asks for it). */
+ * captured unless a test asks for it).  fx_teardown first releases a
+ * source held at its block_at and clears the thread's interrupt handler,
+ * so that a failed test's caches close. */
 int fx_setup(void **state);
 int fx_teardown(void **state);
 

@@ -92,12 +92,12 @@ tests_cache_test_cache_threads_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_threads_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_abandon_SOURCES = tests/cache/test_cache_abandon.c \
-	$(BC_CACHE_TEST_UTIL)
+	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_abandon_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_abandon_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_cancel_SOURCES = tests/cache/test_cache_cancel.c \
-	$(BC_CACHE_TEST_UTIL)
+	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_cancel_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_cancel_LDADD = $(BC_CACHE_TEST_LDADD)
 

@@ -38,6 +38,7 @@ ts_config ts_config_default(uint64_t n) {
   c.fail_times = 1;
   c.fail_code = BC_ESOURCE;
   c.nondet_pass = -1;
+  c.block_at = -1;
   return c;
 }
 
@@ -160,13 +161,22 @@ static int ts_next(void *payload, void *pass, bc_buf *out) {
     rc = 0;
     goto cleanup;
   }
+  if (p->cfg.block_at >= 0 && ps->pos == (uint64_t)p->cfg.block_at)
+    while (atomic_load(&p->shared->hold)) {
+      atomic_store(&p->shared->held, true);
+      struct timespec ms = {0, 1000 * 1000L};
+      nanosleep(&ms, NULL);
+    }
   if (!p->cfg.fail_open && p->cfg.fail_at >= 0 &&
       ps->pos == (uint64_t)p->cfg.fail_at && take_failure(p)) {
     rc = bc_set_errmsg(p->cfg.fail_code, "test source: failure at record %llu",
                        (unsigned long long)ps->pos);
+    if (p->cfg.fail_payload != NULL)
+      bc_error_set_payload(p->cfg.fail_payload, p->cfg.payload_retain,
+                           p->cfg.payload_release);
     goto cleanup;
   }
-  if (p->cfg.delay_us) {
+  if (p->cfg.delay_us && !atomic_load(&p->shared->no_delay)) {
     struct timespec ts = {0, (long)p->cfg.delay_us * 1000L};
     nanosleep(&ts, NULL);
   }

@@ -44,6 +44,12 @@ typedef struct ts_config {
   uint64_t seek_off;      /* open_at(start) starts at start + seek_off: a
                              source that seeks wrongly (0: correctly) */
   bool version1;          /* declare version 1 (and no open_at) */
+  int64_t block_at;       /* next() producing this record waits while
+                             shared->hold is set (-1: never) */
+  void *fail_payload;     /* attached to each injected failure with
+                             bc_error_set_payload (NULL: none) */
+  void (*payload_retain)(void *);
+  void (*payload_release)(void *);
 } ts_config;
 
 /* Counters shared across threads and forked processes. */
@@ -60,6 +66,9 @@ typedef struct ts_shared {
   _Atomic uint64_t overlaps;   /* callbacks of one source (one process) that
                                   ran concurrently although it is not
                                   thread-safe */
+  _Atomic bool hold;           /* next() waits at cfg.block_at while set */
+  _Atomic bool held;           /* a next() has waited at cfg.block_at */
+  _Atomic bool no_delay;       /* set: delay_us is ignored from now on */
   uint64_t n;                  /* entries of per_record */
   _Atomic uint32_t per_record[]; /* times next() produced record i */
 } ts_shared;

@@ -27,9 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
-
-/* ---- a source of "r<i>" records ----------------------------------------- */
+#include "fixture.h"
 
 /* An error object a failing source attaches to its failure (the payload):
  * reference-counted, like a binding's exception object. */
@@ -41,77 +39,12 @@ typedef struct {
 static void err_retain(void *p) { atomic_fetch_add(&((err_obj *)p)->refs, 1); }
 static void err_release(void *p) { atomic_fetch_sub(&((err_obj *)p)->refs, 1); }
 
-typedef struct {
-  uint64_t n;
-  atomic_uint delay_us;      /* sleep before each record */
-  int64_t fail_at;           /* next() of this record fails (-1: never) */
-  err_obj *err;              /* ... with this payload */
-  int64_t block_at;          /* next() of this record blocks while `blocking` */
-  atomic_bool blocking, blocked;
-  atomic_uint_fast64_t produced; /* records returned */
-  atomic_int frees;
-} src_cfg;
-
-static int src_open(void *payload, void **pass) {
-  (void)payload;
-  uint64_t *pos = calloc(1, sizeof *pos);
-  if (pos == NULL) return BC_ENOMEM;
-  *pass = pos;
-  return 0;
-}
-
-static int src_next(void *payload, void *pass, bc_buf *out) {
-  src_cfg *cfg = payload;
-  uint64_t *pos = pass;
-  if (*pos >= cfg->n) return 0;
-  if ((int64_t)*pos == cfg->block_at)
-    while (atomic_load(&cfg->blocking)) {
-      atomic_store(&cfg->blocked, true);
-      usleep(1000);
-    }
-  unsigned delay = atomic_load(&cfg->delay_us);
-  if (delay) usleep(delay);
-  if ((int64_t)*pos == cfg->fail_at) {
-    int rc = bc_set_errmsg(BC_ESOURCE, "record %llu: the source failed",
-                           (unsigned long long)*pos);
-    bc_error_set_payload(cfg->err, err_retain, err_release);
-    return rc;
-  }
-  char rec[32];
-  int len = snprintf(rec, sizeof rec, "r%llu", (unsigned long long)*pos);
-  if (out->capacity < (size_t)len) {
-    unsigned char *p = realloc(out->data, (size_t)len);
-    if (p == NULL) return BC_ENOMEM;
-    out->data = p;
-    out->capacity = (size_t)len;
-  }
-  memcpy(out->data, rec, (size_t)len);
-  out->size = (size_t)len;
-  (*pos)++;
-  atomic_fetch_add(&cfg->produced, 1);
-  return 1;
-}
-
-static void src_close(void *payload, void *pass) {
-  (void)payload;
-  free(pass);
-}
-
-static void src_free(void *payload) { atomic_fetch_add(&((src_cfg *)payload)->frees, 1); }
-
-static bc_source make_source(src_cfg *cfg) {
-  bc_source s = {.version = BC_SOURCE_VERSION, .open = src_open, .next = src_next,
-                 .close = src_close, .free_payload = src_free, .payload = cfg,
-                 .thread_safe = true};
-  return s;
-}
-
-static void cfg_init(src_cfg *cfg, uint64_t n, unsigned delay_us) {
-  memset(cfg, 0, sizeof *cfg);
-  cfg->n = n;
-  atomic_init(&cfg->delay_us, delay_us);
-  cfg->fail_at = -1;
-  cfg->block_at = -1;
+/* The test source (source.h) of n records, thread-safe, delay_us a record. */
+static ts_config slow_source(uint64_t n, unsigned delay_us) {
+  ts_config cfg = ts_config_default(n);
+  cfg.thread_safe = true;
+  cfg.delay_us = delay_us;
+  return cfg;
 }
 
 static double now(void) {
@@ -137,56 +70,20 @@ static int never(void *ctx) {
   return 0;
 }
 
-typedef struct {
-  char *dir, *root, *scratch, *shards;
-  src_cfg cfg;
-  bc_cache *c;
-} fixture;
-
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (f == NULL) return -1;
-  f->dir = cu_tmp_dir();
-  f->root = cu_path(f->dir, "c");
-  f->scratch = cu_path(f->root, "scratch");
-  f->shards = cu_path(f->root, "shards");
-  cu_watchdog(120);
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  atomic_store(&f->cfg.blocking, false);
-  bc_cache_close(f->c);
-  cu_rm_rf(f->dir);
-  free(f->shards);
-  free(f->scratch);
-  free(f->root);
-  free(f->dir);
-  free(f);
-  bc_set_interrupt_handler(NULL, NULL);
-  cu_watchdog(0);
-  return 0;
-}
-
-static void open_cache(fixture *f, int workers, int prefetch) {
+static void open_cache(fixture *f, const ts_config *cfg, int workers, int prefetch) {
   bc_cache_options o = BC_CACHE_OPTIONS_INIT;
   o.shard_records = 100;
   o.fill_workers = workers;
   o.prefetch_shards = prefetch;
-  bc_source s = make_source(&f->cfg);
-  CU_OK(bc_cache_open(&f->c, f->root, &s, &o));
+  fx_open(f, cfg, &o);
 }
 
-static void check_record(bc_cache *c, int64_t i) {
-  bc_buf buf = BC_BUF_INIT;
-  CU_OK(bc_cache_get(c, i, &buf));
-  char want[32];
-  int len = snprintf(want, sizeof want, "r%lld", (long long)i);
-  assert_int_equal(buf.size, (size_t)len);
-  assert_memory_equal(buf.data, want, (size_t)len);
-  bc_buf_release(&buf);
+/* Entries of ROOT/sub (scratch files, shards). */
+static size_t count_in(const fixture *f, const char *sub) {
+  char *dir = cu_path(f->root, sub);
+  size_t n = cu_dir_count(dir);
+  free(dir);
+  return n;
 }
 
 /* A thread that reads one record and keeps the outcome. */
@@ -221,21 +118,21 @@ static void getter_start(getter *g, bc_cache *c, int64_t index) {
 }
 
 /* Waits (up to 10 s) until the source produced `n` records. */
-static void wait_produced(src_cfg *cfg, uint64_t n) {
+static void wait_produced(ts_shared *sh, uint64_t n) {
   double until = now() + 10;
-  while (atomic_load(&cfg->produced) < n && now() < until) usleep(1000);
-  assert_true(atomic_load(&cfg->produced) >= n);
+  while (atomic_load(&sh->produced) < n && now() < until) usleep(1000);
+  assert_true(atomic_load(&sh->produced) >= n);
 }
 
 /* ---- tests -------------------------------------------------------------- */
 
 static void test_deadline_ends_a_wait_for_another_threads_fill(void **state) {
   fixture *f = *state;
-  cfg_init(&f->cfg, 300, 5000); /* 5 ms a record: a shard takes 0.5 s */
-  open_cache(f, 1, -1);
+  ts_config cfg = slow_source(300, 5000); /* 5 ms a record: 0.5 s a shard */
+  open_cache(f, &cfg, 1, -1);
   getter g;
   getter_start(&g, f->c, 0); /* fills shard 0 */
-  wait_produced(&f->cfg, 2);
+  wait_produced(f->sh, 2);
   double start = now();
   deadline d = {start + 0.1, 0};
   bc_interrupt_handler prev = bc_set_interrupt_handler(past_deadline, &d);
@@ -252,18 +149,16 @@ static void test_deadline_ends_a_wait_for_another_threads_fill(void **state) {
   /* The other thread's fill went on, and published. */
   assert_int_equal(pthread_join(g.t, NULL), 0);
   if (g.rc != 0) fail_msg("the filler failed: %s", g.msg);
-  check_record(f->c, 50);
-  bc_cache_stats st;
-  CU_OK(bc_cache_stats_get(f->c, &st));
-  assert_int_equal(st.fills, 1);
-  assert_int_equal(atomic_load(&f->cfg.produced), 100);
+  fx_get_ok(f->c, 50);
+  assert_int_equal(fx_stats(f->c).fills, 1);
+  assert_int_equal(atomic_load(&f->sh->produced), 100);
   bc_buf_release(&buf);
 }
 
 static void test_handler_abandons_the_threads_own_fill(void **state) {
   fixture *f = *state;
-  cfg_init(&f->cfg, 300, 2000); /* 2 ms a record */
-  open_cache(f, 1, -1);
+  ts_config cfg = slow_source(300, 2000); /* 2 ms a record */
+  open_cache(f, &cfg, 1, -1);
   deadline d = {now() + 0.05, 0};
   bc_set_interrupt_handler(past_deadline, &d);
   bc_buf buf = BC_BUF_INIT;
@@ -271,39 +166,35 @@ static void test_handler_abandons_the_threads_own_fill(void **state) {
   bc_set_interrupt_handler(NULL, NULL);
   /* Stopped in the middle of shard 1's records: nothing published, no
    * scratch file left, no claim (the refill below would wait for it). */
-  uint64_t produced = atomic_load(&f->cfg.produced);
+  uint64_t produced = atomic_load(&f->sh->produced);
   assert_true(produced < 200);
-  assert_int_equal(cu_dir_count(f->scratch), 0);
-  assert_int_equal(cu_dir_count(f->shards), 0);
-  atomic_store(&f->cfg.delay_us, 0);
-  for (int64_t i = 100; i < 200; i++) check_record(f->c, i);
-  bc_cache_stats st;
-  CU_OK(bc_cache_stats_get(f->c, &st));
-  assert_int_equal(st.fills, 1);
-  assert_int_equal(cu_dir_count(f->shards), 1);
+  assert_int_equal(count_in(f, "scratch"), 0);
+  assert_int_equal(count_in(f, "shards"), 0);
+  atomic_store(&f->sh->no_delay, true);
+  for (int64_t i = 100; i < 200; i++) fx_get_ok(f->c, i);
+  assert_int_equal(fx_stats(f->c).fills, 1);
+  assert_int_equal(count_in(f, "shards"), 1);
   bc_buf_release(&buf);
 }
 
 static void test_no_handler_or_a_quiet_one_changes_nothing(void **state) {
   fixture *f = *state;
-  cfg_init(&f->cfg, 250, 100);
-  open_cache(f, 1, -1);
+  ts_config cfg = slow_source(250, 100);
+  open_cache(f, &cfg, 1, -1);
   getter g;
   getter_start(&g, f->c, 10); /* another thread's fill to wait for */
-  wait_produced(&f->cfg, 1);
+  wait_produced(f->sh, 1);
   deadline d = {0, 0};
   bc_set_interrupt_handler(never, &d);
-  for (int64_t i = 0; i < 250; i += 7) check_record(f->c, i);
+  for (int64_t i = 0; i < 250; i += 7) fx_get_ok(f->c, i);
   bc_set_interrupt_handler(NULL, NULL);
   assert_int_equal(pthread_join(g.t, NULL), 0);
   assert_int_equal(g.rc, 0);
   assert_true(atomic_load(&d.calls) >= 1); /* polled, said go on */
-  for (int64_t i = 249; i >= 0; i -= 5) check_record(f->c, i);
+  for (int64_t i = 249; i >= 0; i -= 5) fx_get_ok(f->c, i);
   bc_buf buf = BC_BUF_INIT;
   CU_RC(bc_cache_get(f->c, 250, &buf), BC_ERANGE);
-  bc_cache_stats st;
-  CU_OK(bc_cache_stats_get(f->c, &st));
-  assert_int_equal(st.fills, 3);
+  assert_int_equal(fx_stats(f->c).fills, 3);
   bc_buf_release(&buf);
 }
 
@@ -324,8 +215,8 @@ static void *interrupted_main(void *arg) {
 
 static void test_waiters_refill_a_fill_its_thread_abandoned(void **state) {
   fixture *f = *state;
-  cfg_init(&f->cfg, 300, 3000);
-  open_cache(f, 1, -1);
+  ts_config cfg = slow_source(300, 3000);
+  open_cache(f, &cfg, 1, -1);
   interrupted_getter ig;
   memset(&ig, 0, sizeof ig);
   ig.g.c = f->c;
@@ -333,40 +224,41 @@ static void test_waiters_refill_a_fill_its_thread_abandoned(void **state) {
   ig.d.at = now() + 0.15;
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, interrupted_main, &ig), 0);
-  wait_produced(&f->cfg, 2);
+  wait_produced(f->sh, 2);
   getter waiter;
   getter_start(&waiter, f->c, 20); /* waits for that fill */
   assert_int_equal(pthread_join(t, NULL), 0);
   assert_int_equal(ig.g.rc, BC_ECANCELED);
   assert_int_equal(pthread_join(waiter.t, NULL), 0);
   if (waiter.rc != 0) fail_msg("the waiter failed: %s", waiter.msg);
-  atomic_store(&f->cfg.delay_us, 0);
-  for (int64_t i = 0; i < 100; i += 9) check_record(f->c, i);
-  bc_cache_stats st;
-  CU_OK(bc_cache_stats_get(f->c, &st));
-  assert_int_equal(st.fills, 1);
+  atomic_store(&f->sh->no_delay, true);
+  for (int64_t i = 0; i < 100; i += 9) fx_get_ok(f->c, i);
+  assert_int_equal(fx_stats(f->c).fills, 1);
 }
 
 static void test_payload_reaches_every_waiter(void **state) {
   fixture *f = *state;
-  cfg_init(&f->cfg, 300, 0);
+  ts_config cfg = slow_source(300, 0);
   err_obj err = {0, 42};
-  f->cfg.fail_at = 60;
-  f->cfg.err = &err;
-  f->cfg.block_at = 30; /* the filler waits there until the others wait */
-  atomic_store(&f->cfg.blocking, true);
-  open_cache(f, 1, -1);
+  cfg.fail_at = 60;
+  cfg.fail_times = -1; /* every pass fails there */
+  cfg.fail_payload = &err;
+  cfg.payload_retain = err_retain;
+  cfg.payload_release = err_release;
+  cfg.block_at = 30; /* the filler waits there until the others wait */
+  open_cache(f, &cfg, 1, -1);
+  atomic_store(&f->sh->hold, true);
   getter filler, waiters[3];
   getter_start(&filler, f->c, 5);
-  while (!atomic_load(&f->cfg.blocked)) usleep(1000);
+  while (!atomic_load(&f->sh->held)) usleep(1000);
   for (int k = 0; k < 3; k++) getter_start(&waiters[k], f->c, 10 + k);
   usleep(100 * 1000); /* they wait for the fill (or have not started) */
-  atomic_store(&f->cfg.blocking, false);
+  atomic_store(&f->sh->hold, false);
   getter *all[4] = {&filler, &waiters[0], &waiters[1], &waiters[2]};
   for (int k = 0; k < 4; k++) {
     assert_int_equal(pthread_join(all[k]->t, NULL), 0);
     assert_int_equal(all[k]->rc, BC_ESOURCE);
-    assert_non_null(strstr(all[k]->msg, "record 60: the source failed"));
+    assert_non_null(strstr(all[k]->msg, "failure at record 60"));
     assert_ptr_equal(all[k]->payload, &err);
     err_release(&err); /* the getter's own */
   }
@@ -386,8 +278,8 @@ static void test_payload_reaches_every_waiter(void **state) {
 
 static void test_handler_ends_a_wait_for_the_pool(void **state) {
   fixture *f = *state;
-  cfg_init(&f->cfg, 800, 3000); /* 0.3 s a shard */
-  open_cache(f, 1, -1);
+  ts_config cfg = slow_source(800, 3000); /* 0.3 s a shard */
+  open_cache(f, &cfg, 1, -1);
   /* Tasks of 64 indices (batch.c), each in a shard of its own: the first
    * runs in this thread, and once it has taken 0.3 s the rest go to the
    * pool, whose helpers fill shards while this thread waits for them. */
@@ -405,14 +297,11 @@ static void test_handler_ends_a_wait_for_the_pool(void **state) {
   double took = now() - start;
   CU_RC(rc, BC_ECANCELED);
   assert_true(took < 1.5); /* 8 shards at 0.3 s: 2.4 s in one thread */
-  assert_int_equal(cu_dir_count(f->scratch), 0);
-  atomic_store(&f->cfg.delay_us, 0);
+  assert_int_equal(count_in(f, "scratch"), 0);
+  atomic_store(&f->sh->no_delay, true);
   CU_OK(bc_seq_get_many(bc_cache_seq(f->c), idx, N, outs));
   for (int p = 0; p < N; p++) {
-    char want[32];
-    int len = snprintf(want, sizeof want, "r%lld", (long long)idx[p]);
-    assert_int_equal(outs[p].size, (size_t)len);
-    assert_memory_equal(outs[p].data, want, (size_t)len);
+    assert_true(ts_matches((uint64_t)idx[p], false, &outs[p]));
     bc_buf_release(&outs[p]);
   }
   free(idx);
@@ -421,14 +310,16 @@ static void test_handler_ends_a_wait_for_the_pool(void **state) {
 
 static void test_interrupted_close_abandons_a_stuck_worker(void **state) {
   fixture *f = *state;
-  cfg_init(&f->cfg, 300, 0);
-  f->cfg.block_at = 150;
-  atomic_store(&f->cfg.blocking, true);
-  open_cache(f, 1, 1); /* prefetch: the worker goes for shard 1, and blocks */
-  check_record(f->c, 5);
+  ts_config cfg = slow_source(300, 0);
+  cfg.block_at = 150;
+  f->sh = ts_shared_new(&cfg);
+  assert_non_null(f->sh);
+  atomic_store(&f->sh->hold, true);
+  open_cache(f, &cfg, 1, 1); /* prefetch: the worker goes for shard 1, and blocks */
+  fx_get_ok(f->c, 5);
   double until = now() + 10;
-  while (!atomic_load(&f->cfg.blocked) && now() < until) usleep(1000);
-  assert_true(atomic_load(&f->cfg.blocked));
+  while (!atomic_load(&f->sh->held) && now() < until) usleep(1000);
+  assert_true(atomic_load(&f->sh->held));
   bc_seq *hold = bc_seq_ref(bc_cache_seq(f->c));
   deadline d = {now() + 0.1, 0};
   bc_set_interrupt_handler(past_deadline, &d);
@@ -439,28 +330,29 @@ static void test_interrupted_close_abandons_a_stuck_worker(void **state) {
   /* Its claim is gone: another handle fills shard 1 at once. */
   bc_cache_options o = BC_CACHE_OPTIONS_INIT;
   o.prefetch_shards = -1;
-  src_cfg other;
-  cfg_init(&other, 300, 0);
-  bc_source s = make_source(&other);
-  bc_cache *c2 = NULL;
-  CU_OK(bc_cache_open(&c2, f->root, &s, &o));
-  for (int64_t i = 100; i < 200; i += 11) check_record(c2, i);
-  bc_cache_close(c2);
-  atomic_store(&f->cfg.blocking, false); /* the worker ends, drops its ref */
+  ts_config other = slow_source(300, 0); /* same records, never blocks */
+  CU_OK(cu_open(&f->c2, f->root, &other, f->sh, &o));
+  for (int64_t i = 100; i < 200; i += 11) fx_get_ok(f->c2, i);
+  bc_cache_close(f->c2);
+  f->c2 = NULL;
+  assert_int_equal(atomic_load(&f->sh->frees), 1); /* c2's */
+  atomic_store(&f->sh->hold, false); /* the worker ends, drops its ref */
   bc_seq_unref(hold);
   until = now() + 10;
-  while (atomic_load(&f->cfg.frees) == 0 && now() < until) usleep(1000);
-  assert_int_equal(atomic_load(&f->cfg.frees), 1);
-  assert_int_equal(cu_dir_count(f->scratch), 0);
+  while (atomic_load(&f->sh->frees) < 2 && now() < until) usleep(1000);
+  assert_int_equal(atomic_load(&f->sh->frees), 2);
+  assert_int_equal(count_in(f, "scratch"), 0);
 }
 
 static void test_deadline_ends_a_wait_for_another_process(void **state) {
   fixture *f = *state;
-  cfg_init(&f->cfg, 300, 5000); /* 0.5 s a shard */
+  ts_config cfg = slow_source(300, 5000); /* 0.5 s a shard */
+  f->sh = ts_shared_new(&cfg); /* shared with the child: it counts there */
+  assert_non_null(f->sh);
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) { /* the child fills shard 0, slowly */
-    open_cache(f, 1, -1);
+    open_cache(f, &cfg, 1, -1);
     bc_buf buf = BC_BUF_INIT;
     int rc = bc_cache_get(f->c, 0, &buf);
     bc_buf_release(&buf);
@@ -468,9 +360,9 @@ static void test_deadline_ends_a_wait_for_another_process(void **state) {
     _exit(rc == 0 ? 0 : 1);
   }
   double until = now() + 10;
-  while (cu_dir_count(f->scratch) == 0 && now() < until) usleep(1000);
-  assert_true(cu_dir_count(f->scratch) > 0); /* its claim is made */
-  open_cache(f, 1, -1);
+  while (count_in(f, "scratch") == 0 && now() < until) usleep(1000);
+  assert_true(count_in(f, "scratch") > 0); /* its claim is made */
+  open_cache(f, &cfg, 1, -1);
   double start = now();
   deadline d = {start + 0.1, 0};
   bc_set_interrupt_handler(past_deadline, &d);
@@ -483,32 +375,30 @@ static void test_deadline_ends_a_wait_for_another_process(void **state) {
   int status = 0;
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  check_record(f->c, 50); /* the child's shard */
-  bc_cache_stats st;
-  CU_OK(bc_cache_stats_get(f->c, &st));
-  assert_int_equal(st.fills, 0);
-  assert_int_equal(atomic_load(&f->cfg.produced), 0);
+  fx_get_ok(f->c, 50); /* the child's shard */
+  assert_int_equal(fx_stats(f->c).fills, 0);
+  assert_int_equal(atomic_load(&f->sh->produced), 100); /* the child's fill only */
   bc_buf_release(&buf);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_deadline_ends_a_wait_for_another_threads_fill,
-                                      setup, teardown),
+                                      fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_handler_abandons_the_threads_own_fill,
-                                      setup, teardown),
+                                      fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_no_handler_or_a_quiet_one_changes_nothing,
-                                      setup, teardown),
+                                      fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_waiters_refill_a_fill_its_thread_abandoned,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(test_payload_reaches_every_waiter, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(test_handler_ends_a_wait_for_the_pool, setup,
-                                      teardown),
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_payload_reaches_every_waiter, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(test_handler_ends_a_wait_for_the_pool, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(test_interrupted_close_abandons_a_stuck_worker,
-                                      setup, teardown),
+                                      fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_deadline_ends_a_wait_for_another_process,
-                                      setup, teardown),
+                                      fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

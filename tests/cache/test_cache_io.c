@@ -75,7 +75,28 @@ int __wrap_fsync(int fd);
 int __real_rename(const char *from, const char *to);
 int __wrap_rename(const char *from, const char *to);
 
+/* fsyncs counted by what they sync, while `counting` (the sync budget). */
+enum { S_SCRATCH_FILE, S_SCRATCH_DIR, S_SUMS_DIR, S_SHARDS_DIR, S_OTHER, S_KINDS };
+static bool counting;
+static int synced[S_KINDS];
+
+static bool ends_with(const char *s, const char *tail) {
+  size_t n = strlen(s), k = strlen(tail);
+  return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+static void count_sync(int fd) {
+  char path[PATH_MAX];
+  fd_path(fd, path);
+  synced[strstr(path, "/scratch/") != NULL ? S_SCRATCH_FILE
+         : ends_with(path, "/scratch")    ? S_SCRATCH_DIR
+         : ends_with(path, "/sums")       ? S_SUMS_DIR
+         : ends_with(path, "/shards")     ? S_SHARDS_DIR
+                                          : S_OTHER]++;
+}
+
 int __wrap_fsync(int fd) {
+  if (counting) count_sync(fd);
   if (fail_target == T_SCRATCH || fail_target == T_SHARDS_DIR) {
     char path[PATH_MAX];
     fd_path(fd, path);
@@ -296,6 +317,35 @@ static void test_fsync_of_shards_dir_fails(void **state) {
   fail_then_recover(f, 44, BC_EIO);
 }
 
+/* The sync budget of a regeneration (doc/cache.md, "The sync budget of a
+ * miss"): the shard's data and its sidecar's, then sums/ and shards/ after
+ * the renames into them; scratch/ never (its names are temporary), and
+ * nothing else (metadata.json only when the end is found).  A fill that
+ * evicts costs the same. */
+static void test_sync_budget_of_a_fill(void **state) {
+  fixture *f = *state;
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  open_with(f, 2 * sizes[0] + sizes[0] / 2); /* two shards */
+  bc_buf *b = &f->buf;
+  for (int64_t i = 0; i < 60; i += 10) {
+    memset(synced, 0, sizeof synced);
+    counting = true;
+    int rc = cu_get_cmp(f->c, i, true, b);
+    counting = false;
+    assert_int_equal(rc, 0);
+    if (synced[S_SCRATCH_FILE] != 2 || synced[S_SCRATCH_DIR] != 0 ||
+        synced[S_SUMS_DIR] != 1 || synced[S_SHARDS_DIR] != 1 || synced[S_OTHER] != 0)
+      fail_msg("get(%lld): fsyncs of scratch files %d, scratch/ %d, sums/ %d, "
+               "shards/ %d, others %d; expected 2, 0, 1, 1, 0", (long long)i,
+               synced[S_SCRATCH_FILE], synced[S_SCRATCH_DIR], synced[S_SUMS_DIR],
+               synced[S_SHARDS_DIR], synced[S_OTHER]);
+  }
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  assert_int_equal(st.evictions, 4);
+  check_consistent(f);
+}
+
 /* A crash between the rename into shards/ and the commit leaves a complete
  * file the state does not account for (its shard is claimed by a dead
  * process).  Until that claim is taken over, the file still occupies
@@ -373,6 +423,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_fsync_of_shards_dir_fails, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_sync_budget_of_a_fill, setup, teardown),
       cmocka_unit_test_setup_teardown(test_crash_between_rename_and_commit,
                                       setup, teardown),
   };
