@@ -1,9 +1,9 @@
 """Bulk reads (read_indices, read, read_range) against the plain model, r[i]
 one by one, at batch sizes on both sides of every size the bulk path
-switches at: the staging rounds (16 records, about 256 KiB of records, and
-8,192 for LoadIt's jobs), the sort (insertion below 64 indices, radix on
+switches at: the staging rounds (16 records, then about 256 KiB of
+records), the sort (insertion below 64 indices, radix on
 8-bit digits below 65,536 and on 16-bit digits from there), the 32-record
-tasks of bc_cache_try_get_many and the 1 MiB the staging area keeps
+tasks of the library's batch loop (bc__get_each) and the 1 MiB the staging area keeps
 between calls.  Exact bytes, in request order, with repeats, negative
 indices and unsorted indices; then errors in the middle of a large batch,
 and a staging area used again by a nested read."""
@@ -127,8 +127,7 @@ def test_nested_read_in_a_serializer(tmp_path):
 
 @pytest.fixture(scope="module", params=["raw", "pickle", "zstd"])
 def loader(request, tmp_path_factory):
-    """A LoadIt of 3,000 records in 100 shards of 30, more than it keeps as
-    read lately (64): rounds go now through jobs, now straight."""
+    """A LoadIt of 3,000 records in 100 shards of 30."""
     root = tmp_path_factory.mktemp("loadit") / "root"
     kwargs = {"max_shard_length": 30}
     if request.param in ("raw", "zstd"):
@@ -167,8 +166,11 @@ def test_loadit_error_in_a_large_batch(loader):
     idx = np.arange(20_000, dtype=np.int64) % N
     assert ld.read_indices(idx) == [model[i] for i in idx.tolist()]
     idx[9_999] = N + 3
-    with pytest.raises(IndexError):
-        ld.read_indices(idx)
+    # Named by its position in the whole list, not in its round (rounds
+    # hold 16, then about 256 KiB of records).
+    for seq in (ld, ld[::1]):
+        with pytest.raises(IndexError, match=r"^indices\[9999\] = %d: " % (N + 3)):
+            seq.read_indices(idx)
     idx[9_999] = 0
     assert ld.read_indices(idx) == [model[i] for i in idx.tolist()]
 

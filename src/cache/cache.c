@@ -21,6 +21,7 @@
 
 #include "bag/internal.h"
 #include "cache/internal.h"
+#include "seq/internal.h"
 
 double bc__now(void) {
   struct timespec t;
@@ -815,33 +816,15 @@ int bc_cache_try_get(bc_cache *c, int64_t index, bc_buf *out) {
   return get_record(c, (uint64_t)index, BC__NO_WAIT, out);
 }
 
-typedef struct {
-  bc_cache *c;
-  const int64_t *indices;
-  bc_buf *outs;
-  size_t count, chunk;
-} try_many_job;
-
-static int try_many_task(void *arg, size_t task) {
-  try_many_job *j = arg;
-  size_t lo = task * j->chunk;
-  size_t hi = lo + j->chunk < j->count ? lo + j->chunk : j->count;
-  for (size_t p = lo; p < hi; p++) {
-    int rc = bc_cache_try_get(j->c, j->indices[p], &j->outs[p]);
-    if (rc != 0)
-      return bc__error_wrap(rc, "indices[%zu] = %lld: %s", p,
-                            (long long)j->indices[p], bc_errmsg());
-  }
-  return 0;
+static int try_get(void *c, int64_t index, bc_buf *out) {
+  return bc_cache_try_get(c, index, out);
 }
 
 int bc_cache_try_get_many(bc_cache *c, const int64_t *indices, size_t count,
                           bc_buf *outs) {
-  /* Tasks of 32 records: the pool runs them in the calling thread unless
-   * they are slow enough to share (pool.c); the lowest failing task's
-   * error is the first failing position's. */
-  try_many_job j = {c, indices, outs, count, 32};
-  return bc__parallel_for((count + j.chunk - 1) / j.chunk, 0, try_many_task, &j);
+  /* The batch task loop of seq/batch.c: the pool runs the tasks in the
+   * calling thread unless they are slow enough to share (pool.c). */
+  return bc__get_each(c, try_get, indices, count, outs, 0, true);
 }
 
 bc_cache *bc_seq_cache(bc_seq *seq) {

@@ -24,31 +24,47 @@
 #include "seq/internal.h"
 
 typedef struct {
-  bc_seq *leaf;
-  const uint64_t *indices;
+  void *obj;
+  bc__get_fn get;
+  const int64_t *indices;
   bc_buf *outs;
-  size_t count, chunk;
-} leaf_job;
+  size_t count;
+  bool name;
+} get_job;
 
-static int leaf_task(void *arg, size_t task) {
-  leaf_job *j = arg;
-  size_t lo = task * j->chunk;
-  size_t hi = lo + j->chunk < j->count ? lo + j->chunk : j->count;
+static int get_task(void *arg, size_t task) {
+  get_job *j = arg;
+  size_t lo = task * BC__GET_TASK;
+  size_t hi = lo + BC__GET_TASK < j->count ? lo + BC__GET_TASK : j->count;
   for (size_t p = lo; p < hi; p++) {
-    int rc = j->leaf->ops->get(j->leaf, j->indices[p], &j->outs[p]);
+    int rc = j->get(j->obj, j->indices[p], &j->outs[p]);
+    if (rc != 0 && j->name)
+      return bc__error_wrap(rc, "indices[%zu] = %lld: %s", p, (long long)j->indices[p],
+                            bc_errmsg());
     if (rc != 0) return rc;
   }
   return 0;
 }
 
-/* Reads a leaf's group: its get_many, or get on the pool. */
+int bc__get_each(void *obj, bc__get_fn get, const int64_t *indices, size_t count,
+                 bc_buf *outs, int max_parallelism, bool name) {
+  get_job j = {obj, get, indices, outs, count, name};
+  return bc__parallel_for((count + BC__GET_TASK - 1) / BC__GET_TASK, max_parallelism,
+                          get_task, &j);
+}
+
+static int leaf_get(void *leaf, int64_t index, bc_buf *out) {
+  return ((bc_seq *)leaf)->ops->get(leaf, (uint64_t)index, out);
+}
+
+/* Reads a leaf's group: its get_many, or get on the pool.  (Positions are
+ * below 2^63: the cast to int64_t and back in leaf_get keeps them.) */
 static int leaf_get_many(bc_seq *leaf, const uint64_t *indices, size_t count,
                          bc_buf *outs) {
   if (leaf->ops->get_many != NULL)
     return leaf->ops->get_many(leaf, indices, count, outs);
-  leaf_job j = {leaf, indices, outs, count, 64};
   int par = (leaf->flags & BC_SEQ_F_THREAD_SAFE) ? 0 : 1;
-  return bc__parallel_for((count + j.chunk - 1) / j.chunk, par, leaf_task, &j);
+  return bc__get_each(leaf, leaf_get, (const int64_t *)indices, count, outs, par, false);
 }
 
 /* Leaf pointer -> small number, by open addressing (few leaves usually). */

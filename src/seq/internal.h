@@ -50,6 +50,18 @@ int bc__seq_group(bc_seq *seq, const int64_t *indices, size_t count,
                   bc__seq_groups *out);
 void bc__seq_groups_free(bc__seq_groups *g);
 
+/* Reads one record of `obj` (a leaf's get, bc_cache_try_get...). */
+typedef int (*bc__get_fn)(void *obj, int64_t index, bc_buf *out);
+
+/* The task loop of every batch that reads records one by one on the
+ * worker pool: outs[p] = get(obj, indices[p]) for p < count (buffers
+ * reused), in tasks of BC__GET_TASK records, on at most max_parallelism
+ * threads (bc__parallel_for).  The error is the first failing position's;
+ * `name` prefixes its message with "indices[P] = I: ". */
+#define BC__GET_TASK 32
+int bc__get_each(void *obj, bc__get_fn get, const int64_t *indices, size_t count,
+                 bc_buf *outs, int max_parallelism, bool name);
+
 /* A leaf's read_into operation, or NULL (absent, or a version-1 table that
  * ends before it). */
 typedef int (*bc__read_into_fn)(bc_seq *self, const uint64_t *indices,

@@ -164,9 +164,6 @@ void bcpy_call_run(bcpy_call *c);
  * (bcpy_loadit_init), so that views/ need not include loadit/. */
 typedef struct {
   int (*wait)(bcpy_call *c); /* 0: the call ran */
-  bool (*needed)(void); /* whether this thread reads in place first (the
-                           main thread: a record that would wait for
-                           another thread's fill is then read by wait) */
   /* Hands a call that may wait (closing a read-ahead whose reads may be
    * fills) to a thread of its own that runs and frees it, where this
    * thread must not wait (the main thread, a source callback): true when
@@ -270,6 +267,13 @@ int bcpy_seq_check(bcpy_seq *self);
 int bcpy_seq_check_bulk(bcpy_seq *self);
 
 /* ---- bulk reads (core/bulk.c) --------------------------------------------- */
+
+/* [self[i] for i in idx[0..n)], read in parallel: the one bulk read loop of
+ * every sequence.  Records go in rounds of bc_seq_get_many through the
+ * kind's wait policy, and are made elements by kind->decode (NULL: bytes);
+ * indices are the sequence's (negative count from the end).  A new list,
+ * or NULL with an exception (kind->raise). */
+PyObject *bcpy_read_list(bcpy_sobj *self, const int64_t *idx, size_t n);
 
 PyObject *bcpy_seq_read(bcpy_seq *self, PyObject *unused);
 PyObject *bcpy_seq_read_range(bcpy_seq *self, PyObject *args);

@@ -19,17 +19,57 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads idx[0..n) into bufs with the GIL released.  Sets the Python
- * exception and returns -1 on failure.  The library's message for a failed
- * batch names a position in this round, which means nothing to the caller;
- * so the failing records are looked up one by one (on this error path
- * only) and the first one's own error is raised, naming its index. */
-static int round_read(bcpy_seq *self, const int64_t *idx, bc_buf *bufs, size_t n) {
-  int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = bc_seq_get_many(self->seq, idx, n, bufs);
-  Py_END_ALLOW_THREADS
+/* ---- the bulk read loop ------------------------------------------------------ */
+
+/* A round of bc_seq_get_many, run through the sequence's wait policy. */
+typedef struct {
+  bcpy_call base;
+  bc_seq *seq;
+  const int64_t *idx;
+  bc_buf *bufs;
+  size_t n;
+} round_call;
+
+static int round_run(bcpy_call *c) {
+  round_call *r = (round_call *)c;
+  return bc_seq_get_many(r->seq, r->idx, r->n, r->bufs);
+}
+
+/* Raises a failed round's error.  The library names the failing position
+ * "indices[P] = I: ..." (bc_seq_get_many), P counted in the round: renamed
+ * here by the round's offset `off` in the caller's list (SIZE_MAX: the
+ * round is not in the caller's order). */
+static void raise_round(bcpy_sobj *self, int rc, int sys_errno, const char *message,
+                        size_t off) {
+  size_t p;
+  int at = 0;
+  char msg[1200];
+  if (off != SIZE_MAX && sscanf(message, "indices[%zu] = %n", &p, &at) == 1 && at > 0) {
+    snprintf(msg, sizeof msg, "indices[%zu] = %s", off + p, message + at);
+    message = msg;
+  }
+  self->kind->raise(rc, sys_errno, message);
+}
+
+/* Reads idx[0..n), positions off.. of the caller's list, into bufs through
+ * the sequence's wait policy (the GIL released).  Sets the Python
+ * exception and returns -1 on failure.  Where reads never wait for a fill,
+ * the failing records are then looked up one by one (on this error path
+ * only) and the first one's own error is raised, naming its index.  A
+ * read that may wait (a LoadIt's) raises the batch's error, naming its
+ * position: its payload is the source's exception, and a second read
+ * would run the source again. */
+static int round_read(bcpy_sobj *self, const int64_t *idx, bc_buf *bufs, size_t n,
+                      size_t off) {
+  const bcpy_seq_kind *kind = self->kind;
+  round_call c = {{round_run, NULL, 0}, self->seq, idx, bufs, n};
+  if (kind->wait(self, &c.base) < 0) return -1;
+  int rc = c.base.rc;
   if (rc == 0) return 0;
+  if (kind->waits != NULL && kind->waits(self)) {
+    raise_round(self, rc, bc_errno(), bc_errmsg(), off);
+    return -1;
+  }
   char *batch_msg = strdup(bc_errmsg());
   int batch_errno = bc_errno();
   int one = 0;
@@ -41,34 +81,70 @@ static int round_read(bcpy_seq *self, const int64_t *idx, bc_buf *bufs, size_t n
     /* bc_errmsg is this thread's: still the single read's message. */
     char msg[1100];
     snprintf(msg, sizeof msg, "index %lld: %s", (long long)idx[k - 1], bc_errmsg());
-    bcpy_raise_errno(one, bc_errno(), msg);
+    kind->raise(one, bc_errno(), msg);
   } else {
-    bcpy_raise_errno(rc, batch_errno, batch_msg);
+    raise_round(self, rc, batch_errno, batch_msg != NULL ? batch_msg : "", off);
   }
   free(batch_msg);
   return -1;
 }
 
-static PyObject *buf_bytes(const bc_buf *b) {
-  return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
-}
+typedef struct {
+  int64_t index;
+  size_t pos;
+} pair;
 
-/* ---- contiguous and explicit reads ------------------------------------------- */
+/* What a bulk read reads: records start, start + 1, ... (idx and pairs
+ * NULL), idx[0..), or the distinct indices of sorted pairs, the j-th being
+ * pairs[group[j]].index and its element shared by the positions
+ * pairs[group[j] .. group[j + 1]).pos. */
+typedef struct {
+  int64_t start;
+  const int64_t *idx;
+  const pair *pairs;
+  const size_t *group;
+} plan;
 
-/* list(view[start : start + n]). */
-static PyObject *read_span(bcpy_seq *self, uint64_t start, size_t n) {
-  PyObject *list = PyList_New((Py_ssize_t)n);
+/* The one bulk read loop of every sequence (Reader, LoadIt, and their
+ * slices and views): `n` records as `plan` says, into a list of `len`
+ * elements.  Records go in rounds through the thread's staging area
+ * (scratch.c): each round is one bc_seq_get_many through the sequence's
+ * wait policy (round_read), then the GIL is taken back to make its
+ * elements (kind->decode, or bytes).  A round holds about
+ * BCPY_STAGE_BYTES of records, so they are still in the CPU cache when
+ * decoded, and the area's buffers are reused from round to round and call
+ * to call, so a bulk read allocates nothing per record but its elements.
+ * A round after the first checks the object (kind->check): a LoadIt may
+ * have been closed while a round waited. */
+static PyObject *read_plan(bcpy_sobj *self, const plan *p, size_t n, size_t len) {
+  const bcpy_seq_kind *kind = self->kind;
+  PyObject *list = PyList_New((Py_ssize_t)len);
   if (list == NULL) return NULL;
   bcpy_stage *st = bcpy_stage_take();
   if (st == NULL) goto fail;
   for (size_t off = 0; off < n;) {
+    if (off > 0 && kind->check(self) < 0) goto fail;
     size_t m = bcpy_stage_next(st, n - off, false);
-    for (size_t k = 0; k < m; k++) st->idx[k] = (int64_t)(start + off + k);
-    if (round_read(self, st->idx, st->bufs, m) < 0) goto fail;
+    for (size_t k = 0; k < m; k++)
+      st->idx[k] = p->idx != NULL     ? p->idx[off + k]
+                   : p->pairs != NULL ? p->pairs[p->group[off + k]].index
+                                      : p->start + (int64_t)(off + k);
+    if (round_read(self, st->idx, st->bufs, m, p->pairs != NULL ? SIZE_MAX : off) < 0)
+      goto fail;
     for (size_t k = 0; k < m; k++) {
-      PyObject *b = buf_bytes(&st->bufs[k]);
-      if (b == NULL) goto fail;
-      PyList_SET_ITEM(list, (Py_ssize_t)(off + k), b);
+      bc_buf *b = &st->bufs[k];
+      PyObject *e = kind->decode != NULL
+                        ? kind->decode(self, b, (uint64_t)st->idx[k])
+                        : PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
+      if (e == NULL) goto fail;
+      if (p->pairs == NULL) {
+        PyList_SET_ITEM(list, (Py_ssize_t)(off + k), e);
+        continue;
+      }
+      size_t first = p->group[off + k], end = p->group[off + k + 1];
+      for (size_t q = first + 1; q < end; q++)
+        PyList_SET_ITEM(list, (Py_ssize_t)p->pairs[q].pos, Py_NewRef(e));
+      PyList_SET_ITEM(list, (Py_ssize_t)p->pairs[first].pos, e);
     }
     bcpy_stage_done(st, m);
     off += m;
@@ -81,10 +157,16 @@ fail: /* unset list items are NULL, which list_dealloc skips */
   return NULL;
 }
 
-typedef struct {
-  int64_t index;
-  size_t pos;
-} pair;
+PyObject *bcpy_read_list(bcpy_sobj *self, const int64_t *idx, size_t n) {
+  plan p = {0, idx, NULL, NULL};
+  return read_plan(self, &p, n, n);
+}
+
+/* list(view[start : start + n]). */
+static PyObject *read_span(bcpy_seq *self, uint64_t start, size_t n) {
+  plan p = {(int64_t)start, NULL, NULL, NULL};
+  return read_plan((bcpy_sobj *)self, &p, n, n);
+}
 
 static bool pair_less(pair x, pair y) {
   return x.index < y.index || (x.index == y.index && x.pos < y.pos);
@@ -142,73 +224,39 @@ static int sort_pairs(pair *pairs, pair *tmp, size_t n, uint64_t max_index) {
 static PyObject *read_list(bcpy_seq *self, const int64_t *idx, size_t n) {
   bool increasing = true;
   for (size_t k = 1; k < n && increasing; k++) increasing = idx[k - 1] < idx[k];
-  PyObject *list = PyList_New((Py_ssize_t)n);
-  if (list == NULL) return NULL;
-  bcpy_stage *st = NULL;
-  pair *pairs = NULL;
-  size_t *group = NULL; /* group[j]: first pair of distinct index j */
-  size_t distinct = n;
-  if (!increasing) {
-    pairs = PyMem_RawMalloc(n * sizeof *pairs);
-    group = PyMem_RawMalloc((n + 1) * sizeof *group);
-    pair *tmp = PyMem_RawMalloc(n * sizeof *tmp);
-    if (pairs == NULL || group == NULL || tmp == NULL) {
-      PyMem_RawFree(tmp);
-      PyErr_NoMemory();
-      goto fail;
-    }
-    uint64_t max_index = 0;
-    for (size_t k = 0; k < n; k++) {
-      pairs[k] = (pair){idx[k], k};
-      if ((uint64_t)idx[k] > max_index) max_index = (uint64_t)idx[k];
-    }
-    int sorted;
-    Py_BEGIN_ALLOW_THREADS
-    sorted = sort_pairs(pairs, tmp, n, max_index);
-    Py_END_ALLOW_THREADS
-    PyMem_RawFree(tmp);
-    if (sorted < 0) {
-      PyErr_NoMemory();
-      goto fail;
-    }
-    distinct = 0;
-    for (size_t k = 0; k < n; k++)
-      if (k == 0 || pairs[k].index != pairs[k - 1].index) group[distinct++] = k;
-    group[distinct] = n;
+  if (increasing) return bcpy_read_list((bcpy_sobj *)self, idx, n);
+  PyObject *list = NULL;
+  pair *pairs = PyMem_RawMalloc(n * sizeof *pairs);
+  size_t *group = PyMem_RawMalloc((n + 1) * sizeof *group);
+  pair *tmp = PyMem_RawMalloc(n * sizeof *tmp);
+  if (pairs == NULL || group == NULL || tmp == NULL) {
+    PyErr_NoMemory();
+    goto cleanup;
   }
-  if ((st = bcpy_stage_take()) == NULL) goto fail;
-  for (size_t off = 0; off < distinct;) {
-    size_t m = bcpy_stage_next(st, distinct - off, false);
-    for (size_t k = 0; k < m; k++)
-      st->idx[k] = increasing ? idx[off + k] : pairs[group[off + k]].index;
-    if (round_read(self, st->idx, st->bufs, m) < 0) goto fail;
-    for (size_t k = 0; k < m; k++) {
-      PyObject *b = buf_bytes(&st->bufs[k]);
-      if (b == NULL) goto fail;
-      if (increasing) {
-        PyList_SET_ITEM(list, (Py_ssize_t)(off + k), b);
-        continue;
-      }
-      size_t first = group[off + k], end = group[off + k + 1];
-      for (size_t p = first + 1; p < end; p++) {
-        Py_INCREF(b);
-        PyList_SET_ITEM(list, (Py_ssize_t)pairs[p].pos, b);
-      }
-      PyList_SET_ITEM(list, (Py_ssize_t)pairs[first].pos, b);
-    }
-    bcpy_stage_done(st, m);
-    off += m;
+  uint64_t max_index = 0;
+  for (size_t k = 0; k < n; k++) {
+    pairs[k] = (pair){idx[k], k};
+    if ((uint64_t)idx[k] > max_index) max_index = (uint64_t)idx[k];
   }
-  bcpy_stage_give(st);
+  int sorted;
+  Py_BEGIN_ALLOW_THREADS
+  sorted = sort_pairs(pairs, tmp, n, max_index);
+  Py_END_ALLOW_THREADS
+  if (sorted < 0) {
+    PyErr_NoMemory();
+    goto cleanup;
+  }
+  size_t distinct = 0;
+  for (size_t k = 0; k < n; k++)
+    if (k == 0 || pairs[k].index != pairs[k - 1].index) group[distinct++] = k;
+  group[distinct] = n;
+  plan p = {0, NULL, pairs, group};
+  list = read_plan((bcpy_sobj *)self, &p, distinct, n);
+cleanup:
+  PyMem_RawFree(tmp);
   PyMem_RawFree(pairs);
   PyMem_RawFree(group);
   return list;
-fail:
-  bcpy_stage_give(st);
-  PyMem_RawFree(pairs);
-  PyMem_RawFree(group);
-  Py_DECREF(list);
-  return NULL;
 }
 
 /* ---- index conversion -------------------------------------------------------- */

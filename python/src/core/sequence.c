@@ -35,14 +35,12 @@ static int wait_inline(bcpy_call *c) {
   return 0;
 }
 
-static bool never(void) { return false; }
-
 static bool keep(bcpy_call *c) {
   (void)c;
   return false;
 }
 
-bcpy_waiter bcpy_fill_waiter = {wait_inline, never, keep};
+bcpy_waiter bcpy_fill_waiter = {wait_inline, keep};
 
 int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c) {
   (void)self;
@@ -119,13 +117,16 @@ static PyObject *item_of(bcpy_sobj *self, PyObject *num) {
   return self->kind->item(self, (int64_t)i);
 }
 
+/* 0 when self can be read (kind->check), else -1 with ValueError. */
+static int sobj_check(bcpy_sobj *self) {
+  if (self->kind != NULL) return self->kind->check(self);
+  PyErr_Format(PyExc_ValueError, "%.200s object is not open", Py_TYPE(self)->tp_name);
+  return -1;
+}
+
 PyObject *bcpy_sobj_subscript(bcpy_sobj *self, PyObject *key) {
   const bcpy_seq_kind *kind = self->kind;
-  if (kind == NULL || kind->check(self) < 0) {
-    if (kind == NULL)
-      PyErr_Format(PyExc_ValueError, "%.200s object is not open", Py_TYPE(self)->tp_name);
-    return NULL;
-  }
+  if (sobj_check(self) < 0) return NULL;
   if (PyLong_CheckExact(key)) return item_of(self, key); /* r[i]: the hot path */
   if (PyIndex_Check(key)) {
     PyObject *num = PyNumber_Index(key);
@@ -150,12 +151,7 @@ PyObject *bcpy_sobj_subscript(bcpy_sobj *self, PyObject *key) {
 }
 
 static PyObject *sobj_sq_item(bcpy_sobj *self, Py_ssize_t i) {
-  if (self->kind == NULL || self->kind->check(self) < 0) {
-    if (self->kind == NULL)
-      PyErr_Format(PyExc_ValueError, "%.200s object is not open", Py_TYPE(self)->tp_name);
-    return NULL;
-  }
-  return self->kind->item(self, (int64_t)i);
+  return sobj_check(self) < 0 ? NULL : self->kind->item(self, (int64_t)i);
 }
 
 /* ---- the slice path ------------------------------------------------------------ */
@@ -210,11 +206,7 @@ PyObject *bcpy_sobj_slice(bcpy_sobj *self, PyObject *key) {
 
 PyObject *bcpy_sobj_reversed(bcpy_sobj *self, PyObject *unused) {
   (void)unused;
-  if (self->kind == NULL || self->kind->check(self) < 0) {
-    if (self->kind == NULL)
-      PyErr_Format(PyExc_ValueError, "%.200s object is not open", Py_TYPE(self)->tp_name);
-    return NULL;
-  }
+  if (sobj_check(self) < 0) return NULL;
   PyObject *minus_one = PyLong_FromLong(-1);
   if (minus_one == NULL) return NULL;
   PyObject *key = PySlice_New(NULL, NULL, minus_one);

@@ -102,19 +102,6 @@ static void user_remove(bcpy_lobj *v) {
   v->next_user = NULL;
 }
 
-/* Raises for a failed call (a NULL or "" message means this thread's error,
- * whose payload is a source's exception): bcpy_raise maps codes. */
-static PyObject *raise_rc_errno(int rc, int sys_errno, const char *msg) {
-  if (msg == NULL || msg[0] == '\0') return bcpy_raise(rc, NULL);
-  return bcpy_raise_errno(rc, sys_errno, msg);
-}
-
-/* raise_rc_errno for a failure of this thread (msg NULL) or one whose
- * errno is unknown. */
-static PyObject *raise_rc(int rc, const char *msg) {
-  return raise_rc_errno(rc, 0, msg);
-}
-
 /* Brackets a call into the engine that may wait, the GIL released: a
  * first pass in progress must know when its reader waits (loadit/tee.c).
  * Ctrl-C reaches the wait through the main thread's interrupt handler
@@ -140,10 +127,8 @@ static int fill_wait(bcpy_call *c) {
   return 0;
 }
 
-/* Runs a call on a thread of its own where this thread must not wait for
- * it: the main thread (closing a read-ahead whose reads in flight may be
- * long fills) or inside a source callback (this thread may be one of the
- * engine's workers).  The thread frees it. */
+/* Runs a call on a thread of its own, which frees it: true when one
+ * started (else the call is untouched). */
 typedef struct {
   bcpy_job base;
   bcpy_call *call;
@@ -159,8 +144,7 @@ static void call_release(bcpy_job *job) {
   c->free(c);
 }
 
-static bool fill_detach(bcpy_call *c) {
-  if (!bcpy_is_main_thread() && !bcpy_in_callback) return false;
+static bool detach(bcpy_call *c) {
   call_job *j = PyMem_RawCalloc(1, sizeof *j);
   if (j == NULL) return false;
   j->base.run = call_run;
@@ -171,26 +155,31 @@ static bool fill_detach(bcpy_call *c) {
   return false;
 }
 
+/* Where this thread must not wait for a call: the main thread (closing a
+ * read-ahead whose reads in flight may be long fills) or inside a source
+ * callback (this thread may be one of the engine's workers). */
+static bool fill_detach(bcpy_call *c) {
+  return (bcpy_is_main_thread() || bcpy_in_callback) && detach(c);
+}
+
 /* ---- teardown ----------------------------------------------------------------- */
 
 typedef struct {
-  bcpy_job base;
+  bcpy_call base;
   bc_cache *cache;
   bc_seq *seq;
   bcpy_source *src;
-} teardown_job;
+} teardown_call;
 
-static int teardown_run(bcpy_job *job) {
-  (void)job;
-  return 0; /* all in release */
+static int teardown_run(bcpy_call *c) {
+  teardown_call *t = (teardown_call *)c;
+  bc_cache_close(t->cache);
+  bc_seq_unref(t->seq);
+  bcpy_source_unref(t->src);
+  return 0;
 }
 
-static void teardown_release(bcpy_job *job) {
-  teardown_job *j = (teardown_job *)job;
-  bc_cache_close(j->cache);
-  bc_seq_unref(j->seq);
-  bcpy_source_unref(j->src);
-}
+static void teardown_free(bcpy_call *c) { PyMem_RawFree(c); }
 
 /* Closes a cache and drops a sequence and a source reference (any may be
  * NULL; the GIL is held).  Inside a source callback this is done by a
@@ -199,15 +188,10 @@ static void teardown_release(bcpy_job *job) {
 static void teardown(bc_cache *cache, bc_seq *seq, bcpy_source *src) {
   if (cache == NULL && seq == NULL && src == NULL) return;
   if (bcpy_in_callback) {
-    teardown_job *j = PyMem_RawCalloc(1, sizeof *j);
-    if (j != NULL) {
-      j->base.run = teardown_run;
-      j->base.release = teardown_release;
-      j->cache = cache;
-      j->seq = seq;
-      j->src = src;
-      if (bcpy_run_detached(&j->base) != 0) PyMem_RawFree(j);
-    }
+    teardown_call *t = PyMem_RawCalloc(1, sizeof *t);
+    if (t == NULL) return;
+    *t = (teardown_call){{teardown_run, teardown_free, 0}, cache, seq, src};
+    if (!detach(&t->base)) PyMem_RawFree(t);
     return;
   }
   Py_BEGIN_ALLOW_THREADS
@@ -529,7 +513,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   free(info_copy);
   free(root_copy);
   if (rc != 0) {
-    raise_rc(rc, NULL);
+    bcpy_raise(rc, NULL);
     if (cache != NULL) teardown(cache, NULL, NULL);
     goto fail;
   }
@@ -613,7 +597,7 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_stats_get(self->cache, &st);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   return Py_BuildValue(
       "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "length",
       (unsigned long long)st.length, "length_final", st.length_final ? Py_True : Py_False,
@@ -651,7 +635,7 @@ static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
   }
   if (rc != 0) {
     PyMem_RawFree(list);
-    return raise_rc(rc, NULL);
+    return bcpy_raise(rc, NULL);
   }
   PyObject *result = PyList_New((Py_ssize_t)count);
   for (size_t k = 0; result != NULL && k < count; k++) {
@@ -659,7 +643,7 @@ static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
     rc = bc_cache_shard_path(self->cache, &list[k], &file);
     if (rc != 0) {
       Py_CLEAR(result);
-      raise_rc(rc, NULL);
+      bcpy_raise(rc, NULL);
       break;
     }
     PyObject *path = PyUnicode_DecodeFSDefault(file);
@@ -685,7 +669,7 @@ static PyObject *core_finalize_length(bcpy_core *self, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_finalize(self->cache);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   Py_RETURN_NONE;
 }
 
@@ -698,7 +682,7 @@ static PyObject *core_worker_positions(bcpy_core *self, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_worker_positions(self->cache, pos, 1024, &count);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   if (count > 1024) count = 1024;
   PyObject *list = PyList_New((Py_ssize_t)count);
   for (size_t k = 0; list != NULL && k < count; k++) {
@@ -727,7 +711,7 @@ static PyObject *core_progress(bcpy_core *self, PyObject *unused) {
   if (rc == 0) rc = bc_cache_worker_positions(self->cache, pos, 64, &n);
   draining = bc_cache_draining(self->cache);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   uint64_t furthest = 0;
   for (size_t k = 0; k < n && k < 64; k++)
     if (pos[k] > furthest) furthest = pos[k];
@@ -746,7 +730,7 @@ static PyObject *core_info(bcpy_core *self, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_info(self->cache, &json);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   PyObject *s = PyUnicode_FromString(json);
   free(json);
   return s;
@@ -760,7 +744,7 @@ static PyObject *core_set_info(bcpy_core *self, PyObject *arg) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_set_info(self->cache, json);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   Py_RETURN_NONE;
 }
 
@@ -774,7 +758,7 @@ static PyObject *core_fill_all(bcpy_core *self, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = fill_everything(cache, seq, R);
   Py_END_ALLOW_THREADS
-  if (rc != 0) raise_rc(rc, NULL);
+  if (rc != 0) bcpy_raise(rc, NULL);
   teardown(NULL, seq, NULL);
   if (rc != 0) return NULL;
   Py_RETURN_NONE;
@@ -936,7 +920,7 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
     bc_seq *leaf;
     uint64_t li;
     int rc = bc_seq_resolve(self->seq, index, &leaf, &li);
-    if (rc != 0) return raise_rc(rc, NULL);
+    if (rc != 0) return bcpy_raise(rc, NULL);
     if (leaf == core->seq && core->R != 0) {
       seq = leaf;
       at = (int64_t)li;
@@ -955,7 +939,7 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   WAIT_END
   if (rc != 0) {
     bcpy_scratch_give(buf, &fallback);
-    return raise_rc(rc, NULL);
+    return bcpy_raise(rc, NULL);
   }
   PyObject *result = to_record(core, buf);
   bcpy_scratch_give(buf, &fallback);
@@ -1004,7 +988,7 @@ static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
   WAIT_BEGIN(self->core)
   rc = bc_seq_len(seq, &len);
   WAIT_END
-  if (rc != 0) raise_rc(rc, NULL);
+  if (rc != 0) bcpy_raise(rc, NULL);
   teardown(NULL, seq, NULL);
   if (progress_end(shown, rc == 0) < 0 || rc != 0) return -1;
   *out = len;
@@ -1095,7 +1079,7 @@ static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
   if (packed == NULL) return NULL;
   if (rc != 0) {
     Py_DECREF(packed);
-    return raise_rc(rc, NULL);
+    return bcpy_raise(rc, NULL);
   }
   PyObject *v = new_view(self, out, packed, safe);
   Py_DECREF(packed);
@@ -1152,7 +1136,7 @@ static const bcpy_seq_kind lobj_kind = {
     .take = get_take,
     .wait = lobj_wait,
     .wrap = lobj_wrap,
-    .raise = raise_rc_errno,
+    .raise = bcpy_raise_errno,
     .decode = lobj_decode,
     .waits = lobj_waits,
     .track = lobj_track,
@@ -1166,61 +1150,18 @@ static PyObject *lobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 
 /* ---- _CacheSeq: bulk reads and the rest ---------------------------------------- */
 
-/* Reads rounds through the thread's staging area (scratch.c), as the
- * Reader does (bulk.c): no buffer is allocated per record once the thread
- * has read records of that size.  Each round of up to BCPY_CHUNK records
- * is one bc_seq_get_many with the GIL released (Ctrl-C reaches its waits
- * through the main thread's interrupt handler).  The loader is held
- * (lobj_enter) while it reads, and a round after the first checks it was
- * not closed meanwhile. */
-static PyObject *lobj_read_indices_held(bcpy_lobj *self, PyObject *indices);
-
+/* The loader is held (lobj_enter) while it reads: the one bulk read loop
+ * (core/bulk.c) waits through lobj_wait and checks between rounds that it
+ * was not closed meanwhile. */
 static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
   if (lobj_check(self) < 0) return NULL;
   lobj_enter(self);
-  PyObject *r = lobj_read_indices_held(self, indices);
+  bcpy_ivec a = {NULL, 0, 0};
+  PyObject *r = bcpy_indices_from_object(indices, &a) < 0
+                    ? NULL : bcpy_read_list((bcpy_sobj *)self, a.v, a.n);
+  PyMem_RawFree(a.v);
   lobj_leave(self);
   return r;
-}
-
-static PyObject *lobj_read_indices_held(bcpy_lobj *self, PyObject *indices) {
-  bcpy_core *core = self->core;
-  bcpy_ivec a = {NULL, 0, 0};
-  if (bcpy_indices_from_object(indices, &a) < 0) {
-    PyMem_RawFree(a.v);
-    return NULL;
-  }
-  PyObject *list = PyList_New((Py_ssize_t)a.n);
-  bcpy_stage *st = list != NULL ? bcpy_stage_take() : NULL;
-  if (st == NULL) Py_CLEAR(list);
-  for (size_t off = 0; list != NULL && off < a.n;) {
-    if (off > 0 && lobj_check(self) < 0) { /* closed while a round waited */
-      Py_CLEAR(list);
-      break;
-    }
-    size_t m = bcpy_stage_next(st, a.n - off, false);
-    memcpy(st->idx, a.v + off, m * sizeof *st->idx);
-    bc_seq *seq = self->seq;
-    int rc;
-    WAIT_BEGIN(core)
-    rc = bc_seq_get_many(seq, st->idx, m, st->bufs);
-    WAIT_END
-    if (rc != 0) {
-      raise_rc(rc, NULL);
-      Py_CLEAR(list);
-      break;
-    }
-    for (size_t k = 0; list != NULL && k < m; k++) {
-      PyObject *r = to_record(core, &st->bufs[k]);
-      if (r == NULL) Py_CLEAR(list);
-      else PyList_SET_ITEM(list, (Py_ssize_t)(off + k), r);
-    }
-    if (list != NULL) bcpy_stage_done(st, m);
-    off += m;
-  }
-  bcpy_stage_give(st);
-  PyMem_RawFree(a.v);
-  return list;
 }
 
 static PyObject *lobj_known_length(bcpy_lobj *self, PyObject *unused) {
@@ -1228,7 +1169,7 @@ static PyObject *lobj_known_length(bcpy_lobj *self, PyObject *unused) {
   if (lobj_check(self) < 0) return NULL;
   bc_len l;
   int rc = bc_seq_length(self->seq, false, &l);
-  if (rc != 0) return raise_rc(rc, NULL);
+  if (rc != 0) return bcpy_raise(rc, NULL);
   return Py_BuildValue("(KO)", (unsigned long long)l.value,
                        l.kind == BC_LEN_EXACT ? Py_True : Py_False);
 }
@@ -1444,7 +1385,7 @@ static int add_exception(PyObject *mod, PyObject **slot, const char *name,
 int bcpy_loadit_init(PyObject *mod) {
   if (bcpy_runner_init() < 0) return -1;
   /* Views over a LoadIt wait for its fills as the LoadIt does. */
-  bcpy_fill_waiter = (bcpy_waiter){fill_wait, bcpy_is_main_thread, fill_detach};
+  bcpy_fill_waiter = (bcpy_waiter){fill_wait, fill_detach};
   if (bcpy_add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0 ||

@@ -688,90 +688,19 @@ static inline bool is_pyleaf(const bc_seq *leaf) { return leaf->ops == &pyleaf_o
 /* A read of a tree with a LoadIt leaf may wait for a fill that runs the
  * user's iterator for minutes.  It runs in this thread with the GIL
  * released, listed as a waiter for a first pass (loadit/tee.c) through the
- * wait policy that loadit/ installs in core (bcpy_fill_waiter); from the
- * main thread Ctrl-C reaches the wait through the interrupt handler
- * (module.c), and the read returns BC_ECANCELED with KeyboardInterrupt
- * set.  Reads stay as they were shaped for a helper hop: a read-ahead
- * refill takes what is ready first, and single elements and chunks of
- * trees with Python code are read in place with bc_cache_try_get
- * (read_without_waiting), then a record that would wait is read through
- * read_waiting. */
-
-/* Whether reads of this view from this thread go in place first. */
-static bool interruptible(const bcpy_view *self) {
-  return (self->kinds & VK_WAITS) && bcpy_fill_waiter.needed();
-}
-
-/* Runs the call with the GIL released, through the wait policy when the
- * view may wait for a fill. */
+ * wait policy that loadit/ installs in core (bcpy_fill_waiter), as a
+ * LoadIt's own reads do; from the main thread Ctrl-C reaches the wait
+ * through the interrupt handler (module.c), and the read returns
+ * BC_ECANCELED with KeyboardInterrupt set.  A tree of python leaves only is
+ * read with the GIL held (arithmetic and Python code). */
 static int read_waiting(bcpy_view *self, bcpy_call *c) {
+  if (!(self->kinds & VK_NATIVE)) {
+    bcpy_call_run(c);
+    return 0;
+  }
   if (self->kinds & VK_WAITS) return bcpy_fill_waiter.wait(c);
   Py_BEGIN_ALLOW_THREADS
   bcpy_call_run(c);
-  Py_END_ALLOW_THREADS
-  return 0;
-}
-
-/* Reads native leaf record `li` in place, but never waits for a fill that
- * another thread or process is making: BC_EAGAIN then (no GIL).  A
- * LoadIt's records come from its cache, directly or through a natleaf over
- * the cache's sequence or a view of it (whose resolve is arithmetic). */
-static int read_without_waiting(bc_seq *leaf, uint64_t li, bc_buf *out) {
-  bc_seq *s = leaf->ops == &natleaf_ops ? ((natleaf *)leaf)->inner : leaf;
-  bc_seq *records = s;
-  uint64_t at = li;
-  int rc = s->ops->resolve != NULL ? bc_seq_resolve(s, (int64_t)li, &records, &at) : 0;
-  if (rc != 0) return rc;
-  bc_cache *cache = bc_seq_cache(records);
-  return cache != NULL ? bc_cache_try_get(cache, (int64_t)at, out)
-                       : bc_seq_get(records, (int64_t)at, out);
-}
-
-/* One record read through the wait policy (read_waiting). */
-typedef struct {
-  bcpy_call base;
-  bc_seq *tree; /* own reference: the leaf is the tree's */
-  bc_seq *leaf;
-  uint64_t index;
-  bc_buf buf;
-} one_read;
-
-static int one_read_run(bcpy_call *c) {
-  one_read *r = (one_read *)c;
-  return bc_seq_get(r->leaf, (int64_t)r->index, &r->buf);
-}
-
-static void one_read_free(bcpy_call *c) {
-  one_read *r = (one_read *)c;
-  bc_buf_release(&r->buf);
-  bc_seq_unref(r->tree);
-  PyMem_RawFree(r);
-}
-
-/* Reads native leaf record `li` into *out, waiting for another thread's or
- * process's fill where Ctrl-C can stop the wait (GIL held).  0 when the
- * read ran: *rc is its code (0, or with *message malloc'd); -1 with the
- * signal handler's exception. */
-static int read_after_wait(bcpy_view *self, bc_seq *leaf, uint64_t li, bc_buf *out, int *rc,
-                           char **message) {
-  one_read *r = PyMem_RawCalloc(1, sizeof *r);
-  if (r == NULL) {
-    PyErr_NoMemory();
-    return -1;
-  }
-  r->base.run = one_read_run;
-  r->base.free = one_read_free;
-  r->tree = bc_seq_ref(self->seq);
-  r->leaf = leaf;
-  r->index = li;
-  if (read_waiting(self, &r->base) < 0) return -1;
-  bc_buf_release(out);
-  *out = r->buf;
-  r->buf = (bc_buf)BC_BUF_INIT;
-  *rc = r->base.rc;
-  *message = *rc != 0 ? strdup(bc_errmsg()) : NULL;
-  Py_BEGIN_ALLOW_THREADS /* the last reference to the tree may close a cache */
-  one_read_free(&r->base);
   Py_END_ALLOW_THREADS
   return 0;
 }
@@ -785,36 +714,34 @@ static PyObject *native_element(const bc_seq *leaf, const bc_buf *b) {
   return obj;
 }
 
-/* view[i]. */
+/* view[i]: resolved, and read when its leaf is native, through read_waiting. */
+typedef struct {
+  bcpy_call base;
+  bc_seq *seq;
+  int64_t i;
+  bc_seq *leaf;
+  uint64_t li;
+  bc_buf buf;
+} one_read;
+
+static int one_read_run(bcpy_call *c) {
+  one_read *r = (one_read *)c;
+  int rc = bc_seq_resolve(r->seq, r->i, &r->leaf, &r->li);
+  if (rc == 0 && !is_pyleaf(r->leaf)) rc = bc_seq_get(r->leaf, (int64_t)r->li, &r->buf);
+  return rc;
+}
+
 static PyObject *get_one(bcpy_view *self, int64_t i) {
-  bc_seq *leaf = NULL;
-  uint64_t li = 0;
-  bc_buf buf = BC_BUF_INIT;
-  char *message = NULL;
-  int rc;
-  /* Read here: a hit must stay cheap, and a miss nobody else fills is
-   * filled in this very thread, where the iterator's Python code sees
-   * Ctrl-C itself.  Only a wait for another thread's or process's fill
-   * goes through read_waiting. */
-  bool waits = interruptible(self);
-  GIL_RELEASE_IF(self->kinds & VK_NATIVE)
-  rc = bc_seq_resolve(self->seq, i, &leaf, &li);
-  if (rc == 0 && !is_pyleaf(leaf))
-    rc = waits ? read_without_waiting(leaf, li, &buf) : bc_seq_get(leaf, (int64_t)li, &buf);
-  GIL_RESTORE
-  if (rc == BC_EAGAIN && waits && read_after_wait(self, leaf, li, &buf, &rc, &message) < 0) {
-    bc_buf_release(&buf);
-    return NULL;
-  }
+  one_read r = {{one_read_run, NULL, 0}, self->seq, i, NULL, 0, BC_BUF_INIT};
+  if (read_waiting(self, &r.base) < 0) return NULL;
   PyObject *result;
-  if (rc != 0)
-    result = view_raise(rc, message);
-  else if (is_pyleaf(leaf))
-    result = pyleaf_item((pyleaf *)leaf, li);
+  if (r.base.rc != 0)
+    result = view_raise(r.base.rc, NULL);
+  else if (is_pyleaf(r.leaf))
+    result = pyleaf_item((pyleaf *)r.leaf, r.li);
   else
-    result = native_element(leaf, &buf);
-  bc_buf_release(&buf);
-  free(message);
+    result = native_element(r.leaf, &r.buf);
+  bc_buf_release(&r.buf);
   return result;
 }
 
@@ -844,15 +771,32 @@ static int leaf_pos_cmp(const void *a, const void *b) {
   return x->k < y->k ? -1 : x->k > y->k;
 }
 
-/* Reads the native elements of a resolved chunk: leaf[k], li[k] for the
- * positions k < m that are not python leaves, grouped by leaf, one
- * bc_seq_get_many per leaf (no second resolve: a Python index map in the
- * tree is called once per element).  Returns the first position (in chunk
- * order) whose read failed, or m, with its code in *rc.  No GIL. */
-static size_t read_natives(bc_seq **leaf, const uint64_t *li, size_t m, bc_buf *bufs,
-                           leaf_pos *order, int64_t *idx, bc_buf *scratch, int *rc,
-                           char **message) {
-  size_t nn = 0, cut = m;
+/* The native elements of a resolved chunk, read through read_waiting:
+ * leaf[k], li[k] for the positions k < m that are not python leaves,
+ * grouped by leaf, one bc_seq_get_many per leaf (no second resolve: a
+ * Python index map in the tree is called once per element).  `cut` is the
+ * first position (in chunk order) whose read failed, or m, with its code
+ * in base.rc and its message in `message`. */
+typedef struct {
+  bcpy_call base;
+  bc_seq **leaf;
+  const uint64_t *li;
+  size_t m, cut;
+  bc_buf *bufs, *scratch;
+  leaf_pos *order;
+  int64_t *idx;
+  char *message;
+} natives_read;
+
+static int read_natives(bcpy_call *c) {
+  natives_read *r = (natives_read *)c;
+  bc_seq **leaf = r->leaf;
+  const uint64_t *li = r->li;
+  bc_buf *bufs = r->bufs, *scratch = r->scratch;
+  leaf_pos *order = r->order;
+  int64_t *idx = r->idx;
+  size_t m = r->m, nn = 0, cut = m;
+  int rc = 0;
   for (size_t k = 0; k < m; k++)
     if (!is_pyleaf(leaf[k])) order[nn++] = (leaf_pos){leaf[k], k};
   if (nn > 1) qsort(order, nn, sizeof *order, leaf_pos_cmp);
@@ -873,42 +817,17 @@ static size_t read_natives(bc_seq **leaf, const uint64_t *li, size_t m, bc_buf *
         int one = bc_seq_get(order[lo].leaf, (int64_t)li[k], &bufs[k]);
         if (one != 0) {
           cut = k;
-          *rc = one;
-          free(*message);
-          *message = strdup(bc_errmsg());
+          rc = one;
+          free(r->message);
+          r->message = strdup(bc_errmsg());
           break;
         }
       }
     }
     lo = hi;
   }
-  return cut;
-}
-
-/* read_natives for a thread whose waits must stay interruptible (GIL held):
- * the records are read in chunk order in place, and a record whose shard
- * another thread or process is filling is waited for through read_waiting.
- * Returns the first position whose read failed (its code in *rc, message
- * in *message), or m; (size_t)-1 with the signal handler's exception. */
-static size_t read_natives_interruptibly(bcpy_view *self, bc_seq **leaf, const uint64_t *li,
-                                         size_t m, bc_buf *bufs, int *rc, char **message) {
-  for (size_t k = 0; k < m; k++) {
-    int one = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (; k < m; k++)
-      if (!is_pyleaf(leaf[k]) && (one = read_without_waiting(leaf[k], li[k], &bufs[k])) != 0)
-        break;
-    if (one != 0 && one != BC_EAGAIN) *message = strdup(bc_errmsg());
-    Py_END_ALLOW_THREADS
-    if (k == m) break;
-    if (one == BC_EAGAIN && read_after_wait(self, leaf[k], li[k], &bufs[k], &one, message) < 0)
-      return (size_t)-1;
-    if (one != 0) {
-      *rc = one;
-      return k;
-    }
-  }
-  return m;
+  r->cut = cut;
+  return rc;
 }
 
 /* Reads the elements at positions pos[0..n) into out[].  Returns how many
@@ -944,30 +863,23 @@ static size_t read_positions(bcpy_view *self, const int64_t *pos, size_t n, PyOb
       fail->rc = 0;
     }
   }
-  /* 2. native records, in C */
+  /* 2. native records, in C (a Ctrl-C in a wait: nothing of this chunk is
+   * returned) */
   if (self->kinds & (VK_NATIVE | VK_DECODE)) {
-    int nrc = 0;
-    char *nmsg = NULL;
-    size_t cut;
-    if (interruptible(self)) {
-      cut = read_natives_interruptibly(self, leaf, li, m, bufs, &nrc, &nmsg);
-    } else {
-      Py_BEGIN_ALLOW_THREADS
-      cut = read_natives(leaf, li, m, bufs, order, idx, scratch, &nrc, &nmsg);
-      Py_END_ALLOW_THREADS
-    }
-    if (cut == (size_t)-1) { /* Ctrl-C: nothing of this chunk is returned */
+    natives_read r = {{read_natives, NULL, 0}, leaf, li, m, m, bufs, scratch, order, idx, NULL};
+    read_waiting(self, &r.base);
+    if (PyErr_Occurred()) {
       failure_clear(fail);
       PyErr_Fetch(&fail->type, &fail->value, &fail->tb);
       m = 0;
-    } else if (cut < m) {
+    } else if (r.cut < m) {
       failure_clear(fail);
-      fail->rc = nrc;
-      fail->message = nmsg;
-      m = cut;
-    } else {
-      free(nmsg);
+      fail->rc = r.base.rc;
+      fail->message = r.message;
+      r.message = NULL;
+      m = r.cut;
     }
+    free(r.message);
   }
   /* 3. elements, in order */
   for (done = 0; done < m; done++) {
@@ -1132,14 +1044,8 @@ static PyObject *view_raise_errno(int rc, int sys_errno, const char *message) {
   return view_raise(rc, message);
 }
 
-/* A slice that settles the length: the GIL released when the tree may
- * block, interruptibly when it may wait for a fill. */
-static int view_wait(bcpy_sobj *base, bcpy_call *c) {
-  bcpy_view *self = (bcpy_view *)base;
-  if (self->kinds & VK_NATIVE) return read_waiting(self, c);
-  bcpy_call_run(c); /* Python leaves only: arithmetic and Python code */
-  return 0;
-}
+/* A slice that settles the length, a read-ahead refill. */
+static int view_wait(bcpy_sobj *base, bcpy_call *c) { return read_waiting((bcpy_view *)base, c); }
 
 static PyObject *view_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   bcpy_view *self = (bcpy_view *)PyType_GenericNew(type, args, kwds);
