@@ -287,11 +287,17 @@ int bc_cache_finalize(bc_cache *cache);
  *   appended: nothing waits for an appender that may never come.
  *
  * An appender is used by one thread at a time.  It keeps a reference to
- * the cache's sequence, so it stays usable after bc_cache_close (but not
- * in a child after fork()). */
+ * the cache's sequence, so it stays usable after bc_cache_close.  It
+ * belongs to the process that opened it: in a child after fork(), append
+ * and close return BC_EINVAL, and close and discard leave it alone (the
+ * child's copy leaks; the parent's claims, files and threads are not the
+ * child's to touch). */
 typedef struct bc_appender bc_appender;
 
-#define BC_APPENDER_OPTIONS_VERSION 1
+#define BC_APPENDER_OPTIONS_VERSION 2 /* (1: up to publish_behind) */
+
+/* The write-behind queue's size when behind_bytes is 0. */
+#define BC_APPENDER_BEHIND_BYTES_DEFAULT ((size_t)1 << 20)
 
 typedef struct bc_appender_options {
   unsigned version; /* BC_APPENDER_OPTIONS_VERSION */
@@ -311,9 +317,31 @@ typedef struct bc_appender_options {
    * append that completes a shard, or by close; close and discard wait
    * for it (a complete shard is published also by discard). */
   bool publish_behind;
+  /* Write behind: append copies the record into a queue of behind_bytes
+   * (0: BC_APPENDER_BEHIND_BYTES_DEFAULT; a longer record grows it to its
+   * size) and returns; a thread of the appender writes, checksums and
+   * publishes the records in order, with the same bytes, claims and
+   * checks as without it (so the producer's thread pays a copy, and the
+   * writing runs meanwhile).  When the queue is full, append waits for
+   * room.  A failure of that thread is returned by the next append (it
+   * is final, as any failure) and by close.  The caller's interrupt
+   * handler stops append's, close's and discard's waits (BC_ECANCELED,
+   * final) and the thread's own waits with them.  A shard is claimed
+   * when the thread comes to its first record and published when it
+   * comes to its last one (soon after the append: the thread is woken at
+   * the end of each shard), so between the append and then, readers see
+   * the shard as not filled yet (as with claim_late).  close waits until
+   * everything queued is published; discard publishes the complete
+   * shards queued (they would have been published without write-behind)
+   * and drops the rest.  With publish_behind too, the thread hands each
+   * completed shard to a publisher thread as described above.  Without a
+   * thread (pthread_create failed) the appender works without it. */
+  bool write_behind;
+  size_t behind_bytes;
 } bc_appender_options;
 
-#define BC_APPENDER_OPTIONS_INIT {BC_APPENDER_OPTIONS_VERSION, false, false}
+#define BC_APPENDER_OPTIONS_INIT \
+  {BC_APPENDER_OPTIONS_VERSION, false, false, false, 0}
 
 /* Starts appending at record 0 (opts NULL: the defaults).  BC_EINVAL when
  * the cache's shard length is not decided yet (a new root opened without
@@ -324,11 +352,19 @@ int bc_cache_appender_open(bc_appender **out, bc_cache *cache,
 
 /* Appends the next record (copied).  When it completes a shard, the shard
  * is published before this returns (evicting under the disk limit), or
- * with publish_behind handed to a thread that publishes it.
+ * with publish_behind handed to a thread that publishes it, or with
+ * write_behind queued for the appender's thread.
  * A failure (BC_ENONDET, BC_ENOSPC, BC_EIO, BC_ECLOSED when the fill was
  * abandoned ...) is final: the appender then only discards (close returns
  * the failure again, publishing nothing more). */
 int bc_appender_append(bc_appender *a, const void *data, size_t size);
+
+/* Appends the record if that needs no wait: BC_EAGAIN (nothing appended;
+ * not a failure) when it would wait, that is with write_behind when the
+ * queue has no room for it, and without when the record starts or ends a
+ * shard (a claim, a publish).  For a caller that must give something up
+ * around a wait (an interpreter lock): try, then append. */
+int bc_appender_try_append(bc_appender *a, const void *data, size_t size);
 
 /* The stream has ended: publishes the partial last shard, makes the length
  * final (bc_appender_count()), and frees the appender (also on failure).

@@ -22,9 +22,32 @@
  *           compared at the end with the one recorded at its first publish
  *           (or with the file's records, where none was recorded).
  *
- * Locking: none of its own (one thread at a time uses an appender); the
- * registry lock and LMDB write transactions are taken inside fill.c's
- * functions, never together with anything here.
+ * Write-behind (the write_behind option): append copies the record into
+ * a bounded ring (append_ring.h) and returns; a writer thread of the
+ * appender takes the records out in order and does all of the above with
+ * them (the same functions, so the same bytes, claims and checks).  The
+ * writer's failure is kept in the appender (`failed`, written by the
+ * writer only, before it stores `wfailed`) and returned by the next
+ * append and by close.  The caller's interrupt handler stops a wait for
+ * room in the ring, and close's and discard's waits for the writer; it
+ * then sets `cancel`, the writer's (and its publisher's) interrupt
+ * handler, so that the writer's own waits stop too.  Close lets the
+ * writer publish the last shard and make the length final as well (its
+ * syncs are then not the caller's CPU time either).  Discard lets the
+ * writer take the complete shards queued (appended, they would have been
+ * published already without write-behind) and drop the rest.
+ *
+ * Locking: none of its own besides the ring's (a leaf); one thread at a
+ * time calls the appender.  The registry lock and LMDB write transactions
+ * are taken inside fill.c's functions, never together with anything here.
+ * Write-behind: the fields of the sync core (mode, shard, w ... failed)
+ * belong to the writer thread while it runs, the `wb` fields marked
+ * "caller" to the caller; the two meet only in the ring and the atomics.
+ *
+ * Fork: an appender belongs to the process that opened it (its claims,
+ * scratch files and threads are that process's): in a child, append and
+ * close return BC_EINVAL and close and discard leave it alone (a leak of
+ * the child's copy, rather than a touch of the parent's state).
  */
 #include "config.h"
 
@@ -39,6 +62,7 @@
 #include "bag/internal.h"
 #include "cache/internal.h"
 #include "cache/fill_append.h"
+#include "cache/append_ring.h"
 
 enum { MODE_NONE, MODE_WRITE, MODE_STANDBY, MODE_VERIFY };
 
@@ -62,10 +86,31 @@ struct bc_appender {
   bc_writer *w;       /* WRITE, STANDBY */
   bc_buf crcs;
   char *scratch;      /* WRITE, STANDBY: its file (malloc'd); else NULL */
-  int failed;         /* a failure is final: its code, message below */
-  int failed_errno;
-  char failed_msg[1024];
+  bc_error_state failed; /* a failure is final (failed.code != 0) */
+  atomic_bool *cancel; /* write-behind: the writer's and publisher's
+                          interrupt handler (else NULL) */
+  struct write_behind *wb; /* write-behind (else NULL) */
+  unsigned forks;     /* `forks` when opened */
 };
+
+/* The write-behind half of an appender (see the header). */
+struct write_behind {
+  bc__ring ring;
+  pthread_t writer;
+  uint64_t accepted;     /* records appended (caller) */
+  bc_error_state failed; /* the caller's own failure, final (caller) */
+  _Atomic uint64_t keep; /* the writer appends records [0, keep) */
+  atomic_bool cancel;    /* the caller was interrupted: stop */
+  atomic_int wfailed;    /* the writer's failure code (then a->failed) */
+  bool ending;           /* close: the writer ends the stream too (set
+                            before the ring is closed) */
+};
+
+/* fork() generations: an appender of an older one is the parent's. */
+static atomic_uint forks;
+static pthread_once_t forks_once = PTHREAD_ONCE_INIT;
+static void count_fork(void) { atomic_fetch_add(&forks, 1); }
+static void watch_forks(void) { pthread_atfork(NULL, NULL, count_fork); }
 
 /* Appender tokens have the top bit set, so they never equal a token of
  * bc__obtain's fills (its counter counts up from 1). */
@@ -76,40 +121,9 @@ static uint64_t next_token(void) {
 
 /* Remembers failure rc (with bc_errmsg()) and returns it. */
 static int fail(bc_appender *a, int rc) {
-  a->failed = rc;
-  a->failed_errno = bc_errno();
-  snprintf(a->failed_msg, sizeof a->failed_msg, "%s", bc_errmsg());
+  bc_error_save(&a->failed, rc);
   return rc;
 }
-
-int bc_cache_appender_open(bc_appender **out, bc_cache *c,
-                           const bc_appender_options *opts) {
-  static const bc_appender_options defaults = BC_APPENDER_OPTIONS_INIT;
-  if (opts == NULL) opts = &defaults;
-  if (c == NULL || out == NULL)
-    return bc__error(BC_EINVAL, "bc_cache_appender_open: NULL argument");
-  if (opts->version != BC_APPENDER_OPTIONS_VERSION)
-    return bc__error(BC_EINVAL, "bc_cache_appender_open: options of version %u "
-                     "(this library knows %u)", opts->version,
-                     BC_APPENDER_OPTIONS_VERSION);
-  if (c->R == 0)
-    return bc__error(BC_EINVAL,
-                     "%s: the cache's shard length is not decided yet: open it "
-                     "with shard_records (bc_cache_estimate_shard_records "
-                     "derives one from the first records)", c->root);
-  bc_appender *a = calloc(1, sizeof *a);
-  if (a == NULL) return bc__error(BC_ENOMEM, "out of memory");
-  a->c = c;
-  bc_seq_ref(&c->base);
-  a->R = c->R;
-  a->late = opts->claim_late;
-  a->behind = opts->publish_behind;
-  a->crcs = (bc_buf)BC_BUF_INIT;
-  *out = a;
-  return 0;
-}
-
-uint64_t bc_appender_count(const bc_appender *a) { return a ? a->count : 0; }
 
 /* Removes the scratch file of the shard in progress and its sidecar. */
 static void drop_scratch(bc_appender *a) {
@@ -344,17 +358,24 @@ static int shard_end(bc_appender *a, bool ended) {
   return rc;
 }
 
+/* The interrupt handler of the writer and publisher threads of a
+ * write-behind appender: the caller was interrupted. */
+static int cancelled(void *ctx) { return atomic_load((atomic_bool *)ctx); }
+
 /* The publisher thread: ends the shard its copy of the appender holds,
- * keeping a failure's message in the copy (the message is per-thread). */
+ * keeping a failure in the copy (the thread's message is its own). */
 static void *publish_main(void *arg) {
   bc_appender *job = arg;
+  if (job->cancel != NULL) bc_set_interrupt_handler(cancelled, job->cancel);
   int rc = shard_end(job, false);
-  if (rc != 0) {
-    job->failed = rc;
-    job->failed_errno = bc_errno();
-    snprintf(job->failed_msg, sizeof job->failed_msg, "%s", bc_errmsg());
-  }
+  if (rc != 0) bc_error_save(&job->failed, rc);
   return NULL;
+}
+
+static void job_free(bc_appender *job) {
+  bc_buf_release(&job->crcs);
+  bc_error_state_clear(&job->failed);
+  free(job);
 }
 
 /* Waits for the shard being published behind, if any: 0, or its failure
@@ -364,13 +385,9 @@ static int join_publisher(bc_appender *a) {
   if (job == NULL) return 0;
   pthread_join(a->publisher, NULL);
   a->publishing = NULL;
-  int rc = job->failed;
-  if (rc != 0) {
-    bc_set_error(rc, job->failed_errno, "%s", job->failed_msg);
-    fail(a, rc);
-  }
-  bc_buf_release(&job->crcs);
-  free(job);
+  int rc = job->failed.code;
+  if (rc != 0) fail(a, bc_error_restore(&job->failed));
+  job_free(job);
   return rc;
 }
 
@@ -384,6 +401,9 @@ static int shard_complete(bc_appender *a) {
   bc_appender *job = malloc(sizeof *job);
   if (job == NULL) return shard_end(a, false); /* inline, then */
   memcpy(job, a, sizeof *job);
+  job->failed = (bc_error_state)BC_ERROR_STATE_INIT;
+  job->publishing = NULL;
+  job->wb = NULL;
   a->mode = MODE_NONE;
   a->mine = a->other = NULL;
   a->w = NULL;
@@ -391,19 +411,16 @@ static int shard_complete(bc_appender *a) {
   a->crcs = (bc_buf)BC_BUF_INIT;
   if (pthread_create(&a->publisher, NULL, publish_main, job) != 0) {
     rc = shard_end(job, false); /* no thread: inline */
-    bc_buf_release(&job->crcs);
-    free(job);
+    job_free(job);
     return rc;
   }
   a->publishing = job;
   return 0;
 }
 
-int bc_appender_append(bc_appender *a, const void *data, size_t size) {
-  if (a == NULL || (data == NULL && size > 0))
-    return bc__error(BC_EINVAL, "bc_appender_append: NULL argument");
-  if (a->failed)
-    return bc_set_error(a->failed, a->failed_errno, "%s", a->failed_msg);
+/* Appends a record on this thread: the caller's, or the writer's. */
+static int append_now(bc_appender *a, const void *data, size_t size) {
+  if (a->failed.code != 0) return bc_error_restore(&a->failed);
   bc_cache *c = a->c;
   int rc = 0;
   if (a->mode == MODE_NONE && (rc = shard_begin(a)) != 0) return fail(a, rc);
@@ -418,6 +435,214 @@ int bc_appender_append(bc_appender *a, const void *data, size_t size) {
   a->count++;
   if (a->n == a->R && (rc = shard_complete(a)) != 0) return fail(a, rc);
   return 0;
+}
+
+/* The stream has ended (close): the shard in progress is published and
+ * the length made final.  A failure is final (a->failed). */
+static int end_stream(bc_appender *a) {
+  join_publisher(a); /* (its failure is the appender's) */
+  if (a->failed.code != 0) return a->failed.code;
+  int rc = a->mode != MODE_NONE ? shard_end(a, true) : bc__fill_record_end(a->c, a->count);
+  return rc != 0 ? fail(a, rc) : 0;
+}
+
+/* ---- write-behind ---------------------------------------------------------- */
+
+/* The writer thread: appends the queued records in order with the sync
+ * core until the ring is closed and empty.  After a failure (kept in
+ * a->failed, then announced in wfailed) it only empties the ring; records
+ * from `keep` on (a discard) are dropped. */
+static void *writer_main(void *arg) {
+  bc_appender *a = arg;
+  struct write_behind *wb = a->wb;
+  bc__ring_batch b;
+  bc_set_interrupt_handler(cancelled, &wb->cancel);
+  while (bc__ring_take(&wb->ring, &b)) {
+    uint64_t pos = b.from, released = b.from;
+    while (pos < b.to) {
+      const void *data;
+      size_t size;
+      bc__ring_next(&b, &pos, &data, &size);
+      if (a->failed.code == 0 && a->count < atomic_load(&wb->keep)) {
+        int rc = atomic_load(&wb->cancel)
+                     ? fail(a, bc__error(BC_ECANCELED, "%s: the appender was interrupted",
+                                         a->c->root))
+                     : append_now(a, data, size);
+        if (rc != 0) atomic_store(&wb->wfailed, rc);
+      }
+      /* Room for the caller as we go (not the batch's last record: a
+       * release of `to` ends the batch). */
+      if (pos < b.to && pos - released >= b.cap / 8) {
+        bc__ring_release(&wb->ring, pos);
+        released = pos;
+      }
+    }
+    bc__ring_release(&wb->ring, b.to);
+  }
+  /* close: the last publish and its syncs are this thread's too. */
+  if (wb->ending && a->failed.code == 0 && !atomic_load(&wb->cancel) &&
+      end_stream(a) != 0)
+    atomic_store(&wb->wfailed, a->failed.code);
+  bc__ring_finish(&wb->ring);
+  return NULL;
+}
+
+/* Starts the writer thread with a ring of `bytes`.  No thread: the
+ * appender works without write-behind. */
+static int behind_start(bc_appender *a, size_t bytes) {
+  /* (aligned: the ring keeps each side's fields on a cache line of its own) */
+  size_t size = (sizeof(struct write_behind) + 63) / 64 * 64;
+  struct write_behind *wb = aligned_alloc(64, size);
+  if (wb == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  memset(wb, 0, size);
+  int rc = bc__ring_init(&wb->ring, bytes);
+  if (rc != 0) {
+    free(wb);
+    return rc;
+  }
+  wb->failed = (bc_error_state)BC_ERROR_STATE_INIT;
+  atomic_init(&wb->keep, UINT64_MAX);
+  atomic_init(&wb->cancel, false);
+  atomic_init(&wb->wfailed, 0);
+  a->wb = wb;
+  a->cancel = &wb->cancel;
+  if (pthread_create(&wb->writer, NULL, writer_main, a) != 0) {
+    bc__ring_destroy(&wb->ring);
+    free(wb);
+    a->wb = NULL;
+    a->cancel = NULL;
+  }
+  return 0;
+}
+
+/* Write-behind append (caller's thread): copies the record into the
+ * ring, waiting for room (`wait`) or not (BC_EAGAIN). */
+static int append_behind(bc_appender *a, const void *data, size_t size, bool wait) {
+  struct write_behind *wb = a->wb;
+  if (wb->failed.code != 0) return bc_error_restore(&wb->failed);
+  int rc = atomic_load(&wb->wfailed);
+  if (rc != 0) { /* a->failed is the writer's failure, written before */
+    bc_error_restore(&a->failed);
+    bc_error_save(&wb->failed, rc);
+    return rc;
+  }
+  rc = bc__ring_put(&wb->ring, data, size, wait, (wb->accepted + 1) % a->R == 0);
+  if (rc == BC_EAGAIN)
+    return bc__error(BC_EAGAIN, "%s: the appender's queue is full", a->c->root);
+  if (rc != 0) { /* interrupted, or no memory for a long record */
+    if (rc == BC_ECANCELED) atomic_store(&wb->cancel, true);
+    bc_error_save(&wb->failed, rc);
+    return rc;
+  }
+  wb->accepted++;
+  return 0;
+}
+
+/* Write-behind: lets the writer take the records [0, keep) queued (and,
+ * `ending`, end the stream: end_stream), stops it and the publisher, and
+ * frees the write-behind half: from then on the sync core is the
+ * caller's.  An interrupt of the wait stops the writer
+ * at once (BC_ECANCELED, final).  Returns the appender's failure, if
+ * any (then also in a->failed). */
+static int behind_end(bc_appender *a, uint64_t keep, bool ending) {
+  struct write_behind *wb = a->wb;
+  atomic_store(&wb->keep, keep);
+  wb->ending = ending; /* (the ring's lock orders it before the writer's look) */
+  bc__ring_close(&wb->ring);
+  int rc = bc__ring_wait_finished(&wb->ring, true);
+  if (rc != 0) {
+    atomic_store(&wb->cancel, true);
+    bc__ring_wait_finished(&wb->ring, false); /* prompt now */
+    if (wb->failed.code == 0) bc_error_save(&wb->failed, rc);
+  }
+  pthread_join(wb->writer, NULL);
+  join_publisher(a); /* (it polls wb->cancel) */
+  if (a->failed.code == 0 && wb->failed.code != 0)
+    fail(a, bc_error_restore(&wb->failed));
+  bc__ring_destroy(&wb->ring);
+  bc_error_state_clear(&wb->failed);
+  free(wb);
+  a->wb = NULL;
+  a->cancel = NULL;
+  return a->failed.code;
+}
+
+/* ---- the API ---------------------------------------------------------------- */
+
+/* BC_EINVAL for an appender opened before fork(), in the child. */
+static int forked(const bc_appender *a, const char *fn) {
+  if (a->forks == atomic_load(&forks)) return 0;
+  return bc__error(BC_EINVAL, "%s: the appender was opened before fork(): it "
+                   "belongs to the parent process", fn);
+}
+
+int bc_cache_appender_open(bc_appender **out, bc_cache *c,
+                           const bc_appender_options *opts) {
+  static const bc_appender_options defaults = BC_APPENDER_OPTIONS_INIT;
+  if (opts == NULL) opts = &defaults;
+  if (c == NULL || out == NULL)
+    return bc__error(BC_EINVAL, "bc_cache_appender_open: NULL argument");
+  if (opts->version != 1 && opts->version != BC_APPENDER_OPTIONS_VERSION)
+    return bc__error(BC_EINVAL, "bc_cache_appender_open: options of version %u "
+                     "(this library knows 1 to %u)", opts->version,
+                     BC_APPENDER_OPTIONS_VERSION);
+  /* Version 1 ends before write_behind. */
+  bc_appender_options o = defaults;
+  memcpy(&o, opts, opts->version == 1 ? offsetof(bc_appender_options, write_behind)
+                                      : sizeof o);
+  if (c->R == 0)
+    return bc__error(BC_EINVAL,
+                     "%s: the cache's shard length is not decided yet: open it "
+                     "with shard_records (bc_cache_estimate_shard_records "
+                     "derives one from the first records)", c->root);
+  pthread_once(&forks_once, watch_forks);
+  bc_appender *a = calloc(1, sizeof *a);
+  if (a == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  a->c = c;
+  bc_seq_ref(&c->base);
+  a->R = c->R;
+  a->late = o.claim_late;
+  a->behind = o.publish_behind;
+  a->crcs = (bc_buf)BC_BUF_INIT;
+  a->failed = (bc_error_state)BC_ERROR_STATE_INIT;
+  a->forks = atomic_load(&forks);
+  int rc = o.write_behind
+               ? behind_start(a, o.behind_bytes ? o.behind_bytes
+                                                : BC_APPENDER_BEHIND_BYTES_DEFAULT)
+               : 0;
+  if (rc != 0) {
+    bc_seq_unref(&c->base);
+    free(a);
+    return rc;
+  }
+  *out = a;
+  return 0;
+}
+
+uint64_t bc_appender_count(const bc_appender *a) {
+  if (a == NULL) return 0;
+  return a->wb != NULL ? a->wb->accepted : a->count;
+}
+
+int bc_appender_append(bc_appender *a, const void *data, size_t size) {
+  if (a == NULL || (data == NULL && size > 0))
+    return bc__error(BC_EINVAL, "bc_appender_append: NULL argument");
+  int rc = forked(a, "bc_appender_append");
+  if (rc != 0) return rc;
+  return a->wb != NULL ? append_behind(a, data, size, true) : append_now(a, data, size);
+}
+
+int bc_appender_try_append(bc_appender *a, const void *data, size_t size) {
+  if (a == NULL || (data == NULL && size > 0))
+    return bc__error(BC_EINVAL, "bc_appender_try_append: NULL argument");
+  int rc = forked(a, "bc_appender_try_append");
+  if (rc != 0) return rc;
+  if (a->wb != NULL) return append_behind(a, data, size, false);
+  if (a->failed.code != 0) return bc_error_restore(&a->failed);
+  /* A shard's start claims it, its end publishes it: both may wait. */
+  if (a->mode == MODE_NONE || a->n + 1 == a->R)
+    return bc__error(BC_EAGAIN, "%s: the record starts or ends a shard", a->c->root);
+  return append_now(a, data, size);
 }
 
 /* Gives up the shard in progress: nothing of it is published. */
@@ -438,33 +663,42 @@ static void shard_abort(bc_appender *a) {
 
 static void appender_free(bc_appender *a) {
   bc_buf_release(&a->crcs);
+  bc_error_state_clear(&a->failed);
   bc_seq_unref(&a->c->base);
   free(a);
 }
 
 int bc_appender_close(bc_appender *a) {
   if (a == NULL) return 0;
-  int rc;
-  join_publisher(a); /* (its failure is the appender's) */
-  if (a->failed) {
-    rc = bc_set_error(a->failed, a->failed_errno, "%s", a->failed_msg);
+  int rc = forked(a, "bc_appender_close");
+  if (rc != 0) return rc; /* (left alone: see the header) */
+  /* (a failure: in a->failed) */
+  if (a->wb != NULL) behind_end(a, UINT64_MAX, true);
+  else end_stream(a);
+  if (a->failed.code != 0) {
+    rc = bc_error_restore(&a->failed);
     shard_abort(a);
-  } else if (a->mode != MODE_NONE) {
-    rc = shard_end(a, true);
-    if (rc != 0) shard_abort(a);
-  } else {
-    rc = bc__fill_record_end(a->c, a->count);
+  }
+  if (rc != 0) {
+    bc_error_state keep = BC_ERROR_STATE_INIT; /* (shard_abort's messages) */
+    bc_error_save(&keep, rc);
+    appender_free(a);
+    bc_error_restore(&keep);
+    bc_error_state_clear(&keep);
+    return rc;
   }
   appender_free(a);
   return rc;
 }
 
 void bc_appender_discard(bc_appender *a) {
-  if (a == NULL) return;
+  if (a == NULL || forked(a, "bc_appender_discard") != 0) return;
   /* Keep the caller's error message: discarding is what a failure does. */
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", bc_errmsg());
   int err = bc_errno();
+  /* The complete shards queued are published, as without write-behind. */
+  if (a->wb != NULL) behind_end(a, a->wb->accepted - a->wb->accepted % a->R, false);
   join_publisher(a); /* a complete shard is published all the same */
   shard_abort(a);
   appender_free(a);

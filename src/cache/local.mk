@@ -20,6 +20,8 @@ BC_CACHE_SOURCES = \
 	src/cache/access.c \
 	src/cache/fill.c \
 	src/cache/fill_append.h \
+	src/cache/append_ring.h \
+	src/cache/append_ring.c \
 	src/cache/append.c \
 	src/cache/maint.c \
 	src/cache/prefetch.c

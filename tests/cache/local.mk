@@ -18,6 +18,7 @@ BC_CACHE_TESTS = \
 	tests/cache/test_cache_nospace \
 	tests/cache/test_cache_abandon \
 	tests/cache/test_cache_append \
+	tests/cache/test_cache_behind \
 	tests/cache/test_cache_policy \
 	tests/cache/test_cache_cancel \
 	tests/cache/test_slots
@@ -30,7 +31,7 @@ BC_THREAD_TESTS += tests/cache/test_cache_threads tests/cache/test_cache_introsp
 	tests/cache/test_cache_checksums \
 	tests/cache/test_cache_abandon tests/cache/test_cache_cancel
 BC_THREAD_TESTS += tests/cache/test_cache_root
-BC_THREAD_TESTS += tests/cache/test_cache_append
+BC_THREAD_TESTS += tests/cache/test_cache_append tests/cache/test_cache_behind
 
 BC_CACHE_TEST_UTIL = tests/cache/source.c tests/cache/source.h \
 	tests/cache/util.c tests/cache/util.h
@@ -128,3 +129,8 @@ tests_cache_test_cache_append_SOURCES = tests/cache/test_cache_append.c \
 	$(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_append_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_append_LDADD = $(BC_CACHE_TEST_LDADD)
+
+tests_cache_test_cache_behind_SOURCES = tests/cache/test_cache_behind.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_behind_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_behind_LDADD = $(BC_CACHE_TEST_LDADD)

@@ -2,8 +2,10 @@
  * loadit/tee.c - the first pass over an empty cache: the reader's thread
  * runs the iterator itself, serializes each object, hands the bytes to
  * the cache's appender (bagcache/cache.h, doc/cache.md "Appending") and
- * yields the object.  A shard is published by the append that completes
- * it; the iterator's end publishes the last one and makes the length
+ * yields the object.  The appender writes behind (write_behind): the
+ * append copies the bytes into its queue, and its thread writes,
+ * checksums and publishes them while the loop goes on; the iterator's
+ * end waits for that, publishes the last shard and makes the length
  * final before StopIteration reaches the loop, so a process may exit
  * right after its loop.
  *
@@ -30,16 +32,18 @@
  * the cache, and the iterator still runs once.  Once the loop has pulled
  * records, such a pass makes an iterator of its own.
  *
- * A completed shard is published by a thread of the appender while the
- * loop goes on (publish_behind): the loop waits only when it completes
- * the next shard before that publish is done, and at its end.
+ * A completed shard is published by another thread of the appender
+ * (publish_behind), so that its syncs do not hold up the writing of the
+ * next one.  The loop waits only when the appender's queue is full, and
+ * at its end.
  *
- * GIL: held throughout, except around an append that completes a shard
- * (it may wait for the previous publish, which may wait for another
- * filler of the shard) or copies a large record, and around the
- * appender's close and discard.  `in_next`
- * keeps other threads out of the iterator meanwhile.  Waits for another
- * filler of the shard are not interruptible (they last one fill).
+ * GIL: held throughout, except around an append that must wait for room
+ * in the queue (bc_appender_try_append says so: the appender's thread
+ * may be waiting for another filler of a shard, which may need the GIL)
+ * or copies a large record, and around the appender's close and discard.
+ * `in_next` keeps other threads out of the iterator meanwhile.  Those
+ * waits poll the thread's interrupt handler (the main thread's: Ctrl-C,
+ * then KeyboardInterrupt, the appender discarded).
  *
  * Ownership: the _TeeIter owns its bcpy_tee.  The source registers it in
  * s->tee (GIL) while the pass runs, so that no second first pass starts,
@@ -127,18 +131,16 @@ static void cache_failed(bcpy_tee *t, int rc) {
   t->alone = true;
 }
 
-/* Appends a record (GIL held; released around a shard's publish and big
- * copies).  A failure of the cache is recorded (cache_failed). */
+/* Appends a record (GIL held; released around a wait for the appender's
+ * queue, and around big copies).  A failure of the cache is recorded
+ * (cache_failed). */
 static void append(bcpy_tee *t, const char *data, size_t n) {
   if (t->a == NULL) return;
-  int rc;
-  bool publishes = (bc_appender_count(t->a) + 1) % t->R == 0;
-  if (publishes || n >= BIG_RECORD) {
+  int rc = n >= BIG_RECORD ? BC_EAGAIN : bc_appender_try_append(t->a, data, n);
+  if (rc == BC_EAGAIN) { /* (data: the bytes object the caller holds) */
     Py_BEGIN_ALLOW_THREADS
     rc = bc_appender_append(t->a, data, n);
     Py_END_ALLOW_THREADS
-  } else {
-    rc = bc_appender_append(t->a, data, n);
   }
   if (rc == BC_ECANCELED) { /* Ctrl-C: not the cache's failure */
     discard(t);
@@ -512,10 +514,11 @@ PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *s, bc_seq *seq, uint64_t
   t->src = s;
   Py_INCREF(root);
   t->root = root;
-  /* Claimed late, published behind: see the header. */
+  /* Claimed late, written and published behind: see the header. */
   bc_appender_options opts = BC_APPENDER_OPTIONS_INIT;
   opts.claim_late = true;
   opts.publish_behind = true;
+  opts.write_behind = true;
   int rc;
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_appender_open(&t->a, cache, &opts);
