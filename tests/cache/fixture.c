@@ -11,6 +11,8 @@ int fx_setup(void **state) {
   if (f == NULL) return -1;
   f->dir = cu_tmp_dir();
   f->root = cu_path(f->dir, "c");
+  f->scratch = cu_path(f->root, "scratch");
+  f->root2 = cu_path(f->dir, "d");
   cu_notices_reset();
   cu_watchdog(60);
   *state = f;
@@ -25,6 +27,8 @@ int fx_teardown(void **state) {
   bc_cache_close(f->c);
   ts_shared_free(f->sh);
   cu_rm_rf(f->dir);
+  free(f->root2);
+  free(f->scratch);
   free(f->root);
   free(f->dir);
   free(f);

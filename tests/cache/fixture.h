@@ -12,6 +12,8 @@
 
 typedef struct fixture {
   char *dir, *root;
+  char *scratch;    /* ROOT/scratch */
+  char *root2;      /* DIR/d: a second root, for tests that compare two */
   ts_shared *sh;    /* created by the first fx_open */
   bc_cache *c, *c2; /* closed by fx_teardown */
 } fixture;

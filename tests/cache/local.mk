@@ -131,6 +131,6 @@ tests_cache_test_cache_append_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_append_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_behind_SOURCES = tests/cache/test_cache_behind.c \
-	$(BC_CACHE_TEST_UTIL)
+	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_behind_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_behind_LDADD = $(BC_CACHE_TEST_LDADD)

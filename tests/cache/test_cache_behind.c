@@ -22,39 +22,19 @@
 
 #include <pthread.h>
 
-#include "util.h"
+#include "fixture.h"
 
 #define R 4
 
 static bool no_big; /* the model without BIG records (set per test) */
 
-typedef struct fixture {
-  char *dir, *root, *root2, *scratch;
-} fixture;
-
+/* The fx fixture (fixture.h), with a longer watchdog: the sanitizer
+ * builds run these tests slowly. */
 static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (f == NULL) return -1;
-  f->dir = cu_tmp_dir();
-  f->root = cu_path(f->dir, "c");
-  f->root2 = cu_path(f->dir, "d");
-  f->scratch = cu_path(f->root, "scratch");
-  cu_watchdog(120);
   no_big = false;
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  cu_rm_rf(f->dir);
-  free(f->scratch);
-  free(f->root2);
-  free(f->root);
-  free(f->dir);
-  free(f);
-  cu_watchdog(0);
-  return 0;
+  int rc = fx_setup(state);
+  cu_watchdog(120);
+  return rc;
 }
 
 #define BIG 5000
@@ -493,13 +473,13 @@ static void test_behind_options(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_behind_same_bytes, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_behind_backpressure, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_behind_writer_failure, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_behind_discard, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_behind_interrupt, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_behind_fork, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_behind_options, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_behind_same_bytes, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_behind_backpressure, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_behind_writer_failure, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_behind_discard, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_behind_interrupt, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_behind_fork, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_behind_options, setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
