@@ -140,30 +140,10 @@ static void drop_scratch(bc_appender *a) {
   a->crcs.size = 0;
 }
 
-/* Opens the scratch file of the shard in progress, named as fill.c names
- * its own (SHARD-PID-START.TOKEN.EXT: bc__clean_scratch knows the owner). */
+/* Opens the scratch file of the shard in progress, as fill.c opens its
+ * own (the same name scheme, options and checksums). */
 static int open_scratch(bc_appender *a) {
-  bc_cache *c = a->c;
-#define SCRATCH_NAME "%s/%llu-%d-%llu.%llu.%s"
-  int n = snprintf(NULL, 0, SCRATCH_NAME, c->scratch_dir, (unsigned long long)a->shard,
-                   (int)c->self.pid, (unsigned long long)c->self.start_time,
-                   (unsigned long long)a->token, c->zstd ? "bagz" : "bag");
-  if (n < 0 || (a->scratch = malloc((size_t)n + 1)) == NULL)
-    return bc__error(BC_ENOMEM, "out of memory");
-  snprintf(a->scratch, (size_t)n + 1, SCRATCH_NAME, c->scratch_dir,
-           (unsigned long long)a->shard, (int)c->self.pid,
-           (unsigned long long)c->self.start_time, (unsigned long long)a->token,
-           c->zstd ? "bagz" : "bag");
-  bc_writer_options wo = BC_WRITER_OPTIONS_INIT;
-  wo.compression = c->zstd ? BC_COMPRESSION_ZSTD : BC_COMPRESSION_NONE;
-  wo.zstd_level = c->zstd ? c->level : 0;
-  wo.file_mode = c->mode;
-  int rc = bc_writer_open(&a->w, a->scratch, &wo);
-  if (rc != 0) a->w = NULL; /* (the caller drops the name) */
-  if (rc != 0) return rc;
-  /* As a fill: zstd frames carry checksums, .bag records get CRCs. */
-  if (c->zstd) rc = bc__writer_checksum_frames(a->w);
-  return rc;
+  return bc__fill_open_scratch(a->c, a->shard, a->token, &a->scratch, &a->w);
 }
 
 /* Tries to become the shard's filler: registers (or finds another thread

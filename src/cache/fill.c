@@ -405,6 +405,41 @@ static int pass_find_end(bc_cache *c, bc__pass *p, uint64_t start, bc_buf *buf,
   return rc;
 }
 
+int bc__fill_open_scratch(bc_cache *c, uint64_t shard, uint64_t token,
+                          char **path, bc_writer **writer) {
+  bc_writer *w = NULL;
+  int rc = 0;
+  /* SHARD-PID-START.TOKEN.EXT: the owner for bc__clean_scratch, the token
+   * so that two fills of a shard in one process never share a file. */
+  char *name = bc__path_printf("%s/%llu-%d-%llu.%llu.%s", c->scratch_dir,
+                               (unsigned long long)shard, (int)c->self.pid,
+                               (unsigned long long)c->self.start_time,
+                               (unsigned long long)token, c->zstd ? "bagz" : "bag");
+  if (name == NULL) {
+    rc = bc__error(BC_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  bc_writer_options wo = BC_WRITER_OPTIONS_INIT;
+  wo.compression = c->zstd ? BC_COMPRESSION_ZSTD : BC_COMPRESSION_NONE;
+  wo.zstd_level = c->zstd ? c->level : 0;
+  wo.file_mode = c->mode;
+  if ((rc = bc_writer_open(&w, name, &wo)) != 0) goto cleanup;
+  /* zstd frames carry zstd's content checksum; records of .bag shards get
+   * a CRC-32C each, in the sidecar (format version 2). */
+  if (c->zstd && (rc = bc__writer_checksum_frames(w)) != 0) goto cleanup;
+  /* scratch/ is never fsynced: the publish renames the file into shards/
+   * and fsyncs that (doc/cache.md, "The sync budget of a miss"). */
+  if ((rc = bc__writer_scratch(w)) != 0) goto cleanup;
+  *path = name;
+  *writer = w;
+  name = NULL;
+  w = NULL;
+cleanup:
+  bc_writer_free(w); /* (an open writer removes its temporary files) */
+  free(name);
+  return rc;
+}
+
 /* Fills shard f->shard, which this process has claimed (claim f->token). */
 static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   uint64_t shard = f->shard;
@@ -421,18 +456,7 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   if (c->src.open_at != NULL && p->opened_at > 0) /* a pass from 0 is open()'s */
     snprintf(note, sizeof note, " (its pass was opened at record %llu with the "
              "source's open_at)", (unsigned long long)p->opened_at);
-  /* SHARD-PID-START.TOKEN: the owner for bc__clean_scratch, the token so
-   * that two fills of a shard in one process never share a file. */
-  char *scratch = bc__path_printf("%s/%llu-%d-%llu.%llu.%s", c->scratch_dir,
-                                  (unsigned long long)shard, (int)c->self.pid,
-                                  (unsigned long long)c->self.start_time,
-                                  (unsigned long long)f->token,
-                                  c->zstd ? "bagz" : "bag");
-  if (scratch == NULL) {
-    rc = bc__error(BC_ENOMEM, "out of memory");
-    goto cleanup;
-  }
-
+  char *scratch = NULL;
   if ((rc = pass_advance(c, p, start, &buf, &ended)) != 0) goto cleanup;
   if (ended) { /* the source has no record `start` */
     rc = record_end(c, shard, p->pos);
@@ -441,17 +465,8 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
                      c->root, (unsigned long long)p->pos);
     goto cleanup;
   }
-  bc_writer_options wo = BC_WRITER_OPTIONS_INIT;
-  wo.compression = c->zstd ? BC_COMPRESSION_ZSTD : BC_COMPRESSION_NONE;
-  wo.zstd_level = c->zstd ? c->level : 0;
-  wo.file_mode = c->mode;
-  if ((rc = bc_writer_open(&w, scratch, &wo)) != 0) goto cleanup;
-  /* zstd frames carry zstd's content checksum; records of .bag shards get
-   * a CRC-32C each, in the sidecar (format version 2). */
-  if (c->zstd && (rc = bc__writer_checksum_frames(w)) != 0) goto cleanup;
-  /* scratch/ is never fsynced: the publish renames the file into shards/
-   * and fsyncs that (doc/cache.md, "The sync budget of a miss"). */
-  if ((rc = bc__writer_scratch(w)) != 0) goto cleanup;
+  if ((rc = bc__fill_open_scratch(c, shard, f->token, &scratch, &w)) != 0)
+    goto cleanup;
   uint64_t sum = BC__SUM_INIT;
   while (n < c->R) {
     if (atomic_load(&c->stop_fills)) { /* closing: abandon, publish nothing */

@@ -17,6 +17,11 @@ int bc__fill_claim(bc_cache *c, uint64_t shard, uint64_t token,
  * thread's error of the failure `code` being reported. */
 void bc__fill_release_claim(bc_cache *c, uint64_t shard, uint64_t token,
                             int code);
+/* Opens the writer of a fill of `shard` (claim `token`) on its scratch
+ * file, in *path (malloc'd): the cache's compression, zstd frame
+ * checksums, no fsync of scratch/.  Nothing is left behind on failure. */
+int bc__fill_open_scratch(bc_cache *c, uint64_t shard, uint64_t token,
+                          char **path, bc_writer **writer);
 /* Publishes scratch file `scratch` (and its sidecar) as shard `shard`,
  * evicting under the disk limit and checking the checksum recorded at an
  * earlier publish (publish). */

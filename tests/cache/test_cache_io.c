@@ -346,6 +346,35 @@ static void test_sync_budget_of_a_fill(void **state) {
   check_consistent(f);
 }
 
+/* The appender opens its scratch files as a fill does: per shard, the same
+ * budget (the scratch file and its sidecar, sums/ and shards/, never
+ * scratch/); close adds the final length's metadata.json and the root
+ * directory holding it (the two others). */
+static void test_sync_budget_of_an_appender(void **state) {
+  fixture *f = *state;
+  open_with(f, 0);
+  bc_appender *a = NULL;
+  CU_OK(bc_cache_appender_open(&a, f->c, NULL));
+  unsigned char rec[TS_MAX_RECORD];
+  memset(synced, 0, sizeof synced);
+  counting = true;
+  for (uint64_t i = 0; i < 25; i++) { /* two shards and half of one */
+    size_t n = ts_record(i, true, 0, rec);
+    CU_OK(bc_appender_append(a, rec, n));
+  }
+  int rc = bc_appender_close(a);
+  counting = false;
+  CU_OK(rc);
+  if (synced[S_SCRATCH_FILE] != 6 || synced[S_SCRATCH_DIR] != 0 ||
+      synced[S_SUMS_DIR] != 3 || synced[S_SHARDS_DIR] != 3 || synced[S_OTHER] != 2)
+    fail_msg("appending 3 shards: fsyncs of scratch files %d, scratch/ %d, "
+             "sums/ %d, shards/ %d, others %d; expected 6, 0, 3, 3, 2",
+             synced[S_SCRATCH_FILE], synced[S_SCRATCH_DIR], synced[S_SUMS_DIR],
+             synced[S_SHARDS_DIR], synced[S_OTHER]);
+  cu_check_all(f->c, 25, true);
+  check_consistent(f);
+}
+
 /* A crash between the rename into shards/ and the commit leaves a complete
  * file the state does not account for (its shard is claimed by a dead
  * process).  Until that claim is taken over, the file still occupies
@@ -424,6 +453,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_fsync_of_shards_dir_fails, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_sync_budget_of_a_fill, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sync_budget_of_an_appender, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_crash_between_rename_and_commit,
                                       setup, teardown),
   };
