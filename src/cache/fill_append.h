@@ -7,7 +7,7 @@
 #ifndef BC_CACHE_FILL_APPEND_H
 #define BC_CACHE_FILL_APPEND_H
 
-/* Include after cache/internal.h (whose second half has no include guard). */
+#include "internal.h"
 
 /* Claims `shard` in the shared state for fill `token` (try_claim):
  * *claimed, or *rec is its state (PRESENT, or FILLING by a live owner). */
