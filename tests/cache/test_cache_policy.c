@@ -45,6 +45,8 @@ typedef struct {
   int commits;        /* top-level commits attempted */
   int fail_commit;    /* the commit with this number fails (0: none) */
   bool fail_install;
+  bool fail_sync;     /* the batch's directory fsync fails */
+  int dir_syncs;      /* installs that synced, plus batch syncs */
   uint64_t end;       /* the last length `end` recorded, +1 (0: none) */
   int purges;
 } fake;
@@ -180,12 +182,20 @@ static void f_purge(void *impl, uint64_t shard) {
 }
 
 static int f_install(void *impl, const char *scratch, uint64_t shard,
-                     uint64_t records) {
+                     uint64_t records, bool sync_dirs) {
   (void)scratch;
   (void)records;
   fake *f = impl;
   if (f->fail_install) return bc_set_errmsg(BC_ENOSPC, "fake install failed");
   f->file[shard] = true;
+  f->dir_syncs += sync_dirs;
+  return 0;
+}
+
+static int f_sync_dirs(void *impl) {
+  fake *f = impl;
+  if (f->fail_sync) return bc_set_errmsg(BC_EIO, "fake directory fsync failed");
+  f->dir_syncs++;
   return 0;
 }
 
@@ -202,7 +212,8 @@ static int f_end(void *impl, uint64_t length) {
 static const bc__store_ops fake_ops = {
     f_begin,   f_nest,    f_commit,  f_abort,     f_get,         f_put,
     f_del,     f_each,    f_sum_get, f_sum_put,   f_u64_get,     f_u64_put,
-    f_owner_alive, f_evict, f_purge, f_install,   f_uninstall,   f_end};
+    f_owner_alive, f_evict, f_purge, f_install,   f_sync_dirs,   f_uninstall,
+    f_end};
 
 /* ---- helpers --------------------------------------------------------------------- */
 
