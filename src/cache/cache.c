@@ -951,7 +951,7 @@ bool bc_cache_draining(bc_cache *c) {
 
 int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
                     size_t *count) {
-  bc__publisher_wait(c, false); /* what is published, queued shards too */
+  bc__publisher_wait(c, false); /* the shards this process queued count */
   bc__access_flush(c); /* the access clocks include this process's opens */
   MDB_txn *t;
   int rc = bc__txn_begin(c->env, false, &t);

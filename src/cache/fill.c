@@ -505,7 +505,7 @@ static int fsync_path(const char *path) {
  * is returned as it would be by the publish. */
 static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
                           uint64_t n, uint64_t sum, bool ended,
-                          const char *note, bool *queued) {
+                          const char *note, bool *queued, bc_bag **bag) {
   *queued = false;
   struct stat st;
   if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
@@ -518,11 +518,16 @@ static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
       .note = note, .default_limit = c->opts.disk_limit};
   q.need = bc__limit_shards(&c->opts, &q.prefetched);
   int rc = bc__store_check(&c->store, &q);
+  /* The filler's reader, opened before the publisher may touch the file:
+   * its records are served even if the publish fails. */
+  bc_bag *mine = NULL;
+  if (rc == 0 && bag != NULL) rc = bc__cache_open_scratch(c, scratch, &mine);
   bc__pub_entry *e = rc == 0 ? calloc(1, sizeof *e) : NULL;
   char *path = e ? strdup(scratch) : NULL;
   if (rc == 0 && path == NULL) rc = bc__error(BC_ENOMEM, "out of memory");
   if (rc != 0) {
     free(e);
+    bc_bag_close(mine);
     return rc;
   }
   e->f = f;
@@ -548,8 +553,10 @@ static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
     if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
     if (ended) atomic_store(&c->final, true);
     *queued = true;
+    if (bag != NULL) *bag = mine;
     return 0;
   }
+  bc_bag_close(mine);
   free(e);
   pthread_mutex_lock(&reg->lock);
   f->readable = false;
@@ -562,7 +569,8 @@ static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
  * *queued: its publish was queued (publish-behind): the shard is readable
  * from its scratch file (f->readable) and the claim stays until the
  * publisher is done with it. */
-static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued) {
+static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
+                bc_bag **bag) {
   *queued = false;
   uint64_t shard = f->shard;
   uint64_t start = shard * c->R;
@@ -644,7 +652,7 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued) {
                                     bc_writer_records_bytes(w), !behind)) != 0)
     goto cleanup;
   if (behind) {
-    if ((rc = publish_behind(c, f, scratch, n, sum, ended, note, queued)) != 0)
+    if ((rc = publish_behind(c, f, scratch, n, sum, ended, note, queued, bag)) != 0)
       goto cleanup;
     if (!*queued) {
       /* Synchronously after all: the data first, as the writer would
@@ -723,7 +731,7 @@ static int claim_with_room(bc_cache *c, uint64_t shard, uint64_t token,
 }
 
 int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *out) {
-  return bc__obtain_scratch(c, shard, mode, out, NULL);
+  return bc__obtain_scratch(c, shard, mode, out, NULL, NULL);
 }
 
 /* A fill record that is readable: the shard is obtained (*scratch: a copy
@@ -737,9 +745,10 @@ static int obtained_behind(const bc__filling *f, bc__shard_rec *out,
 }
 
 int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
-                       bc__shard_rec *out, char **scratch) {
+                       bc__shard_rec *out, char **scratch, bc_bag **bag) {
   double backoff = 0.001;
   if (scratch != NULL) *scratch = NULL;
+  if (bag != NULL) *bag = NULL;
   /* A publish that failed since the last look (publish-behind): the
    * records served were right, their durability failed: say so. */
   int prc = mode == BC__PREFETCH ? 0 : bc__publisher_take_error(c);
@@ -765,14 +774,10 @@ int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
       return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
                        c->root, (unsigned long long)start,
                        (unsigned long long)atomic_load(&c->known_length));
-    if (!c->has_source)
-      return bc__error(BC_ENOTCACHED,
-                       "%s: records %llu..%llu are not cached and the cache "
-                       "has no source", c->root, (unsigned long long)start,
-                       (unsigned long long)(start + c->R));
-
     /* A thread of this process filling it (through any cache object on
-     * this root): wait for that fill. */
+     * this root): wait for that fill, or read it from its scratch file
+     * while its publish is queued (any cache object, with a source or
+     * not). */
     bc__fill_registry *reg = bc__env_fills(c->env);
     pthread_mutex_lock(&reg->lock);
     bc__filling *f = filling_find(reg, shard);
@@ -780,6 +785,13 @@ int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
       rc = obtained_behind(f, out, scratch);
       pthread_mutex_unlock(&reg->lock);
       return rc;
+    }
+    if (!c->has_source) {
+      pthread_mutex_unlock(&reg->lock);
+      return bc__error(BC_ENOTCACHED,
+                       "%s: records %llu..%llu are not cached and the cache "
+                       "has no source", c->root, (unsigned long long)start,
+                       (unsigned long long)(start + c->R));
     }
     if (f != NULL) {
       if (mode != BC__WAIT) {
@@ -832,9 +844,11 @@ int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
     rc = claim_with_room(c, shard, f->token, &rec, &claimed, &room);
     if (rc == 0 && claimed) {
       f->room = room; /* (only this thread reads it) */
-      rc = fill(c, f, mode, &queued);
+      rc = fill(c, f, mode, &queued, bag);
       if (rc != 0) release_claim(c, shard, f->token, rc);
     }
+    bc__shard_rec behind = queued ? f->rec : rec; /* (reg lock not needed:
+                                                      set by this thread) */
     pthread_mutex_lock(&reg->lock);
     /* Queued: the publisher marks it done.  (An abandoned fill was
      * reported done already.) */
@@ -849,6 +863,10 @@ int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
      * when this call waits): filled again with a new pass. */
     if (rc == BC_EAGAIN && mode == BC__WAIT) continue;
     if (rc != 0) return rc;
+    if (queued && (bag == NULL || *bag != NULL)) { /* served from scratch */
+      *out = behind;
+      return 0;
+    }
     if (claimed) continue; /* published: read its state */
     if (rec.state == SHARD_PRESENT) {
       *out = rec;

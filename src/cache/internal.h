@@ -292,10 +292,12 @@ void bc__access_flush(bc_cache *c);
 int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *rec);
 /* bc__obtain for a reader: *scratch (malloc'd) names the file to open
  * when the shard is readable from its scratch file while its publish is
- * queued (publish-behind), NULL when it is PRESENT (open its shard file).
+ * queued (publish-behind), NULL when it is PRESENT (open its shard file);
+ * *bag (when bag is not NULL) is a reader of that file already open when
+ * this very call filled the shard (then *scratch is NULL).
  * Returns a publish failure not reported yet first (publisher.h). */
 int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
-                       bc__shard_rec *rec, char **scratch);
+                       bc__shard_rec *rec, char **scratch, bc_bag **bag);
 /* The publisher's side of a fill record: its publish ended with rc (0, or
  * a failure whose message is the thread's); drops the publisher's
  * reference. */

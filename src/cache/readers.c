@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "bag/internal.h"
 #include "cache/internal.h"
@@ -192,6 +193,14 @@ static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
   if (path == NULL) return bc__error(BC_ENOMEM, "out of memory");
   int rc = scratch ? bc__cache_open_scratch(c, path, out)
                    : bc__cache_open_shard(c, path, out);
+  if (scratch && rc == BC_ENOTFOUND) {
+    /* Renamed into shards/ by its publish meanwhile (the same file, its
+     * records complete, its commit maybe still to come). */
+    free(path);
+    path = bc__cache_shard_path(c, shard, rec->records, rec->zstd);
+    rc = path ? bc__cache_open_shard(c, path, out)
+              : bc__error(BC_ENOMEM, "out of memory");
+  }
   if (rc != 0) goto cleanup;
   bc_shard_info info;
   bc_bag_shard_info(*out, 0, &info);
@@ -282,18 +291,27 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
   bc_bag *bag = NULL;
   int rc = 0;
   double t0 = bc__now(); /* the time a miss waits (stats' miss_ns) */
+  int behind_misses = 0;
   for (int attempt = 0;; attempt++) {
     bc__shard_rec rec;
     char *scratch = NULL;
-    if ((rc = bc__obtain_scratch(c, shard, mode, &rec, &scratch)) != 0) return rc;
+    if ((rc = bc__obtain_scratch(c, shard, mode, &rec, &scratch, &bag)) != 0)
+      return rc;
+    if (bag != NULL) break; /* filled here: its scratch file, open */
     rc = open_checked(c, shard, &rec, scratch, &bag);
     bool behind = scratch != NULL;
     free(scratch);
     if (rc == 0) break;
-    if (attempt >= 8) return rc;
-    /* Published (renamed into shards/) or failed meanwhile: look again. */
-    if (behind && rc == BC_ENOTFOUND) continue;
-    if (behind) return rc;
+    /* Between the renames of its publish (the sidecar goes first), or its
+     * publish failed meanwhile: look again (obtain returns the failure),
+     * for a while. */
+    if (behind && rc == BC_ENOTFOUND && behind_misses++ < 2000) {
+      attempt--;
+      struct timespec ts = {0, 500000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    if (attempt >= 8 || behind) return rc;
     if (rc == BC_ENOTFOUND) {
       /* Evicted by another process meanwhile (its state is gone: obtain
        * refills), or lost (its state remains: drop it, then refill). */
