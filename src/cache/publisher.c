@@ -147,6 +147,18 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
       bc_error_state_clear(&err);
       continue;
     }
+    /* Renamed into place outside the write lock (the claim's room holds
+     * it: the limit already counts it), so that a claim of another miss
+     * never waits for these renames and fsyncs. */
+    rc = c->store.ops->install(c->store.impl, f->scratch, f->shard,
+                               f->rec.records, false);
+    if (rc != 0) {
+      bc_error_state err = BC_ERROR_STATE_INIT;
+      bc_error_save(&err, rc);
+      finish_entry(c, e, &err);
+      bc_error_state_clear(&err);
+      continue;
+    }
     es[m] = e;
     q[m] = (bc__publish_req){
         .shard = f->shard, .token = f->token, .scratch = f->scratch,
@@ -157,7 +169,20 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
         .seekable = c->src.open_at != NULL,
         .bump = bc__access_bump, .bump_arg = c};
     q[m].need = bc__limit_shards(&c->opts, &q[m].prefetched);
+    q[m].installed = true;
     m++;
+  }
+  /* The new names durable, once per directory for the batch. */
+  int drc = m > 0 ? c->store.ops->sync_dirs(c->store.impl) : 0;
+  if (drc != 0) {
+    bc_error_state err = BC_ERROR_STATE_INIT;
+    bc_error_save(&err, drc);
+    for (size_t i = 0; i < m; i++) {
+      c->store.ops->uninstall(c->store.impl, es[i]->f->shard, es[i]->f->rec.records);
+      finish_entry(c, es[i], &err);
+    }
+    bc_error_state_clear(&err);
+    m = 0;
   }
   if (m > 0) {
     bc__victims victims = {0};

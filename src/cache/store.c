@@ -515,7 +515,7 @@ static int publish_install(const bc__store *s, bc__store_txn *parent,
   bc__shard_rec rec = {.state = SHARD_PRESENT, .zstd = q->zstd,
                        .records = q->records, .bytes = q->size,
                        .last_access = st->clock};
-  rc = o->install(s->impl, q->scratch, q->shard, q->records, sync_dirs);
+  if (!q->installed) rc = o->install(s->impl, q->scratch, q->shard, q->records, sync_dirs);
   bool installed = rc == 0;
   if (rc == 0) rc = o->put(t, q->shard, &rec);
   if (rc == 0) rc = o->u64_put(t, BC__KEY_BYTES, st->bytes + q->size);
@@ -634,6 +634,7 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
     if (irc == 0) irc = publish_limit(s, t, &q[i], &one);
     if (irc != 0) {
       batch_fail(errs, ok, i, irc);
+      if (q[i].installed) o->uninstall(s->impl, q[i].shard, q[i].records);
       continue;
     }
     ok[i] = true;
@@ -677,15 +678,16 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
     if (irc == 0) irc = publish_install(s, all, &q[i], &one, false);
     if (irc != 0) {
       batch_fail(errs, ok, i, irc);
+      if (q[i].installed) o->uninstall(s->impl, q[i].shard, q[i].records);
       continue;
     }
     st.bytes += q[i].size;
     installed[i] = true;
     regenerated[i] = have_sum;
-    ninstalled++;
+    ninstalled += !q[i].installed;
   }
   /* 4. The new names made durable, once per directory, before the state
-   * says PRESENT. */
+   * says PRESENT (done already for files installed before the batch). */
   rc = ninstalled > 0 ? o->sync_dirs(s->impl) : 0;
   if (rc == 0) {
     rc = o->commit(all); /* into t */
@@ -710,8 +712,12 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
   free(ok);
   return 0;
 fail_all:
-  /* Every shard of the batch fails with rc (its message). */
+  /* Every shard of the batch fails with rc (its message); files installed
+   * before the batch are taken back out (those that failed alone were). */
   if (t != NULL) o->abort(t);
+  for (size_t i = 0; i < n; i++) /* (again for some: nobody else puts a
+                                     file under a name we hold the claim of) */
+    if (q[i].installed) o->uninstall(s->impl, q[i].shard, q[i].records);
   for (size_t i = 0; i < n; i++) {
     bc_error_state_clear(&errs[i]);
     bc_error_save(&errs[i], rc);

@@ -161,6 +161,9 @@ struct bc__publish_req {
   bool ended;           /* the source ended after them */
   bool zstd;            /* the file is .bagz */
   const char *note;     /* appended to determinism errors ("" for none) */
+  bool installed;       /* the file is in shards/ (and sums/) already,
+                           the directories fsynced: publish-behind renames
+                           outside the write lock, in the claim's room */
   /* The disk limit when none is stored, and the smallest workable one in
    * shards (bc__limit_shards) with the prefetched ones among them. */
   uint64_t default_limit;
