@@ -283,8 +283,8 @@ def print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate, se
     head = ["row", "records/read", "reads/s", "records vs base", "reads/s vs base"]
     if "loadit" in kinds:
         head += ["records vs loadit", "reads/s vs loadit"]
-    head += ["floor reads/s", "of floor", "floor+ser reads/s", "of floor+ser", "misses",
-             "passes opened", "records/miss", "ms/miss", "batches", "largest"]
+    head += ["floor reads/s", "of floor", "floor+ser reads/s", "of floor+ser", "ms/miss",
+             "batches", "largest", "misses", "passes opened", "records/miss"]
     print(f"roots in {tmp} ({fs_type(tmp)}); storing a shard costs at least "
           f"{store * 1e3:.3f} ms here (W)")
     rows = [head]
@@ -310,12 +310,12 @@ def print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate, se
         opens = st.get("shard_opens", 0) if st else 0
         row += [f"{floor:,.0f}", f"{rps / floor:.0%}", f"{floor_ser:,.0f}",
                 f"{rps / floor_ser:.0%}",
-                f"{st['misses']:,}" if st else f"(capacity {capacity})" if k == "base" else "-",
-                f"{st['passes_opened']:,}" if st else "-",
-                f"{st['records_per_miss']:,.1f}" if st else "-",
                 f"{st['miss_ns'] / opens / 1e6:.3f}" if st and "miss_ns" in st and opens else "-",
                 f"{st['publish_batches']:,}" if st and "publish_batches" in st else "-",
-                f"{st['publish_largest']:,}" if st and "publish_largest" in st else "-"]
+                f"{st['publish_largest']:,}" if st and "publish_largest" in st else "-",
+                f"{st['misses']:,}" if st else f"(capacity {capacity})" if k == "base" else "-",
+                f"{st['passes_opened']:,}" if st else "-",
+                f"{st['records_per_miss']:,.1f}" if st else "-"]
         rows.append(row)
     widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
     for n, r in enumerate(rows):
