@@ -706,12 +706,17 @@ static int try_claim(bc_cache *c, uint64_t shard, uint64_t token,
 
 /* try_claim for a fill that may publish behind (publish_behind on, the
  * publisher accepting): under a disk limit the claim reserves the largest
- * shard size this process has seen (none seen yet: no room, so the first
- * fill publishes synchronously).  *room: what the fill may queue. */
+ * shard size this process has seen (none seen yet, or a shard not known
+ * to exist: no room, so the fill publishes synchronously).  *room: what
+ * the fill may queue (UINT64_MAX without a limit). */
 static int claim_with_room(bc_cache *c, uint64_t shard, uint64_t token,
                            bc__shard_rec *rec, bool *claimed, uint64_t *room) {
   *room = 0;
   uint64_t estimate = atomic_load(&c->shard_bytes_seen);
+  /* A shard past the records known to exist may be the source's end: no
+   * room is reserved (nor evicted for) then, so under a limit it
+   * publishes synchronously (a first pass, a drain). */
+  if (shard * c->R >= atomic_load(&c->known_length)) estimate = 0;
   if (!c->opts.publish_behind || atomic_load(&c->publisher.closed))
     return try_claim(c, shard, token, rec, claimed);
   uint64_t passes[256];
