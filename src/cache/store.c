@@ -667,6 +667,7 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
     goto fail_all;
   }
   size_t ninstalled = 0;
+  const pub_state before_installs = st; /* what a failure below commits */
   for (size_t i = 0; i < n; i++) {
     if (!ok[i]) continue;
     pub_state one = {0};
@@ -698,6 +699,7 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
     for (size_t i = 0; i < n; i++)
       if (installed[i]) o->uninstall(s->impl, q[i].shard, q[i].records);
     memset(installed, 0, n * sizeof *installed);
+    st = before_installs; /* the evictions and bumps only */
     rc = keep_evictions(s, t, &st, true, victims->n - before, rc);
     t = NULL;
     goto fail_all;
