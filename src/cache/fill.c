@@ -1022,6 +1022,9 @@ int bc__drain(bc_cache *c, bool from_start) {
   if (rc != 0) return rc;
   uint64_t end_shard = (atomic_load(&c->known_length) + c->R - 1) / c->R;
   if ((rc = wait_fills_below(c, end_shard)) != 0) return rc;
+  /* Shards queued by the drain are published by now (their fill records
+   * were done at their publish): a failure among them is the drain's. */
+  if ((rc = bc__publisher_take_error(c)) != 0) return rc;
   /* Shards a worker took but failed to fill: retry them here, so their
    * error (if it persists) reaches the caller. */
   pthread_mutex_lock(&c->prefetch.lock);
