@@ -28,23 +28,12 @@
 
 void bcpy_call_run(bcpy_call *c) { c->rc = c->run(c); }
 
-static int wait_inline(bcpy_call *c) {
+int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c) {
+  (void)self;
   Py_BEGIN_ALLOW_THREADS
   bcpy_call_run(c);
   Py_END_ALLOW_THREADS
   return 0;
-}
-
-static bool keep(bcpy_call *c) {
-  (void)c;
-  return false;
-}
-
-bcpy_waiter bcpy_fill_waiter = {wait_inline, keep};
-
-int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c) {
-  (void)self;
-  return wait_inline(c);
 }
 
 /* ---- slice bounds ------------------------------------------------------------ */

@@ -64,8 +64,6 @@ static void unpin(void *tstate) {
 
 static void pin_init(void) { pin_ok = pthread_key_create(&pin_key, unpin) == 0; }
 
-_Thread_local int bcpy_in_callback;
-
 static PyGILState_STATE gil_ensure(void);
 
 PyGILState_STATE bcpy_gil_enter(void) {
@@ -227,25 +225,10 @@ PyObject *bcpy_source_dumps(const bcpy_source *s, PyObject *item) {
     PyObject *args = s->dumps_args;
     Py_INCREF(args);
     Py_ssize_t n = PyTuple_GET_SIZE(args);
-#if PY_VERSION_HEX >= 0x03090000
     PyObject *stack[1 + BCPY_DUMPS_ARGS_MAX];
     stack[0] = item;
     for (Py_ssize_t i = 0; i < n; i++) stack[1 + i] = PyTuple_GET_ITEM(args, i);
     r = PyObject_Vectorcall(dumps, stack, (size_t)(1 + n), NULL);
-#else
-    PyObject *all = PyTuple_New(1 + n);
-    r = NULL;
-    if (all != NULL) {
-      Py_INCREF(item);
-      PyTuple_SET_ITEM(all, 0, item);
-      for (Py_ssize_t i = 0; i < n; i++) {
-        Py_INCREF(PyTuple_GET_ITEM(args, i));
-        PyTuple_SET_ITEM(all, 1 + i, PyTuple_GET_ITEM(args, i));
-      }
-      r = PyObject_Call(dumps, all, NULL);
-      Py_DECREF(all);
-    }
-#endif
     Py_DECREF(args);
   }
   Py_DECREF(dumps);

@@ -526,7 +526,7 @@ static PyObject *view_init_take(bcpy_view *self, PyObject *args) {
   unsigned kinds = 0;
   bcpy_ivec a = {0};
   bc_seq *child = adopt(obj, &kinds), *seq = NULL;
-  if (child != NULL && bcpy_indices_from_object(indices, &a) == 0)
+  if (child != NULL && bcpy_indices_from_object(indices, &a, NULL) == 0)
     seq = make_take(child, kinds, &a);
   bc_seq_unref(child);
   PyMem_RawFree(a.v);
@@ -685,24 +685,19 @@ static inline bool is_pyleaf(const bc_seq *leaf) { return leaf->ops == &pyleaf_o
 
 /* ---- reads that Ctrl-C can interrupt -------------------------------------------------- */
 
-/* A read of a tree with a LoadIt leaf may wait for a fill that runs the
- * user's iterator for minutes.  It runs in this thread with the GIL
- * released, listed as a waiter for a first pass (loadit/tee.c) through the
- * wait policy that loadit/ installs in core (bcpy_fill_waiter), as a
- * LoadIt's own reads do; from the main thread Ctrl-C reaches the wait
- * through the interrupt handler (module.c), and the read returns
- * BC_ECANCELED with KeyboardInterrupt set.  A tree of python leaves only is
- * read with the GIL held (arithmetic and Python code). */
+/* A read of a tree with a native leaf runs in this thread with the GIL
+ * released; one with a LoadIt leaf may wait for a fill that runs the
+ * user's iterator for minutes, and from the main thread Ctrl-C reaches
+ * that wait through the interrupt handler (module.c): the read returns
+ * BC_ECANCELED with KeyboardInterrupt set, as a LoadIt's own reads do.  A
+ * tree of python leaves only is read with the GIL held (arithmetic and
+ * Python code). */
 static int read_waiting(bcpy_view *self, bcpy_call *c) {
   if (!(self->kinds & VK_NATIVE)) {
     bcpy_call_run(c);
     return 0;
   }
-  if (self->kinds & VK_WAITS) return bcpy_fill_waiter.wait(c);
-  Py_BEGIN_ALLOW_THREADS
-  bcpy_call_run(c);
-  Py_END_ALLOW_THREADS
-  return 0;
+  return bcpy_wait_plain((bcpy_sobj *)self, c);
 }
 
 /* A native record as an element (GIL held). */
@@ -967,7 +962,7 @@ static PyObject *indices_array(const bcpy_ivec *a) {
 static PyObject *view_indices_array(PyObject *unused, PyObject *indices) {
   (void)unused;
   bcpy_ivec a = {0};
-  PyObject *r = bcpy_indices_from_object(indices, &a) == 0 ? indices_array(&a) : NULL;
+  PyObject *r = bcpy_indices_from_object(indices, &a, NULL) == 0 ? indices_array(&a) : NULL;
   PyMem_RawFree(a.v);
   return r;
 }
@@ -985,7 +980,7 @@ static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
     return NULL;
   }
   bcpy_ivec a = {0};
-  if (bcpy_indices_from_object(key, &a) < 0) {
+  if (bcpy_indices_from_object(key, &a, NULL) < 0) {
     PyMem_RawFree(a.v);
     return NULL;
   }
