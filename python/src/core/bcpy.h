@@ -431,4 +431,13 @@ int bcpy_indices_from_buffer(PyObject *obj, bcpy_ivec *a, bool bagz);
  * exception set. */
 int bcpy_indices_from_object(PyObject *obj, bcpy_ivec *a, const uint64_t *bagz_len);
 
+/* The indices of a subscript key that is neither an integer nor a slice
+ * (self[[1, 5, 2]]), as bcpy_indices_from_object reads them (loadit's
+ * rules).  A str, bytes, bytearray or float key is a TypeError "`what`
+ * must be integers, slices or sequences of integers, not T"; so is, when
+ * `strict`, None or anything neither a sequence nor a buffer, and a key
+ * that is not a sequence and does not iterate integers.  0, or -1 with an
+ * exception set. */
+int bcpy_key_indices(PyObject *key, const char *what, bool strict, bcpy_ivec *a);
+
 #endif /* BCPY_H */

@@ -148,3 +148,16 @@ int bcpy_indices_from_object(PyObject *obj, bcpy_ivec *a, const uint64_t *bagz_l
   Py_DECREF(it);
   return PyErr_Occurred() ? -1 : 0;
 }
+
+int bcpy_key_indices(PyObject *key, const char *what, bool strict, bcpy_ivec *a) {
+  bool bad = PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
+             PyFloat_Check(key) ||
+             (strict && (key == Py_None || (!PySequence_Check(key) && !PyObject_CheckBuffer(key))));
+  if (!bad && bcpy_indices_from_object(key, a, NULL) == 0) return 0;
+  if (bad || (PyErr_ExceptionMatches(PyExc_TypeError) && !PySequence_Check(key))) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be integers, slices or sequences of integers, "
+                 "not %.200s", what, Py_TYPE(key)->tp_name);
+  }
+  return -1;
+}

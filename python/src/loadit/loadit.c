@@ -972,20 +972,9 @@ static PyObject *lobj_wrap(bcpy_sobj *base, bc_seq *seq, PyObject *key) {
  * read); key is kept as int64 bytes for pickling. */
 static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
   bcpy_lobj *self = (bcpy_lobj *)base;
-  if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
-      PyFloat_Check(key)) {
-    PyErr_Format(PyExc_TypeError, "indices must be integers, slices or sequences "
-                 "of integers, not %.200s", Py_TYPE(key)->tp_name);
-    return NULL;
-  }
   bcpy_ivec a = {NULL, 0, 0};
-  if (bcpy_indices_from_object(key, &a, NULL) < 0) {
+  if (bcpy_key_indices(key, "indices", false, &a) < 0) {
     PyMem_RawFree(a.v);
-    if (PyErr_ExceptionMatches(PyExc_TypeError) && !PySequence_Check(key)) {
-      PyErr_Clear();
-      PyErr_Format(PyExc_TypeError, "indices must be integers, slices or sequences "
-                   "of integers, not %.200s", Py_TYPE(key)->tp_name);
-    }
     return NULL;
   }
   bool safe = self->resolve_safe;

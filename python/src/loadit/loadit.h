@@ -76,6 +76,10 @@ bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps, PyObject *d
 /* dumps(item, *dumps_args) (GIL held, s->dumps set): a new reference, or
  * NULL with an exception. */
 PyObject *bcpy_source_dumps(const bcpy_source *s, PyObject *item);
+/* The record as stored (GIL held): dumps(item), or item's own bytes
+ * (serializer="raw"), as a bytes object (a new reference), or NULL with
+ * a TypeError naming what is not bytes-like. */
+PyObject *bcpy_source_record(const bcpy_source *s, PyObject *item);
 /* Fills a bc_source over s, taking a reference for the cache (released by
  * free_payload). */
 void bcpy_source_describe(bcpy_source *s, bool thread_safe, bc_source *out);

@@ -348,33 +348,28 @@ static int src_open_at(void *payload, uint64_t start, void **out) {
   return open_pass(payload, start, out);
 }
 
-/* Copies a bytes-like object into out (GIL held).  -1 with an exception. */
-static int copy_record(PyObject *obj, bc_buf *out) {
-  Py_buffer view;
-  if (PyUnicode_Check(obj) || PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) {
-    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
-      PyErr_Clear();
-      PyErr_Format(PyExc_TypeError,
-                   "a record must be a bytes-like object (serializer=\"raw\"), "
-                   "not %.200s", Py_TYPE(obj)->tp_name);
-    }
-    return -1;
+PyObject *bcpy_source_record(const bcpy_source *s, PyObject *item) {
+  PyObject *b;
+  if (s->dumps != NULL) {
+    b = bcpy_source_dumps(s, item);
+  } else {
+    Py_INCREF(item);
+    b = item;
   }
-  size_t n = (size_t)view.len;
-  if (n > out->capacity) {
-    unsigned char *data = realloc(out->data, n);
-    if (data == NULL) {
-      PyBuffer_Release(&view);
-      PyErr_NoMemory();
-      return -1;
-    }
-    out->data = data;
-    out->capacity = n;
+  if (b == NULL || PyBytes_CheckExact(b)) return b;
+  /* Another bytes-like object (it could change after this): a copy. */
+  PyObject *copy = NULL;
+  if ((PyUnicode_Check(b) || !PyObject_CheckBuffer(b)) && s->dumps != NULL) {
+    PyErr_Format(PyExc_TypeError, "the serializer returned %.200s, not a bytes-like object",
+                 Py_TYPE(b)->tp_name);
+  } else if (PyUnicode_Check(b) || !PyObject_CheckBuffer(b)) {
+    PyErr_Format(PyExc_TypeError, "a record must be a bytes-like object "
+                 "(serializer=\"raw\"), not %.200s", Py_TYPE(b)->tp_name);
+  } else {
+    copy = PyBytes_FromObject(b);
   }
-  if (n > 0) memcpy(out->data, view.buf, n);
-  out->size = n;
-  PyBuffer_Release(&view);
-  return 0;
+  Py_DECREF(b);
+  return copy;
 }
 
 /* One record from the iterator into out (GIL held): 1, 0 at the end, or
@@ -388,16 +383,24 @@ static int pull_one(bcpy_source *s, pass *p, bc_buf *out) {
     Py_DECREF(item);
     return cancelled();
   }
-  if (s->dumps != NULL) {
-    PyObject *b = bcpy_source_dumps(s, item);
-    Py_DECREF(item);
-    if (b == NULL) return bcpy_keep_exception("serializer");
-    item = b;
-  }
-  int rc = copy_record(item, out) < 0 ? bcpy_keep_exception("serializer") : 1;
-  if (rc == 1) s->bytes_read += out->size;
+  PyObject *record = bcpy_source_record(s, item);
   Py_DECREF(item);
-  return rc;
+  if (record == NULL) return bcpy_keep_exception("serializer");
+  size_t n = (size_t)PyBytes_GET_SIZE(record);
+  if (n > out->capacity) {
+    unsigned char *data = realloc(out->data, n);
+    if (data == NULL) {
+      Py_DECREF(record);
+      return bc_set_errmsg(BC_ENOMEM, "out of memory");
+    }
+    out->data = data;
+    out->capacity = n;
+  }
+  if (n > 0) memcpy(out->data, PyBytes_AS_STRING(record), n);
+  out->size = n;
+  s->bytes_read += n;
+  Py_DECREF(record);
+  return 1;
 }
 
 /* A copy of this thread's error, for after the queued records. */

@@ -213,31 +213,6 @@ done:
   return ok;
 }
 
-/* The record as stored: dumps(item), or item's bytes (new reference). */
-static PyObject *serialize(bcpy_source *s, PyObject *item) {
-  PyObject *b;
-  if (s->dumps != NULL) {
-    b = bcpy_source_dumps(s, item);
-  } else {
-    Py_INCREF(item);
-    b = item;
-  }
-  if (b == NULL || PyBytes_CheckExact(b)) return b;
-  /* Another bytes-like object (it could change after this): a copy. */
-  PyObject *copy = NULL;
-  if ((PyUnicode_Check(b) || !PyObject_CheckBuffer(b)) && s->dumps != NULL) {
-    PyErr_Format(PyExc_TypeError, "the serializer returned %.200s, not a bytes-like object",
-                 Py_TYPE(b)->tp_name);
-  } else if (PyUnicode_Check(b) || !PyObject_CheckBuffer(b)) {
-    PyErr_Format(PyExc_TypeError, "a record must be a bytes-like object "
-                 "(serializer=\"raw\"), not %.200s", Py_TYPE(b)->tp_name);
-  } else {
-    copy = PyBytes_FromObject(b);
-  }
-  Py_DECREF(b);
-  return copy;
-}
-
 /* The iterator is over: no more records (GIL held). */
 static void iterator_over(bcpy_tee *t) {
   if (t->it == NULL) return;
@@ -267,7 +242,7 @@ static int break_off(bcpy_tee *t) {
       }
       break;
     }
-    PyObject *record = serialize(t->src, item);
+    PyObject *record = bcpy_source_record(t->src, item);
     Py_DECREF(item);
     if (record == NULL) {
       if (!PyErr_ExceptionMatches(PyExc_Exception)) rc = -1;
@@ -378,7 +353,7 @@ static void end_of_pass(bcpy_iter *it, bcpy_tee *t) {
 static PyObject *tee_next(bcpy_iter *it, bcpy_tee *t) {
   bcpy_source *s = t->src;
   PyObject *item = PyIter_Next(t->it);
-  PyObject *record = item != NULL ? serialize(s, item) : NULL;
+  PyObject *record = item != NULL ? bcpy_source_record(s, item) : NULL;
   if (record == NULL) {
     Py_XDECREF(item);
     end_of_pass(it, t);

@@ -970,17 +970,8 @@ static PyObject *view_indices_array(PyObject *unused, PyObject *indices) {
 /* view[indices]: a take view. */
 static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
   bcpy_view *self = (bcpy_view *)base;
-  if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
-      PyFloat_Check(key) || key == Py_None ||
-      (!PySequence_Check(key) && !PyObject_CheckBuffer(key))) {
-    PyErr_Format(PyExc_TypeError,
-                 "view indices must be integers, slices or sequences of integers, "
-                 "not %.200s",
-                 Py_TYPE(key)->tp_name);
-    return NULL;
-  }
   bcpy_ivec a = {0};
-  if (bcpy_indices_from_object(key, &a, NULL) < 0) {
+  if (bcpy_key_indices(key, "view indices", true, &a) < 0) {
     PyMem_RawFree(a.v);
     return NULL;
   }
