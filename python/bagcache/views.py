@@ -127,6 +127,12 @@ class SequenceView(_bagcache._View, _abc.Sequence):
             length = "endless"
         return f"<bagcache.views.{type(self).__name__} ({tree}) {length}>"
 
+    def _leaf_kinds(self):
+        """The kinds of leaves: 'python' (read in Python), 'native' (read in
+        C), 'decoded' (read in C, decoded)."""
+        names = ((1, "python"), (2, "native"), (4, "decoded"))
+        return frozenset(name for bit, name in names if self._kinds & bit)
+
     # Sequence's mixins index() and count() work on endless views too (as
     # far as they get); `in`, iteration and reversed are the C versions.
 

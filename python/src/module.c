@@ -26,7 +26,9 @@
 PyObject *bcpy_InvalidSliceError;
 PyObject *bcpy_CorruptError;
 
-PyObject *bcpy_error_type(int code) {
+/* The exception class for a code (borrowed; OSError for BC_EIO and
+ * BC_ENOSPC, whose subclass depends on the errno). */
+static PyObject *error_type(int code) {
   switch (code) {
     case BC_ERANGE: return PyExc_IndexError;
     case BC_ENOTFOUND: return PyExc_FileNotFoundError;
@@ -121,7 +123,7 @@ static void set_exception(int code, int sys_errno, const char *message) {
     }
     return;
   }
-  PyErr_SetString(bcpy_error_type(code), message);
+  PyErr_SetString(error_type(code), message);
 }
 
 /* ---- Ctrl-C ----------------------------------------------------------------

@@ -70,9 +70,6 @@ PyObject *bcpy_raise(int code, const char *message);
  * EACCES, EIO). */
 PyObject *bcpy_raise_errno(int code, int sys_errno, const char *message);
 
-/* The exception class bcpy_raise uses for a code (borrowed; OSError for
- * BC_EIO and BC_ENOSPC, whose subclass depends on the errno). */
-PyObject *bcpy_error_type(int code);
 
 /* Sets the interrupt handler that runs Python's signal handlers in the
  * calling thread, which must be the main one (module.c; also after fork). */
@@ -126,9 +123,6 @@ typedef struct {
 bcpy_stage *bcpy_stage_take(void);
 /* Gives it back, keeping at most BCPY_STAGE_KEEP bytes of buffers. */
 void bcpy_stage_give(bcpy_stage *s);
-/* Frees it (any thread, no GIL needed): for an area handed to a job that
- * its submitter abandoned. */
-void bcpy_stage_free(bcpy_stage *s);
 /* The number of records of the next round, `left` records being left to
  * read (> 0): at most `left`, and at most about BCPY_STAGE_BYTES at the
  * record sizes read so far (`whole`: at most cap). */
@@ -220,9 +214,6 @@ struct bcpy_sobj {
 
 extern PyTypeObject bcpy_Sequence_Type;
 
-/* The one subscript path: ints and numpy integers -> kind->item, slices ->
- * bcpy_sobj_slice, anything else -> kind->take (or TypeError). */
-PyObject *bcpy_sobj_subscript(bcpy_sobj *self, PyObject *key);
 /* self[key] for a slice: bc_seq_slice of self->seq, waiting through
  * kind->wait when the slice needs a length not known yet. */
 PyObject *bcpy_sobj_slice(bcpy_sobj *self, PyObject *key);
@@ -236,8 +227,6 @@ int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c);
  * one above INT64_MAX was clamped), anything else InvalidSliceError; a
  * zero step ValueError.  0, or -1 with the exception set. */
 int bcpy_slice_bound(PyObject *obj, int64_t *out, bool *big);
-int bcpy_slice_bounds(PyObject *slice, int64_t *start, int64_t *stop, int64_t *step,
-                      bool *big);
 /* PySlice_Unpack + PySlice_AdjustIndices over `len` elements, with the
  * bounds rule above; returns the element count, or -1 with an exception. */
 Py_ssize_t bcpy_slice_indices(PyObject *slice, Py_ssize_t len, Py_ssize_t *start,

@@ -88,20 +88,14 @@ void bcpy_source_describe(bcpy_source *s, bool thread_safe, bc_source *out);
 void bcpy_source_seekable(bc_source *out);
 /* Drops a reference (GIL held or not). */
 void bcpy_source_unref(bcpy_source *s);
-/* Makes every pass opened so far fail at its next record. */
-void bcpy_source_cancel(bcpy_source *s);
-/* Cancels, and refuses to open passes from now on. */
+/* Makes every pass opened so far fail at its next record, and refuses to
+ * open passes from now on. */
 void bcpy_source_close(bcpy_source *s);
 /* The bc_prefetch_fn over a source payload. */
 size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_records,
                             uint64_t *shards, size_t max);
 /* Visits the Python objects of s (for a GC traverse). */
 int bcpy_source_traverse(bcpy_source *s, visitproc visit, void *arg);
-
-/* Takes the GIL for a source callback's Python calls from any thread
- * (marking it as bcpy_in_callback), and gives it back. */
-PyGILState_STATE bcpy_gil_enter(void);
-void bcpy_gil_leave(PyGILState_STATE st);
 
 /* Stores the pending exception (GIL held, one set, taken) for the threads
  * that meet the failure and returns BC_ESOURCE with a message naming it;

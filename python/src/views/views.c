@@ -48,6 +48,7 @@
 #define VK_NATIVE 2u /* native leaves: reads may block, GIL released */
 #define VK_DECODE 4u /* decoded leaves: records go through a Python decoder */
 #define VK_WAITS 8u  /* leaves whose reads may wait for a fill (a LoadIt's) */
+/* (bagcache/views.py reads these bits as _kinds.) */
 
 const char bcpy_waits_mark[] = "a LoadIt's sequence: reads may wait for fills";
 
@@ -1184,31 +1185,6 @@ static PyObject *view_describe(bcpy_view *self, PyObject *unused) {
                        (unsigned long long)l.value);
 }
 
-/* _leaf_kinds() -> frozenset of "python", "native", "decoded". */
-static PyObject *view_leaf_kinds(bcpy_view *self, PyObject *unused) {
-  (void)unused;
-  if (check_open(self) < 0) return NULL;
-  PyObject *s = PySet_New(NULL);
-  if (s == NULL) return NULL;
-  static const struct {
-    unsigned bit;
-    const char *name;
-  } names[] = {{VK_PYTHON, "python"}, {VK_NATIVE, "native"}, {VK_DECODE, "decoded"}};
-  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-    if (!(self->kinds & names[k].bit)) continue;
-    PyObject *n = PyUnicode_FromString(names[k].name);
-    if (n == NULL || PySet_Add(s, n) < 0) {
-      Py_XDECREF(n);
-      Py_DECREF(s);
-      return NULL;
-    }
-    Py_DECREF(n);
-  }
-  PyObject *f = PyFrozenSet_New(s);
-  Py_DECREF(s);
-  return f;
-}
-
 static PyObject *view_set_recipe(bcpy_view *self, PyObject *recipe) {
   if (!PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 2) {
     PyErr_SetString(PyExc_TypeError, "recipe must be (callable, args)");
@@ -1316,9 +1292,6 @@ static PyMethodDef view_methods[] = {
      "__reversed__() -> the view in reverse order (a view)."},
     {"_describe", (PyCFunction)view_describe, METH_NOARGS,
      "_describe() -> (type name, length kind, known length)."},
-    {"_leaf_kinds", (PyCFunction)view_leaf_kinds, METH_NOARGS,
-     "_leaf_kinds() -> frozenset of the kinds of leaves: 'python' (read\n"
-     "in Python), 'native' (read in C), 'decoded' (read in C, decoded)."},
     {"_set_recipe", (PyCFunction)view_set_recipe, METH_O,
      "_set_recipe((callable, args)): how pickling rebuilds the view."},
     {"__reduce__", (PyCFunction)view_reduce, METH_NOARGS, NULL},
@@ -1330,6 +1303,11 @@ static PyMethodDef view_methods[] = {
     {"_set_view_class", (PyCFunction)view_set_view_class, METH_O | METH_STATIC,
      "_set_view_class(cls): the class of views made by slicing and indexing."},
     {NULL, NULL, 0, NULL}};
+
+static PyMemberDef view_members[] = {
+    {"_kinds", T_UINT, offsetof(bcpy_view, kinds), READONLY,
+     "The kinds of leaves and maps in the tree: 1 python, 2 native, 4 decoded, 8 a LoadIt's."},
+    {NULL, 0, 0, 0, NULL}};
 
 static PySequenceMethods view_as_sequence = {
     .sq_length = (lenfunc)view_length,
@@ -1360,6 +1338,7 @@ PyTypeObject bcpy_View_Type = {
     .tp_weaklistoffset = offsetof(bcpy_view, weakrefs),
     .tp_iter = (getiterfunc)view_iter,
     .tp_methods = view_methods,
+    .tp_members = view_members,
     .tp_base = &bcpy_Sequence_Type,
     .tp_new = view_new,
 };
