@@ -21,9 +21,8 @@
  *
  * pyleaf and natleaf are foreign leaves implemented through the public
  * bc_seq_ops interface (not bc_seq_new_callbacks) so that a resolved leaf is
- * recognised by its ops table in O(1).  A pyleaf's `get` (used only by C
- * code reading the tree as bytes) takes the GIL and needs obj[i] to be
- * bytes-like; the extension itself never calls it.
+ * recognised by its ops table in O(1).  A pyleaf's `get` is never called:
+ * its elements are read in Python.
  *
  * GIL: a tree holding a native leaf may block in resolve (a cache settling
  * its length runs the user's iterator, which needs the GIL on a fill
@@ -107,53 +106,15 @@ static PyObject *pyleaf_item(const pyleaf *p, uint64_t i) {
   return item;
 }
 
-/* For C consumers only: the element must be bytes-like. */
+/* Never called: a python leaf's elements are any objects, read in Python
+ * (pyleaf_item); every tree holding one has VK_PYTHON, which no C reader
+ * of records is given (bcpy_record_seq refuses it, iteration resolves it
+ * in chunks, read_natives skips its leaves). */
 static int pyleaf_get(bc_seq *self, uint64_t index, bc_buf *out) {
-  pyleaf *p = (pyleaf *)self;
-  int rc = 0;
-  if (bcpy_finalizing()) return bc_set_errmsg(BC_ESOURCE, "python: the interpreter is exiting");
-  PyGILState_STATE gil = PyGILState_Ensure();
-  if (PyErr_Occurred()) { /* an earlier callback failed: do not run more */
-    rc = bc_set_errmsg(BC_ESOURCE, "a Python error is pending");
-    goto done;
-  }
-  if (index >= p->len) {
-    rc = bc_set_errmsg(BC_ERANGE, "python: index %llu out of range [0, %llu)",
-                       (unsigned long long)index, (unsigned long long)p->len);
-    goto done;
-  }
-  PyObject *item = pyleaf_item(p, index);
-  if (item == NULL) {
-    rc = python_failure();
-    goto done;
-  }
-  Py_buffer view;
-  if (PyObject_GetBuffer(item, &view, PyBUF_SIMPLE) < 0) {
-    Py_DECREF(item);
-    PyErr_Clear();
-    rc = bc_set_errmsg(BC_EINVAL, "python: element %llu is not bytes-like",
+  (void)self;
+  (void)out;
+  return bc_set_errmsg(BC_EINVAL, "python: element %llu is read in Python, not as bytes",
                        (unsigned long long)index);
-    goto done;
-  }
-  if (out->capacity < (size_t)view.len || out->data == NULL) {
-    size_t cap = view.len > 0 ? (size_t)view.len : 1;
-    unsigned char *data = realloc(out->data, cap);
-    if (data == NULL) {
-      rc = bc_set_errmsg(BC_ENOMEM, "out of memory");
-    } else {
-      out->data = data;
-      out->capacity = cap;
-    }
-  }
-  if (rc == 0) {
-    if (view.len > 0) memcpy(out->data, view.buf, (size_t)view.len);
-    out->size = (size_t)view.len;
-  }
-  PyBuffer_Release(&view);
-  Py_DECREF(item);
-done:
-  PyGILState_Release(gil);
-  return rc;
 }
 
 static void pyleaf_destroy(bc_seq *self) {
