@@ -267,6 +267,20 @@ int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name) {
   return 0;
 }
 
+int bcpy_add_exception(PyObject *mod, PyObject **slot, const char *name, PyObject *base,
+                       const char *doc) {
+  char full[128];
+  snprintf(full, sizeof full, "bagcache.%s", name);
+  *slot = PyErr_NewExceptionWithDoc(full, doc, base, NULL);
+  if (*slot == NULL) return -1;
+  Py_INCREF(*slot);
+  if (PyModule_AddObject(mod, name, *slot) < 0) {
+    Py_DECREF(*slot);
+    return -1;
+  }
+  return 0;
+}
+
 PyMODINIT_FUNC PyInit__bagcache(void);
 
 PyMODINIT_FUNC PyInit__bagcache(void) {
@@ -287,28 +301,15 @@ PyMODINIT_FUNC PyInit__bagcache(void) {
    * sackli IndexError("Invalid slice"); this one satisfies both. */
   PyObject *bases = PyTuple_Pack(2, PyExc_TypeError, PyExc_IndexError);
   if (bases == NULL) goto fail;
-  bcpy_InvalidSliceError =
-      PyErr_NewExceptionWithDoc("bagcache.InvalidSliceError",
-                                "A slice whose bounds are not integers.",
-                                bases, NULL);
+  int made = bcpy_add_exception(mod, &bcpy_InvalidSliceError, "InvalidSliceError", bases,
+                                "A slice whose bounds are not integers.");
   Py_DECREF(bases);
-  if (bcpy_InvalidSliceError == NULL) goto fail;
-  Py_INCREF(bcpy_InvalidSliceError);
-  if (PyModule_AddObject(mod, "InvalidSliceError", bcpy_InvalidSliceError) < 0) {
-    Py_DECREF(bcpy_InvalidSliceError);
+  if (made < 0 ||
+      bcpy_add_exception(mod, &bcpy_CorruptError, "CorruptError", PyExc_ValueError,
+                         "Damaged data: a file that is not valid Bagz, a record whose bytes "
+                         "changed on disk (its checksum fails), a file that shrank while "
+                         "open.") < 0)
     goto fail;
-  }
-  bcpy_CorruptError = PyErr_NewExceptionWithDoc(
-      "bagcache.CorruptError",
-      "Damaged data: a file that is not valid Bagz, a record whose bytes "
-      "changed on disk (its checksum fails), a file that shrank while open.",
-      PyExc_ValueError, NULL);
-  if (bcpy_CorruptError == NULL) goto fail;
-  Py_INCREF(bcpy_CorruptError);
-  if (PyModule_AddObject(mod, "CorruptError", bcpy_CorruptError) < 0) {
-    Py_DECREF(bcpy_CorruptError);
-    goto fail;
-  }
   if (PyModule_AddIntConstant(mod, "CHUNK", BCPY_CHUNK) < 0) goto fail;
   if (bcpy_is_main_thread()) bcpy_interrupt_install();
   else if (Py_AddPendingCall(install_pending, NULL) < 0) goto fail;

@@ -387,6 +387,10 @@ PyObject *bcpy_payload_exception(void);
 
 /* Readies `type` and adds it to the module as `name` (module.c). */
 int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name);
+/* Makes the exception class bagcache.`name` (base: a class or a tuple of
+ * them) into *slot and adds it to the module (module.c). */
+int bcpy_add_exception(PyObject *mod, PyObject **slot, const char *name, PyObject *base,
+                       const char *doc);
 
 /* Adds _CacheCore, _CacheSeq, _CacheIter and the exceptions above. */
 int bcpy_loadit_init(PyObject *mod);

@@ -1271,35 +1271,21 @@ static void release_users(bcpy_core *c) {
 
 /* ---- module setup ----------------------------------------------------------------- */
 
-static int add_exception(PyObject *mod, PyObject **slot, const char *name,
-                         PyObject *base, const char *doc) {
-  char full[128];
-  snprintf(full, sizeof full, "bagcache.%s", name);
-  *slot = PyErr_NewExceptionWithDoc(full, doc, base, NULL);
-  if (*slot == NULL) return -1;
-  Py_INCREF(*slot);
-  if (PyModule_AddObject(mod, name, *slot) < 0) {
-    Py_DECREF(*slot);
-    return -1;
-  }
-  return 0;
-}
-
 int bcpy_loadit_init(PyObject *mod) {
   if (bcpy_add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0)
     return -1;
-  if (add_exception(mod, &bcpy_SourceError, "SourceError", PyExc_RuntimeError,
+  if (bcpy_add_exception(mod, &bcpy_SourceError, "SourceError", PyExc_RuntimeError,
                     "A cache's source failed and its exception is not available "
                     "(the fill was interrupted, or the interpreter is exiting).") < 0 ||
-      add_exception(mod, &bcpy_NotCachedError, "NotCachedError", PyExc_IndexError,
+      bcpy_add_exception(mod, &bcpy_NotCachedError, "NotCachedError", PyExc_IndexError,
                     "The record is not cached and the cache has no source to fill it.") < 0 ||
-      add_exception(mod, &bcpy_NondeterministicError, "NondeterministicError",
+      bcpy_add_exception(mod, &bcpy_NondeterministicError, "NondeterministicError",
                     PyExc_ValueError,
                     "A regenerated shard differs from the first time: the iterator "
                     "is not deterministic.") < 0 ||
-      add_exception(mod, &bcpy_CacheWarning, "CacheWarning", PyExc_RuntimeWarning,
+      bcpy_add_exception(mod, &bcpy_CacheWarning, "CacheWarning", PyExc_RuntimeWarning,
                     "Warned once when the fill behind a LoadIt's first pass fails "
                     "(a full disk, an I/O error...): the loop goes on with the "
                     "iterator's items, which are not saved.  `filename` is the "

@@ -59,8 +59,6 @@
 #include "loadit/loadit.h"
 
 #include <errno.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 /* Records of at least this many bytes are appended without the GIL (the
@@ -174,43 +172,21 @@ static int fill_errno(int rc) {
 }
 
 /* Warns once that the first pass could not write the cache (GIL held, no
- * exception set): a CacheWarning whose `filename` is the root and `errno`
- * the system's error number (None when the failure is not the system's).
- * -1 with an exception when the warning filters made it an error. */
+ * exception set): bagcache.loadit._warn_cache_failed makes the
+ * CacheWarning (its `filename` the root, its `errno` the system's error
+ * number, None when the failure is not the system's), attributed to the
+ * Python code iterating.  -1 with an exception when the warning filters
+ * made it an error. */
 static int warn_fill_failed(bcpy_tee *t) {
-  int rc = t->fill_rc;
-  if (rc == 0 || t->warned) return 0;
+  if (t->fill_rc == 0 || t->warned) return 0;
   t->warned = true;
-  int err = fill_errno(rc);
-  PyObject *msg = NULL, *w = NULL, *warnings = NULL, *r = NULL, *no = NULL;
-  if (err != 0)
-    msg = PyUnicode_FromFormat("the first pass could not write the cache in %U "
-                               "([Errno %d] %s): %s; its items are not saved from there on",
-                               t->root, err, strerror(err), t->fill_msg);
-  else
-    msg = PyUnicode_FromFormat("the first pass could not write the cache in %U: %s; "
-                               "its items are not saved from there on", t->root, t->fill_msg);
-  if (msg == NULL || (w = PyObject_CallFunctionObjArgs(bcpy_CacheWarning, msg, NULL)) == NULL) goto done;
-  if (err != 0) {
-    no = PyLong_FromLong(err);
-  } else {
-    Py_INCREF(Py_None);
-    no = Py_None;
-  }
-  if (no == NULL || PyObject_SetAttrString(w, "errno", no) < 0 ||
-      PyObject_SetAttrString(w, "filename", t->root) < 0)
-    goto done;
-  /* warnings.warn(w): attributed to the Python code iterating. */
-  if ((warnings = PyImport_ImportModule("warnings")) == NULL) goto done;
-  r = PyObject_CallMethod(warnings, "warn", "O", w);
-done:
-  Py_XDECREF(msg);
-  Py_XDECREF(w);
-  Py_XDECREF(no);
-  Py_XDECREF(warnings);
-  int ok = r != NULL ? 0 : -1;
+  PyObject *mod = PyImport_ImportModule("bagcache.loadit");
+  PyObject *r = mod == NULL ? NULL
+                            : PyObject_CallMethod(mod, "_warn_cache_failed", "Oiy", t->root,
+                                                  fill_errno(t->fill_rc), t->fill_msg);
+  Py_XDECREF(mod);
   Py_XDECREF(r);
-  return ok;
+  return r != NULL ? 0 : -1;
 }
 
 /* The iterator is over: no more records (GIL held). */
