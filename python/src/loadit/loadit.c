@@ -402,25 +402,15 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     Py_XDECREF(pl);
     Py_XDECREF(pickle);
   }
-  char *info_copy = info != NULL ? strdup(info) : NULL;
-  char *root_copy = strdup(root_s);
-  if (root_copy == NULL || (info != NULL && info_copy == NULL)) {
-    free(info_copy);
-    free(root_copy);
-    PyErr_NoMemory();
-    goto fail;
-  }
-  o.info_json = info_copy;
+  /* root_s and info stay valid without the GIL: the call's arguments
+   * hold their str objects. */
+  o.info_json = info;
   bc_source source;
   bool has_source = create_iter != Py_None;
   if (has_source) {
     self->src = bcpy_source_new(create_iter, dumps == Py_None ? NULL : dumps,
                                 dumps == Py_None || dumps_args == Py_None ? NULL : dumps_args);
-    if (self->src == NULL) {
-      free(info_copy);
-      free(root_copy);
-      goto fail;
-    }
+    if (self->src == NULL) goto fail;
     bcpy_source_describe(self->src, thread_safe, &source);
     if (seekable) bcpy_source_seekable(&source);
     o.prefetch = bcpy_source_prefetch;
@@ -433,11 +423,9 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   bc_cache_stats stats = {0};
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = bc_cache_open(&cache, root_copy, has_source ? &source : NULL, &o);
+  rc = bc_cache_open(&cache, root_s, has_source ? &source : NULL, &o);
   if (rc == 0) rc = bc_cache_stats_get(cache, &stats);
   Py_END_ALLOW_THREADS
-  free(info_copy);
-  free(root_copy);
   if (rc != 0) {
     bcpy_raise(rc, NULL);
     if (cache != NULL) teardown(cache, NULL, NULL);
