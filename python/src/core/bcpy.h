@@ -300,8 +300,6 @@ struct bcpy_iter {
   PyObject **items;        /* chunked: elements items[head..count) */
   size_t cap, head, count;
   size_t batch, max_batch; /* records per refill, doubling up to max */
-  size_t window;           /* the read-ahead's window */
-  int threads;             /* ... and its threads (0: the default) */
   uint64_t next;           /* chunked: the next position */
   bool bounded;            /* chunked: the length was exact at the start */
   uint64_t end;            /* ... and was this */

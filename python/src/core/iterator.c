@@ -137,8 +137,6 @@ PyObject *bcpy_iter_open(bcpy_sobj *owner, PyTypeObject *type, bc_seq *seq, uint
     }
   } else {
     it->pulled = from;
-    it->window = window;
-    it->threads = threads;
     Py_BEGIN_ALLOW_THREADS /* bc_seq_iterate may settle the length */
     rc = open_readahead(it, seq, from, window, threads, lazy);
     Py_END_ALLOW_THREADS

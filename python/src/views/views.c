@@ -54,7 +54,6 @@ const char bcpy_waits_mark[] = "a LoadIt's sequence: reads may wait for fills";
 typedef struct {
   BCPY_SEQ_HEAD      /* seq: the view; NULL until an _init_* method ran */
   unsigned kinds;    /* VK_* of every leaf and map in the tree */
-  PyObject *recipe;  /* (callable, args) rebuilding the view, for pickling */
   PyObject *weakrefs;
 } bcpy_view;
 
@@ -866,9 +865,13 @@ cleanup:
 
 static const bcpy_seq_kind view_kind;
 
-/* A new view of view_class over `seq` (stolen) with the given kinds. */
-static PyObject *derived(bcpy_view *self, bc_seq *seq, PyObject *recipe_fn,
-                         PyObject *recipe_args) {
+static PyObject *getitem_fn(void);
+
+/* self[key]: a new view of view_class over `seq` (stolen), with self's
+ * kinds.  Pickling rebuilds it as operator.getitem(self, key), the recipe
+ * kept in its _recipe (bagcache/views.py); without one (key NULL) it still
+ * works, and pickling says it cannot. */
+static PyObject *derived(bcpy_view *self, bc_seq *seq, PyObject *key) {
   PyTypeObject *cls = view_class != NULL ? (PyTypeObject *)view_class : &bcpy_View_Type;
   bcpy_view *v = (bcpy_view *)cls->tp_alloc(cls, 0);
   if (v == NULL) {
@@ -878,9 +881,11 @@ static PyObject *derived(bcpy_view *self, bc_seq *seq, PyObject *recipe_fn,
   v->kind = &view_kind;
   v->seq = seq;
   v->kinds = self->kinds;
-  if (recipe_fn != NULL && recipe_args != NULL)
-    v->recipe = PyTuple_Pack(2, recipe_fn, recipe_args);
-  if (v->recipe == NULL) PyErr_Clear(); /* pickling will say so */
+  PyObject *fn = key != NULL ? getitem_fn() : NULL;
+  PyObject *recipe = fn != NULL ? Py_BuildValue("(O(OO))", fn, self, key) : NULL;
+  if (recipe == NULL || PyObject_SetAttrString((PyObject *)v, "_recipe", recipe) < 0)
+    PyErr_Clear();
+  Py_XDECREF(recipe);
   return (PyObject *)v;
 }
 
@@ -895,14 +900,9 @@ static PyObject *getitem_fn(void) {
   return fn;
 }
 
-/* view[a:b:c] (core/sequence.c made `seq`): remembers (operator.getitem,
- * (self, key)) for pickling. */
+/* view[a:b:c] (core/sequence.c made `seq`). */
 static PyObject *view_wrap(bcpy_sobj *base, bc_seq *seq, PyObject *key) {
-  bcpy_view *self = (bcpy_view *)base;
-  PyObject *args = PyTuple_Pack(2, (PyObject *)self, key);
-  PyObject *r = derived(self, seq, getitem_fn(), args);
-  Py_XDECREF(args);
-  return r;
+  return derived((bcpy_view *)base, seq, key);
 }
 
 /* The indices as an array('q'): what pickling keeps of a take (a snapshot,
@@ -938,15 +938,13 @@ static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
     return NULL;
   }
   bc_seq *seq = make_take(self->seq, self->kinds, &a);
-  PyObject *snapshot = NULL, *args = NULL, *r = NULL;
-  if (seq == NULL) goto cleanup;
-  snapshot = indices_array(&a);
-  if (snapshot != NULL) args = PyTuple_Pack(2, (PyObject *)self, snapshot);
-  PyErr_Clear(); /* without a recipe the view still works; pickling says so */
-  r = derived(self, seq, getitem_fn(), args);
-cleanup:
+  PyObject *snapshot = NULL, *r = NULL;
+  if (seq != NULL) {
+    snapshot = indices_array(&a); /* the key pickling keeps */
+    if (snapshot == NULL) PyErr_Clear();
+    r = derived(self, seq, snapshot);
+  }
   Py_XDECREF(snapshot);
-  Py_XDECREF(args);
   PyMem_RawFree(a.v);
   return r;
 }
@@ -1146,24 +1144,6 @@ static PyObject *view_describe(bcpy_view *self, PyObject *unused) {
                        (unsigned long long)l.value);
 }
 
-static PyObject *view_set_recipe(bcpy_view *self, PyObject *recipe) {
-  if (!PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 2) {
-    PyErr_SetString(PyExc_TypeError, "recipe must be (callable, args)");
-    return NULL;
-  }
-  Py_XSETREF(self->recipe, Py_NewRef(recipe));
-  Py_RETURN_NONE;
-}
-
-static PyObject *view_reduce(bcpy_view *self, PyObject *unused) {
-  (void)unused;
-  if (self->recipe == NULL) {
-    PyErr_Format(PyExc_TypeError, "cannot pickle this %.200s", Py_TYPE(self)->tp_name);
-    return NULL;
-  }
-  return Py_NewRef(self->recipe);
-}
-
 /* _chunk_shuffle_indices(chunk_size, length, seed) -> bytearray of int64:
  * element k of a chunk shuffle of range(length), from the library's keyed
  * bijection. */
@@ -1212,21 +1192,11 @@ static PyObject *view_set_view_class(PyObject *unused, PyObject *cls) {
 
 /* ---- type ------------------------------------------------------------------------------ */
 
-static int view_traverse(bcpy_view *self, visitproc visit, void *arg) {
-  Py_VISIT(self->recipe);
-  return 0;
-}
-
-static int view_clear(bcpy_view *self) {
-  Py_CLEAR(self->recipe);
-  return 0;
-}
-
-/* Python subclasses: subtype_dealloc releases the heap type. */
+/* Python subclasses: subtype_dealloc releases the heap type (and their
+ * __dict__, which holds the recipe: the base type holds no Python object,
+ * so it is no GC type). */
 static void view_dealloc(bcpy_view *self) {
-  PyObject_GC_UnTrack(self);
   if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
-  view_clear(self);
   bc_seq *seq = self->seq;
   self->seq = NULL;
   /* The last reference to a tree of native leaves may close files. */
@@ -1253,9 +1223,6 @@ static PyMethodDef view_methods[] = {
      "__reversed__() -> the view in reverse order (a view)."},
     {"_describe", (PyCFunction)view_describe, METH_NOARGS,
      "_describe() -> (type name, length kind, known length)."},
-    {"_set_recipe", (PyCFunction)view_set_recipe, METH_O,
-     "_set_recipe((callable, args)): how pickling rebuilds the view."},
-    {"__reduce__", (PyCFunction)view_reduce, METH_NOARGS, NULL},
     {"_chunk_shuffle_indices", (PyCFunction)view_chunk_shuffle_indices,
      METH_VARARGS | METH_STATIC,
      "_chunk_shuffle_indices(chunk_size, length, seed) -> bytearray of int64."},
@@ -1291,11 +1258,8 @@ PyTypeObject bcpy_View_Type = {
     .tp_as_number = &view_as_number,
     .tp_as_sequence = &view_as_sequence,
     .tp_as_mapping = &view_as_mapping,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC |
-                Py_TPFLAGS_SEQUENCE,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_SEQUENCE,
     .tp_doc = "A lazy view (index map) over sequences; see bagcache.views.",
-    .tp_traverse = (traverseproc)view_traverse,
-    .tp_clear = (inquiry)view_clear,
     .tp_weaklistoffset = offsetof(bcpy_view, weakrefs),
     .tp_iter = (getiterfunc)view_iter,
     .tp_methods = view_methods,
