@@ -325,25 +325,25 @@ cleanup:
   return result;
 }
 
-static PyObject *reader_bytes_per_record(bcpy_seq *self, PyObject *unused) {
-  (void)unused;
+/* The bag set of an open Reader (its root), or NULL with an exception. */
+static bc_bag *reader_bag(bcpy_seq *self) {
   if (bcpy_seq_check(self) < 0) return NULL;
   bc_bag *bag = bc_seq_bag(self->root);
-  if (bag == NULL) {
-    PyErr_SetString(PyExc_TypeError, "not a bag set");
-    return NULL;
-  }
+  if (bag == NULL) PyErr_SetString(PyExc_TypeError, "not a bag set");
+  return bag;
+}
+
+static PyObject *reader_bytes_per_record(bcpy_seq *self, PyObject *unused) {
+  (void)unused;
+  bc_bag *bag = reader_bag(self);
+  if (bag == NULL) return NULL;
   return PyFloat_FromDouble(bc_bag_bytes_per_record(bag));
 }
 
 static PyObject *reader_shards(bcpy_seq *self, PyObject *unused) {
   (void)unused;
-  if (bcpy_seq_check(self) < 0) return NULL;
-  bc_bag *bag = bc_seq_bag(self->root);
-  if (bag == NULL) {
-    PyErr_SetString(PyExc_TypeError, "not a bag set");
-    return NULL;
-  }
+  bc_bag *bag = reader_bag(self);
+  if (bag == NULL) return NULL;
   size_t n = bc_bag_shard_count(bag);
   PyObject *list = PyList_New((Py_ssize_t)n);
   if (list == NULL) return NULL;

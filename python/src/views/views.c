@@ -432,11 +432,11 @@ static PyObject *install(bcpy_view *self, bc_seq *seq, unsigned kinds) {
   Py_RETURN_NONE;
 }
 
-/* The length of a tree as far as it is known without blocking on I/O
- * (with the GIL released when the tree may block). */
-static int known_length(bcpy_view *self, bc_seq *seq, bool exact, bc_len *out) {
+/* The length of a tree (with these kinds) as far as it is known without
+ * blocking on I/O (with the GIL released when the tree may block). */
+static int known_length(unsigned kinds, bc_seq *seq, bool exact, bc_len *out) {
   int rc;
-  GIL_RELEASE_IF(self->kinds & VK_NATIVE)
+  GIL_RELEASE_IF(kinds & VK_NATIVE)
   rc = bc_seq_length(seq, exact, out);
   GIL_RESTORE
   return rc;
@@ -446,10 +446,7 @@ static int known_length(bcpy_view *self, bc_seq *seq, bool exact, bc_len *out) {
  * fails at construction (naming its position), not when read. */
 static int check_indices(const bcpy_ivec *a, bc_seq *child, unsigned kinds) {
   bc_len l;
-  int rc;
-  GIL_RELEASE_IF(kinds & VK_NATIVE)
-  rc = bc_seq_length(child, false, &l);
-  GIL_RESTORE
+  int rc = known_length(kinds, child, false, &l);
   if (rc != 0) {
     view_raise(rc, NULL);
     return -1;
@@ -952,7 +949,7 @@ static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
 static Py_ssize_t view_length(bcpy_view *self) {
   if (check_open(self) < 0) return -1;
   bc_len l;
-  int rc = known_length(self, self->seq, true, &l);
+  int rc = known_length(self->kinds, self->seq, true, &l);
   if (rc != 0) {
     view_raise(rc, NULL);
     return -1;
@@ -971,9 +968,9 @@ static Py_ssize_t view_length(bcpy_view *self) {
 static int view_bool(bcpy_view *self) {
   if (check_open(self) < 0) return -1;
   bc_len l;
-  int rc = known_length(self, self->seq, false, &l);
+  int rc = known_length(self->kinds, self->seq, false, &l);
   if (rc == 0 && l.kind == BC_LEN_AT_LEAST && l.value == 0)
-    rc = known_length(self, self->seq, true, &l);
+    rc = known_length(self->kinds, self->seq, true, &l);
   if (rc != 0) {
     view_raise(rc, NULL);
     return -1;
@@ -1065,7 +1062,7 @@ static void view_chunk(bcpy_sobj *base, bcpy_iter *it) {
   if (f.type == NULL && f.rc == BC_ERANGE && !it->bounded) {
     /* Past the end of a sequence whose end was not known, or a real error? */
     bc_len l;
-    if (known_length(view, view->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
+    if (known_length(view->kinds, view->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
         l.value <= it->next) {
       failure_clear(&f);
       return;
