@@ -34,7 +34,11 @@ BC_PY_C_SOURCES = \
 	python/src/loadit/source.c \
 	python/src/loadit/tee.c \
 	python/src/loadit/runner.c \
+	python/src/train/train.h \
 	python/src/train/train.c \
+	python/src/train/order.h \
+	python/src/train/order.c \
+	python/src/train/loader.c \
 	python/src/train/pool.h \
 	python/src/train/pool.c
 
