@@ -176,7 +176,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_lock(&L->lock);
     r.done = true;
     L->slots[k % L->prefetch] = r;
-    pthread_cond_broadcast(&L->done_cv);
+    pthread_cond_signal(&L->done_cv); /* the consumer is its only waiter */
   }
   L->running--;
   pthread_mutex_unlock(&L->lock);
@@ -402,7 +402,9 @@ static PyObject *loader_next(loader *L, PyObject *unused) {
         *s = (slot){.err = BC_ERROR_STATE_INIT};
         L->delivered++;
         what = GOT;
-        pthread_cond_broadcast(&L->work_cv);
+        /* One slot came free: one worker can take one more step.  (A worker
+         * woken for nothing waits again; stop() broadcasts.) */
+        pthread_cond_signal(&L->work_cv);
       } else if ((L->ended && L->delivered >= L->end) || L->stopping) {
         what = END;
       } else if (waited == 0) { /* wait up to 100 ms, then look again */
