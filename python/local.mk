@@ -72,6 +72,7 @@ BC_PY_TRAIN_TEST_FILES = \
 	python/tests/test_train_sampler.py \
 	python/tests/test_train_loader.py \
 	python/tests/test_train_pool.py \
+	python/tests/test_train_cloader.py \
 	python/tests/test_torch.py
 
 # The loadit-compatible views: their tests and the Python documentation.
