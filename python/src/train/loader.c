@@ -354,13 +354,16 @@ static PyObject *loader_start(loader *L, PyObject *args) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader.start: the workers run already");
     return NULL;
   }
-  /* No worker runs: the state is this thread's. */
+  /* No worker runs; under the lock all the same, for a next() another
+   * thread may be calling. */
+  pthread_mutex_lock(&L->lock);
   L->ord.seed = seed;
   L->epoch = epoch;
   L->consumed = consumed;
   L->handed = L->delivered = L->end = 0;
   L->ended = false;
   L->stopping = false;
+  pthread_mutex_unlock(&L->lock);
   int err = 0;
   for (; L->nstarted < L->workers; L->nstarted++) {
     pthread_mutex_lock(&L->lock);

@@ -20,6 +20,9 @@
  *       start + k * stride): a counter-based generator, so any position of
  *       the stream is computable alone (resumable, the same on every rank).
  *
+ * The DataLoader's C workers are train/loader.c (_Loader), the sampler's
+ * order in C train/order.c, batch memory train/pool.c (_BatchPool).
+ *
  * Index buffers are any C-contiguous buffers of 8-byte items (numpy int64
  * or uint64 arrays, array('q')); numpy is not needed to build this file.
  * Everything that touches records or loops over indices runs with the GIL
