@@ -649,7 +649,7 @@ def main():
         "c zstd": "(C zstd decompression of the rows' frames, 1 thread)",
         "c zstd W": f"(C zstd decompression of the rows' frames, {a.workers} threads, "
                     "fresh batches)",
-        "c zstd W reuse": f"C zstd alone, {a.workers} threads, batches recycled",
+        "c zstd W reuse": f"(C zstd alone, {a.workers} threads, batches recycled)",
         "c zstd pthreads": f"(C zstd alone, {a.workers} C threads, no Python, a buffer each)",
         "c zstd loader": f"C zstd alone, {a.workers} C threads, the loader's memory and "
                          "hand-off",
