@@ -848,29 +848,40 @@ int bc_cache_abandon_fills(bc_cache *c, int wait_ms) {
   while (wait_ms > 0 && fills_of(reg, c) &&
          pthread_cond_timedwait(&reg->cond, &reg->lock, &until) == 0) {
   }
-  for (bc__filling *f = reg->list; f != NULL && n < 64; f = f->next) {
-    if (f->cache != c || f->done || atomic_load(&f->abandoned)) continue;
-    atomic_store(&f->abandoned, true);
-    f->refs++;
-    mine[n++] = f;
-  }
   pthread_mutex_unlock(&reg->lock);
-  for (size_t i = 0; i < n; i++) release_claim(c, mine[i]->shard, mine[i]->token, 0);
-  pthread_mutex_lock(&reg->lock);
-  for (size_t i = 0; i < n; i++) {
-    bc__filling *f = mine[i];
-    if (!f->done) {
-      f->done = true;
-      bc_error_state_clear(&f->err);
-      f->err.code = BC_ECLOSED;
-      snprintf(f->err.message, sizeof f->err.message,
-               "%s: shard %llu: the fill was abandoned", c->root,
-               (unsigned long long)f->shard);
+  /* Steps 1-3 in rounds of up to 64 fills: a fill marked in one round is
+   * skipped by the next, so the rounds end when every fill this object had
+   * in progress (and any begun since) is abandoned. */
+  size_t total = 0;
+  do {
+    n = 0;
+    pthread_mutex_lock(&reg->lock);
+    for (bc__filling *f = reg->list; f != NULL && n < 64; f = f->next) {
+      if (f->cache != c || f->done || atomic_load(&f->abandoned)) continue;
+      atomic_store(&f->abandoned, true);
+      f->refs++;
+      mine[n++] = f;
     }
-    filling_put(reg, f);
-  }
-  pthread_cond_broadcast(&reg->cond);
-  pthread_mutex_unlock(&reg->lock);
+    pthread_mutex_unlock(&reg->lock);
+    for (size_t i = 0; i < n; i++)
+      release_claim(c, mine[i]->shard, mine[i]->token, 0);
+    pthread_mutex_lock(&reg->lock);
+    for (size_t i = 0; i < n; i++) {
+      bc__filling *f = mine[i];
+      if (!f->done) {
+        f->done = true;
+        bc_error_state_clear(&f->err);
+        f->err.code = BC_ECLOSED;
+        snprintf(f->err.message, sizeof f->err.message,
+                 "%s: shard %llu: the fill was abandoned", c->root,
+                 (unsigned long long)f->shard);
+      }
+      filling_put(reg, f);
+    }
+    pthread_cond_broadcast(&reg->cond);
+    pthread_mutex_unlock(&reg->lock);
+    total += n;
+  } while (n == 64);
   /* A close waiting for a worker stuck in the source stops waiting; fills
    * waiting for a pass such a worker holds give up. */
   atomic_store(&c->abandon, true);
@@ -880,7 +891,7 @@ int bc_cache_abandon_fills(bc_cache *c, int wait_ms) {
   pthread_mutex_lock(&c->prefetch.lock);
   pthread_cond_broadcast(&c->prefetch.cond);
   pthread_mutex_unlock(&c->prefetch.lock);
-  return (int)n;
+  return (int)total;
 }
 
 /* ---- the appender's entry points (append.c) --------------------------------------- */

@@ -26,6 +26,7 @@ typedef struct ts_payload {
 typedef struct ts_pass {
   uint64_t pos;    /* the next record this pass produces */
   uint64_t len;    /* records in this pass */
+  bool started;    /* next() has been called */
   int variant;     /* 1 for a differing pass */
 } ts_pass;
 
@@ -161,7 +162,10 @@ static int ts_next(void *payload, void *pass, bc_buf *out) {
     rc = 0;
     goto cleanup;
   }
-  if (p->cfg.block_at >= 0 && ps->pos == (uint64_t)p->cfg.block_at)
+  bool first = !ps->started;
+  ps->started = true;
+  if ((p->cfg.block_at >= 0 && ps->pos == (uint64_t)p->cfg.block_at) ||
+      (p->cfg.block_first && first))
     while (atomic_load(&p->shared->hold)) {
       atomic_store(&p->shared->held, true);
       struct timespec ms = {0, 1000 * 1000L};

@@ -46,6 +46,8 @@ typedef struct ts_config {
   bool version1;          /* declare version 1 (and no open_at) */
   int64_t block_at;       /* next() producing this record waits while
                              shared->hold is set (-1: never) */
+  bool block_first;       /* the first next() of every pass waits while
+                             shared->hold is set */
   void *fail_payload;     /* attached to each injected failure with
                              bc_error_set_payload (NULL: none) */
   void (*payload_retain)(void *);

@@ -121,9 +121,78 @@ static void test_abandon_a_worker_stuck_in_the_source(void **state) {
   cu_watchdog(0);
 }
 
+/* More fills in progress than one round of bc_cache_abandon_fills takes
+ * (64): every one is abandoned, and the count says so. */
+enum { MANY_FILLS = 70 };
+
+typedef struct {
+  bc_cache *cache;
+  int64_t index;
+  int rc;
+} getter;
+
+static void *get_main(void *arg) {
+  getter *g = arg;
+  bc_buf buf = BC_BUF_INIT;
+  g->rc = bc_seq_get(bc_cache_seq(g->cache), g->index, &buf);
+  bc_buf_release(&buf);
+  return NULL;
+}
+
+static void test_abandon_more_fills_than_one_round(void **state) {
+  (void)state;
+  cu_watchdog(120);
+  char *dir = cu_tmp_dir();
+  char *root = cu_path(dir, "c");
+  /* Seekable and thread-safe: each caller's fill opens its own pass at its
+   * shard and blocks in the pass's first next() while sh->hold. */
+  ts_config cfg = ts_config_default(MANY_FILLS * 4);
+  cfg.seekable = true;
+  cfg.thread_safe = true;
+  cfg.block_first = true;
+  ts_shared *sh = ts_shared_new(&cfg);
+  assert_non_null(sh);
+  atomic_store(&sh->hold, true);
+
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 4;
+  o.prefetch_shards = -1;
+  o.fill_workers = MANY_FILLS; /* MANY_FILLS + 1 passes may run at once */
+  o.max_passes = 2 * MANY_FILLS;
+  bc_source s = ts_source(&cfg, sh);
+  bc_cache *c = NULL;
+  CU_OK(bc_cache_open(&c, root, &s, &o));
+  getter g[MANY_FILLS];
+  pthread_t t[MANY_FILLS];
+  for (int k = 0; k < MANY_FILLS; k++) {
+    g[k] = (getter){c, 4 * k + 1, 1};
+    assert_int_equal(pthread_create(&t[k], NULL, get_main, &g[k]), 0);
+  }
+  for (int ms = 0; ms < 60000 && atomic_load(&sh->opens) < MANY_FILLS; ms++)
+    usleep(1000);
+  assert_int_equal(atomic_load(&sh->opens), MANY_FILLS); /* all stuck */
+
+  assert_int_equal(bc_cache_abandon_fills(c, 0), MANY_FILLS);
+  assert_int_equal(bc_cache_abandon_fills(c, 0), 0); /* nothing left */
+  atomic_store(&sh->hold, false);
+  for (int k = 0; k < MANY_FILLS; k++) {
+    assert_int_equal(pthread_join(t[k], NULL), 0);
+    if (g[k].rc != 0) assert_int_equal(g[k].rc, BC_ECLOSED);
+  }
+  /* The claims were dropped: every shard fills now, with the right bytes. */
+  for (int64_t i = 0; i < MANY_FILLS * 4; i++) fx_get_ok(c, i);
+  bc_cache_close(c);
+  ts_shared_free(sh);
+  cu_rm_rf(dir);
+  free(root);
+  free(dir);
+  cu_watchdog(0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_abandon_a_worker_stuck_in_the_source),
+      cmocka_unit_test(test_abandon_more_fills_than_one_round),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
