@@ -922,4 +922,7 @@ class DataLoader:
     def __del__(self):
         pipe = getattr(self, "_pipe", None)
         if pipe is not None and not pipe.closed:
-            pipe.close()
+            try:
+                pipe.close()
+            except RuntimeError:  # dropped by code running in its own C worker
+                pass

@@ -200,6 +200,38 @@ def test_close_wakes_a_consumer_whose_batch_is_stuck_in_a_read(tmp_path):
     cache.close()
 
 
+def test_a_loader_dropped_inside_its_own_worker(tmp_path):
+    # The last reference to a loader dies in Python code its own C worker
+    # runs (a LoadIt's source, during a fill): the workers stop, nothing
+    # is freed under the worker (the loader's C part is left allocated),
+    # and the process goes on.
+    holder, where = [], []
+    ready, dropped = threading.Event(), threading.Event()
+
+    def gen():
+        for k in range(40):
+            if k == 0:
+                ready.wait(60)  # the loader is in the holder
+            if k == 20:
+                where.append(threading.get_ident())
+                holder.clear()  # the loader's last reference
+                gc.collect()
+                dropped.set()
+            yield bytes([k]) * 4
+
+    cache = LoadIt(gen, root_dir=str(tmp_path / "c"), serializer="raw", max_shard_length=10,
+                   length=40, preload_fn=None)
+    ds = ARDataset.from_sequence(cache, np.uint8, (4,))
+    holder.append(DataLoader(ds, None, num_workers=1, batch_size=25, mode=0))
+    assert is_c(holder[0])
+    ready.set()
+    assert dropped.wait(60)
+    assert where != [threading.get_ident()]  # dropped in the worker
+    gc.collect()
+    assert ds.__getitems__([39, 0]).tolist() == [[39] * 4, [0] * 4]
+    cache.close()
+
+
 class Boom(Exception):
     pass
 

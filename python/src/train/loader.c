@@ -196,7 +196,16 @@ static void slot_drop(loader *L, slot *s) {
   *s = (slot){.err = BC_ERROR_STATE_INIT};
 }
 
-/* Stops and joins the workers; drops the batches not returned. */
+/* True in one of L's workers: Python code a worker runs (a LoadIt's
+ * source, inside a fill) may drop or collect the loader. */
+static bool on_a_worker(const loader *L) {
+  for (size_t t = 0; t < L->nstarted; t++)
+    if (pthread_equal(L->tids[t], pthread_self())) return true;
+  return false;
+}
+
+/* Stops and joins the workers; drops the batches not returned.  Not from a
+ * worker (on_a_worker): the callers check. */
 static void loader_stop_threads(loader *L) {
   if (!L->init) return;
   Py_BEGIN_ALLOW_THREADS
@@ -228,6 +237,16 @@ static void loader_release_sources(loader *L) {
 }
 
 static void loader_dealloc(loader *L) {
+  if (L->init && on_a_worker(L)) {
+    /* Collected by Python code running in one of its own workers: that
+     * worker goes on with L when this returns, so L is left allocated
+     * (with its sources); its workers just stop.  A leak, not a crash. */
+    pthread_mutex_lock(&L->lock);
+    L->stopping = true;
+    pthread_cond_broadcast(&L->work_cv);
+    pthread_mutex_unlock(&L->lock);
+    return;
+  }
   if (!bcpy_finalizing()) {
     loader_stop_threads(L);
     loader_release_sources(L);
@@ -463,8 +482,15 @@ static PyObject *loader_next(loader *L, PyObject *unused) {
                        (unsigned long long)got.consumed_after);
 }
 
+static int check_not_worker(loader *L) {
+  if (!on_a_worker(L)) return 0;
+  PyErr_SetString(PyExc_RuntimeError, "a loader cannot be stopped from its own worker");
+  return -1;
+}
+
 static PyObject *loader_stop(loader *L, PyObject *unused) {
   (void)unused;
+  if (check_not_worker(L) < 0) return NULL;
   loader_stop_threads(L);
   Py_RETURN_NONE;
 }
@@ -472,6 +498,7 @@ static PyObject *loader_stop(loader *L, PyObject *unused) {
 static PyObject *loader_close(loader *L, PyObject *unused) {
   (void)unused;
   if (L->closed) Py_RETURN_NONE;
+  if (check_not_worker(L) < 0) return NULL;
   L->closed = true;
   loader_stop_threads(L);
   loader_release_sources(L);
