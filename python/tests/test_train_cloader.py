@@ -161,11 +161,12 @@ def test_close_wakes_a_consumer_whose_batch_is_stuck_in_a_read(tmp_path):
     # from another thread ends the consumer's wait at once ("closed"),
     # before the read finishes; close() itself returns once the worker has
     # finished its batch and left.
-    gate = threading.Event()
+    gate, blocked = threading.Event(), threading.Event()
 
     def gen():
         for k in range(40):
             if k == 20:
+                blocked.set()
                 gate.wait(60)
             yield bytes([k]) * 4
 
@@ -186,6 +187,7 @@ def test_close_wakes_a_consumer_whose_batch_is_stuck_in_a_read(tmp_path):
 
     consumer = threading.Thread(target=consume)
     consumer.start()
+    assert blocked.wait(60)  # the worker is in its read
     closer = threading.Thread(target=loader.close)
     closer.start()
     consumer.join(30)
