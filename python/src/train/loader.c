@@ -240,11 +240,14 @@ static void loader_dealloc(loader *L) {
   if (L->init && on_a_worker(L)) {
     /* Collected by Python code running in one of its own workers: that
      * worker goes on with L when this returns, so L is left allocated
-     * (with its sources); its workers just stop.  A leak, not a crash. */
+     * (with its sources); its workers stop, detached since nobody is left
+     * to join them.  A leak, not a crash. */
     pthread_mutex_lock(&L->lock);
     L->stopping = true;
     pthread_cond_broadcast(&L->work_cv);
     pthread_mutex_unlock(&L->lock);
+    for (size_t t = 0; t < L->nstarted; t++) pthread_detach(L->tids[t]);
+    L->nstarted = 0;
     return;
   }
   if (!bcpy_finalizing()) {
