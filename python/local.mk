@@ -33,7 +33,6 @@ BC_PY_C_SOURCES = \
 	python/src/loadit/loadit.c \
 	python/src/loadit/source.c \
 	python/src/loadit/tee.c \
-	python/src/loadit/runner.c \
 	python/src/train/train.h \
 	python/src/train/train.c \
 	python/src/train/order.h \

@@ -337,7 +337,17 @@ def _reopen(file_spec, options, start, step, length):
     reader = Reader(file_spec, options)
     if (start, step, length) == reader._state():
         return reader
-    return reader._view(start, step, length)
+    # Element k is reader[start + k * step], k < length: both ends must lie
+    # in the files (they may have changed since the state was taken).
+    n = len(reader)
+    last = start + (length - 1) * step
+    if length > 0 and (step == 0 or not 0 <= start < n or not 0 <= last < n):
+        raise ValueError(f"view start={start} step={step} length={length} "
+                         f"does not fit {n} records")
+    if length <= 1:
+        start, step = (start if length else 0), 1  # no stride to keep
+    stop = start + length * step  # one step past the last element
+    return reader[start:stop if stop >= 0 else None:step]
 
 
 class Reader(_bagcache._ReaderBase):

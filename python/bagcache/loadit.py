@@ -134,6 +134,7 @@ import operator as _operator
 import os as _os
 import pickle as _pickle
 import re as _re
+import warnings as _warnings
 import weakref as _weakref
 
 from . import _bagcache, _progress
@@ -235,6 +236,20 @@ def _count(name, value, minimum):
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, not {value}")
     return value
+
+
+def _warn_cache_failed(root, errno, message):
+    """Warns that a first pass could not write the cache in ``root`` (the
+    C iterator calls it once per pass): a CacheWarning whose ``filename``
+    is the root and ``errno`` the system's error number (None when the
+    failure is not the system's), attributed to the loop."""
+    cause = f" ([Errno {errno}] {_os.strerror(errno)})" if errno else ""
+    warning = CacheWarning(f"the first pass could not write the cache in {root}{cause}: "
+                           f"{message.decode(errors='replace')}; its items are not saved "
+                           "from there on")
+    warning.errno = errno or None
+    warning.filename = root
+    _warnings.warn(warning, stacklevel=2)
 
 
 def _zstd_level(compression):

@@ -90,17 +90,17 @@ class SequenceView(_bagcache._View, _abc.Sequence):
     def __init__(self, seq, indices=None, length=None):
         if indices is None:
             self._init_identity(seq)
-            self._set_recipe((type(self), (seq,)))
+            self._recipe = (type(self), (seq,))
         elif _is_sequence(indices) or isinstance(indices, memoryview):
             snapshot = _bagcache._View._indices_array(indices)
             self._init_take(seq, snapshot)
-            self._set_recipe((type(self), (seq, snapshot)))
+            self._recipe = (type(self), (seq, snapshot))
         elif callable(indices):
             if length is None:
                 raise ValueError("a callable index map needs a length")
             length = _count(length, "length", allow_none=False)
             self._init_map(seq, indices, length)
-            self._set_recipe((type(self), (seq, indices, length)))
+            self._recipe = (type(self), (seq, indices, length))
         else:
             raise TypeError(
                 "indices must be None, a sequence of ints or a callable, not "
@@ -127,6 +127,20 @@ class SequenceView(_bagcache._View, _abc.Sequence):
             length = "endless"
         return f"<bagcache.views.{type(self).__name__} ({tree}) {length}>"
 
+    def __reduce__(self):
+        # (callable, args) rebuilding the view: set by the constructor, or
+        # by the C code of a slice or index list (operator.getitem).
+        recipe = self.__dict__.get("_recipe")
+        if recipe is None:
+            raise TypeError(f"cannot pickle this {type(self).__name__}")
+        return recipe
+
+    def _leaf_kinds(self):
+        """The kinds of leaves: 'python' (read in Python), 'native' (read in
+        C), 'decoded' (read in C, decoded)."""
+        names = ((1, "python"), (2, "native"), (4, "decoded"))
+        return frozenset(name for bit, name in names if self._kinds & bit)
+
     # Sequence's mixins index() and count() work on endless views too (as
     # far as they get); `in`, iteration and reversed are the C versions.
 
@@ -148,7 +162,7 @@ class ConcatableSequence(SequenceView):
     def __init__(self, *seqs):
         self._parts = tuple(seqs)
         self._init_concat(self._parts)
-        self._set_recipe((ConcatableSequence, self._parts))
+        self._recipe = (ConcatableSequence, self._parts)
 
     def __add__(self, other):
         if not _is_sequence(other) or isinstance(other, (str, bytes)):
@@ -174,7 +188,7 @@ class InterleaveSequence(SequenceView):
     def __init__(self, *seqs):
         self._parts = tuple(seqs)
         self._init_interleave(self._parts)
-        self._set_recipe((type(self), self._parts))
+        self._recipe = (type(self), self._parts)
 
 
 #: loadit's name for InterleaveSequence.
@@ -194,7 +208,7 @@ class RepeatSequence(SequenceView):
         repeats = _count(repeats, "repeats")
         self.repeats = repeats
         self._init_repeat(seq, repeats)
-        self._set_recipe((type(self), (seq, repeats)))
+        self._recipe = (type(self), (seq, repeats))
 
 
 class ChunkShuffledSequence(SequenceView):
@@ -214,7 +228,7 @@ class ChunkShuffledSequence(SequenceView):
         length = _count(length, "length")
         self.seed = _seed64(seed)
         self._init_chunk_shuffle(seq, self.chunk_size, length, self.seed)
-        self._set_recipe((type(self), (seq, self.chunk_size, length, self.seed)))
+        self._recipe = (type(self), (seq, self.chunk_size, length, self.seed))
 
 
 def chunk_shuffle(seq, chunk_size=None, length=None, seed=None):

@@ -1,16 +1,34 @@
 /*
  * module.c - the module object of bagcache._bagcache: type registration,
- * the mapping of bagcache error codes to Python exceptions, and the main
- * thread's interrupt handler (Ctrl-C).
+ * the mapping of bagcache error codes to Python exceptions, the main
+ * thread's interrupt handler (Ctrl-C), and the work that runs on a thread
+ * of its own.
+ *
+ * Blocking calls run in the calling thread with the GIL released: Ctrl-C
+ * reaches their waits through the main thread's interrupt handler, so no
+ * call is handed to a helper to keep the main thread responsive.  Two
+ * kinds of work still go to a detached thread of their own
+ * (bcpy_run_detached):
+ *   - teardown from inside a source callback (bcpy_in_callback): closing a
+ *     cache or dropping a sequence there could join or free the calling
+ *     thread's own engine state (it may be a fill worker in mid-fill);
+ *   - closing a read-ahead whose reads in flight may be long fills, so
+ *     that dropping an iterator never blocks (core/iterator.c).
+ * Such work is rare and short-lived, so each call gets a thread of its own
+ * (no pool).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include "core/bcpy.h"
 
 PyObject *bcpy_InvalidSliceError;
 PyObject *bcpy_CorruptError;
 
-PyObject *bcpy_error_type(int code) {
+/* The exception class for a code (borrowed; OSError for BC_EIO and
+ * BC_ENOSPC, whose subclass depends on the errno). */
+static PyObject *error_type(int code) {
   switch (code) {
     case BC_ERANGE: return PyExc_IndexError;
     case BC_ENOTFOUND: return PyExc_FileNotFoundError;
@@ -105,7 +123,7 @@ static void set_exception(int code, int sys_errno, const char *message) {
     }
     return;
   }
-  PyErr_SetString(bcpy_error_type(code), message);
+  PyErr_SetString(error_type(code), message);
 }
 
 /* ---- Ctrl-C ----------------------------------------------------------------
@@ -149,6 +167,68 @@ static int main_interrupt(void *ctx) {
 
 void bcpy_interrupt_install(void) { bc_set_interrupt_handler(main_interrupt, NULL); }
 
+/* ---- threads ------------------------------------------------------------------ */
+
+_Thread_local int bcpy_in_callback;
+
+/* The thread that runs Python signal handlers (the forking thread in a
+ * child: CPython makes it the main thread there). */
+static pthread_t main_thread;
+
+bool bcpy_is_main_thread(void) { return pthread_equal(pthread_self(), main_thread); }
+
+/* Forks this process's line has been through (children count one more). */
+static atomic_uint forks;
+
+unsigned bcpy_forks(void) { return atomic_load_explicit(&forks, memory_order_relaxed); }
+
+static void after_fork_child(void) {
+  atomic_fetch_add(&forks, 1);
+  main_thread = pthread_self();
+  bcpy_interrupt_install(); /* this thread runs the signal handlers now */
+}
+
+/* Learns which thread is the main one.  The module may be imported from
+ * any thread: threading.main_thread() tells its ident, which is the
+ * pthread_t there (CPython's thread ident is pthread_self()). */
+static int threads_init(void) {
+  PyObject *threading = PyImport_ImportModule("threading");
+  if (threading == NULL) return -1;
+  PyObject *mt = PyObject_CallMethod(threading, "main_thread", NULL);
+  Py_DECREF(threading);
+  if (mt == NULL) return -1;
+  PyObject *ident = PyObject_GetAttrString(mt, "ident");
+  Py_DECREF(mt);
+  if (ident == NULL) return -1;
+  unsigned long id = PyLong_AsUnsignedLong(ident);
+  Py_DECREF(ident);
+  if (id == (unsigned long)-1 && PyErr_Occurred()) return -1;
+  main_thread = (pthread_t)id;
+  if (pthread_atfork(NULL, NULL, after_fork_child) != 0) {
+    PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
+    return -1;
+  }
+  return 0;
+}
+
+static void *detached_main(void *arg) {
+  bcpy_call *c = arg;
+  bcpy_call_run(c);
+  c->free(c);
+  bc_error_clear(); /* a payload (an exception) is released before the exit */
+  return NULL;
+}
+
+int bcpy_run_detached(bcpy_call *c) {
+  pthread_attr_t attr;
+  pthread_t t;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int err = pthread_create(&t, &attr, detached_main, c);
+  pthread_attr_destroy(&attr);
+  return err == 0 ? 0 : -1;
+}
+
 /* Run by the main thread (Py_AddPendingCall) when the module is imported
  * in another one. */
 static int install_pending(void *unused) {
@@ -187,12 +267,26 @@ int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name) {
   return 0;
 }
 
+int bcpy_add_exception(PyObject *mod, PyObject **slot, const char *name, PyObject *base,
+                       const char *doc) {
+  char full[128];
+  snprintf(full, sizeof full, "bagcache.%s", name);
+  *slot = PyErr_NewExceptionWithDoc(full, doc, base, NULL);
+  if (*slot == NULL) return -1;
+  Py_INCREF(*slot);
+  if (PyModule_AddObject(mod, name, *slot) < 0) {
+    Py_DECREF(*slot);
+    return -1;
+  }
+  return 0;
+}
+
 PyMODINIT_FUNC PyInit__bagcache(void);
 
 PyMODINIT_FUNC PyInit__bagcache(void) {
   PyObject *mod = PyModule_Create(&module_def);
   if (mod == NULL) return NULL;
-  if (bcpy_add_type(mod, &bcpy_Sequence_Type, "_Sequence") < 0 ||
+  if (threads_init() < 0 || bcpy_add_type(mod, &bcpy_Sequence_Type, "_Sequence") < 0 ||
       bcpy_add_type(mod, &bcpy_SeqBase_Type, "_SeqBase") < 0 ||
       bcpy_add_type(mod, &bcpy_ReaderBase_Type, "_ReaderBase") < 0 ||
       bcpy_add_type(mod, &bcpy_Iterator_Type, "ReaderIterator") < 0 ||
@@ -207,30 +301,16 @@ PyMODINIT_FUNC PyInit__bagcache(void) {
    * sackli IndexError("Invalid slice"); this one satisfies both. */
   PyObject *bases = PyTuple_Pack(2, PyExc_TypeError, PyExc_IndexError);
   if (bases == NULL) goto fail;
-  bcpy_InvalidSliceError =
-      PyErr_NewExceptionWithDoc("bagcache.InvalidSliceError",
-                                "A slice whose bounds are not integers.",
-                                bases, NULL);
+  int made = bcpy_add_exception(mod, &bcpy_InvalidSliceError, "InvalidSliceError", bases,
+                                "A slice whose bounds are not integers.");
   Py_DECREF(bases);
-  if (bcpy_InvalidSliceError == NULL) goto fail;
-  Py_INCREF(bcpy_InvalidSliceError);
-  if (PyModule_AddObject(mod, "InvalidSliceError", bcpy_InvalidSliceError) < 0) {
-    Py_DECREF(bcpy_InvalidSliceError);
+  if (made < 0 ||
+      bcpy_add_exception(mod, &bcpy_CorruptError, "CorruptError", PyExc_ValueError,
+                         "Damaged data: a file that is not valid Bagz, a record whose bytes "
+                         "changed on disk (its checksum fails), a file that shrank while "
+                         "open.") < 0)
     goto fail;
-  }
-  bcpy_CorruptError = PyErr_NewExceptionWithDoc(
-      "bagcache.CorruptError",
-      "Damaged data: a file that is not valid Bagz, a record whose bytes "
-      "changed on disk (its checksum fails), a file that shrank while open.",
-      PyExc_ValueError, NULL);
-  if (bcpy_CorruptError == NULL) goto fail;
-  Py_INCREF(bcpy_CorruptError);
-  if (PyModule_AddObject(mod, "CorruptError", bcpy_CorruptError) < 0) {
-    Py_DECREF(bcpy_CorruptError);
-    goto fail;
-  }
   if (PyModule_AddIntConstant(mod, "CHUNK", BCPY_CHUNK) < 0) goto fail;
-  /* After bcpy_loadit_init, which learns which thread is the main one. */
   if (bcpy_is_main_thread()) bcpy_interrupt_install();
   else if (Py_AddPendingCall(install_pending, NULL) < 0) goto fail;
   return mod;

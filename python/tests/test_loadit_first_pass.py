@@ -1,4 +1,4 @@
-"""The first pass over an empty LoadIt (python/src/loadit_tee.c): the
+"""The first pass over an empty LoadIt (python/src/loadit/tee.c): the
 iterator runs in the reader's thread, the reader gets the iterator's own
 objects, and the records reach the cache on the way.  Each test checks the
 values against the model, how often the iterator ran, and what the cache
@@ -631,3 +631,46 @@ def test_records_checked_against_a_shard_filled_meanwhile(tmp_path):
     assert "not the one the cache holds" in str(mine[0].message)
     cached = reopen(str(tmp_path / "c"))
     assert cached[5] == {"i": 5, "pass": 2}  # the shard the other pass filled
+
+
+def test_the_first_pass_is_the_one_iterator(tmp_path):
+    # Issue 15: no iterator type of its own; the first pass is a _CacheIter
+    # whose refill runs the iterator (fails before: a _TeeIter).
+    from bagcache import _bagcache
+
+    loader = LoadIt(str(tmp_path / "c"), Counting(25), max_shard_length=10)
+    it = iter(loader)
+    assert type(it) is _bagcache._CacheIter
+    assert not hasattr(_bagcache, "_TeeIter")
+    assert next(it) == item(0)
+    assert list(it) == model(25)[1:]
+    assert loader.stats()["shards_present"] == 3
+    # Taken over before its first record (len() drains right after iter()):
+    # the same iterator then reads the cache the drain fills.
+    other = LoadIt(str(tmp_path / "d"), Counting(25), max_shard_length=10)
+    it = iter(other)
+    assert len(other) == 25
+    assert type(it) is _bagcache._CacheIter and list(it) == model(25)
+    loader.close()
+    other.close()
+
+
+def test_a_serializer_without_bytes_is_named_on_every_pass(tmp_path):
+    # One conversion of records for the first pass and the source's other
+    # passes (fails before: a fill's pass said serializer="raw").
+    class Text:
+        @staticmethod
+        def dumps(obj):
+            return str(obj)
+
+        @staticmethod
+        def loads(b):
+            return bytes(b)
+
+    for how in ("first pass", "fill"):
+        loader = LoadIt(str(tmp_path / how.replace(" ", "_")), lambda: iter(range(10)),
+                        max_shard_length=5, serializer=Text)
+        message = "the serializer returned str, not a bytes-like object"
+        with pytest.raises(TypeError, match=message):
+            next(iter(loader)) if how == "first pass" else loader[7]
+        loader.close()

@@ -15,6 +15,7 @@ typedef struct {
   PyObject_HEAD
   bc_index *index;
   bc_seq *root; /* owns the bag the index reads keys back from */
+  bool multi;   /* a MultiIndex: every position of a record, not the first */
 } bcpy_index;
 
 static int index_init(bcpy_index *self, PyObject *args, PyObject *kwds) {
@@ -68,6 +69,7 @@ static int index_init(bcpy_index *self, PyObject *args, PyObject *kwds) {
   bc_seq_unref(self->root);
   self->index = index;
   self->root = bc_seq_ref(reader->root);
+  self->multi = PyObject_TypeCheck(self, &bcpy_MultiIndex_Type);
   return 0;
 }
 
@@ -133,48 +135,33 @@ static PyObject *positions_list(const uint64_t *all, uint64_t count) {
   return list;
 }
 
-/* value for key, or NULL with no exception set when it is absent. */
-static PyObject *find(bcpy_index *self, PyObject *key, bool multi) {
+/* The value for key (the first position, or a MultiIndex's list of every
+ * position), or NULL with no exception set when it is absent. */
+static PyObject *find(bcpy_index *self, PyObject *key) {
   uint64_t first = 0, count = 0;
   const uint64_t *all = NULL;
-  int found = lookup(self, key, &first, multi ? &all : NULL, &count);
+  int found = lookup(self, key, &first, self->multi ? &all : NULL, &count);
   if (found <= 0) return NULL;
-  return multi ? positions_list(all, count) : PyLong_FromUnsignedLongLong(first);
+  return self->multi ? positions_list(all, count) : PyLong_FromUnsignedLongLong(first);
 }
 
-static PyObject *subscript(bcpy_index *self, PyObject *key, bool multi) {
-  PyObject *v = find(self, key, multi);
+static PyObject *index_subscript(bcpy_index *self, PyObject *key) {
+  PyObject *v = find(self, key);
   if (v == NULL && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
   return v;
 }
 
-static PyObject *index_subscript(bcpy_index *self, PyObject *key) {
-  return subscript(self, key, false);
-}
-
-static PyObject *multi_subscript(bcpy_index *self, PyObject *key) {
-  return subscript(self, key, true);
-}
-
-static PyObject *get(bcpy_index *self, PyObject *args, PyObject *kwds, bool multi) {
+static PyObject *index_get(bcpy_index *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"record", "default", NULL};
   PyObject *key, *dflt = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:get", kwlist, &key, &dflt))
     return NULL;
-  PyObject *v = find(self, key, multi);
+  PyObject *v = find(self, key);
   if (v == NULL && !PyErr_Occurred()) {
     Py_INCREF(dflt);
     v = dflt;
   }
   return v;
-}
-
-static PyObject *index_get(bcpy_index *self, PyObject *args, PyObject *kwds) {
-  return get(self, args, kwds, false);
-}
-
-static PyObject *multi_get(bcpy_index *self, PyObject *args, PyObject *kwds) {
-  return get(self, args, kwds, true);
 }
 
 static int index_contains(bcpy_index *self, PyObject *key) {
@@ -194,7 +181,7 @@ static PyMethodDef index_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef multi_methods[] = {
-    {"get", (PyCFunction)(void (*)(void))multi_get, METH_VARARGS | METH_KEYWORDS,
+    {"get", (PyCFunction)(void (*)(void))index_get, METH_VARARGS | METH_KEYWORDS,
      "get(record: str | bytes, default=None) -> list[int] | None\n\n"
      "Every position of the record (ascending), or default when it is absent."},
     {NULL, NULL, 0, NULL}};
@@ -206,11 +193,6 @@ static PySequenceMethods index_as_sequence = {
 static PyMappingMethods index_as_mapping = {
     .mp_length = (lenfunc)index_length,
     .mp_subscript = (binaryfunc)index_subscript,
-};
-
-static PyMappingMethods multi_as_mapping = {
-    .mp_length = (lenfunc)index_length,
-    .mp_subscript = (binaryfunc)multi_subscript,
 };
 
 PyTypeObject bcpy_Index_Type = {
@@ -238,7 +220,7 @@ PyTypeObject bcpy_MultiIndex_Type = {
     .tp_basicsize = sizeof(bcpy_index),
     .tp_dealloc = (destructor)index_dealloc,
     .tp_as_sequence = &index_as_sequence,
-    .tp_as_mapping = &multi_as_mapping,
+    .tp_as_mapping = &index_as_mapping,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "MultiIndex(reader)\n\n"
               "Maps each record of the reader (a view) to the ascending list of\n"

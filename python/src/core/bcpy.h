@@ -70,15 +70,15 @@ PyObject *bcpy_raise(int code, const char *message);
  * EACCES, EIO). */
 PyObject *bcpy_raise_errno(int code, int sys_errno, const char *message);
 
-/* The exception class bcpy_raise uses for a code (borrowed; OSError for
- * BC_EIO and BC_ENOSPC, whose subclass depends on the errno). */
-PyObject *bcpy_error_type(int code);
 
 /* Sets the interrupt handler that runs Python's signal handlers in the
  * calling thread, which must be the main one (module.c; also after fork). */
 void bcpy_interrupt_install(void);
-/* True in the thread Python runs signal handlers in (loadit/runner.c). */
+/* True in the thread Python runs signal handlers in (module.c). */
 bool bcpy_is_main_thread(void);
+/* Changes in a child after fork(): a cheaper test than getpid() for
+ * objects that must not be used across one (module.c). */
+unsigned bcpy_forks(void);
 
 /* Raised for an invalid slice: both TypeError (as bagz) and IndexError (as
  * sackli). */
@@ -123,9 +123,6 @@ typedef struct {
 bcpy_stage *bcpy_stage_take(void);
 /* Gives it back, keeping at most BCPY_STAGE_KEEP bytes of buffers. */
 void bcpy_stage_give(bcpy_stage *s);
-/* Frees it (any thread, no GIL needed): for an area handed to a job that
- * its submitter abandoned. */
-void bcpy_stage_free(bcpy_stage *s);
 /* The number of records of the next round, `left` records being left to
  * read (> 0): at most `left`, and at most about BCPY_STAGE_BYTES at the
  * record sizes read so far (`whole`: at most cap). */
@@ -144,7 +141,7 @@ typedef struct bcpy_ivec {
 /* A blocking library call handed to a sequence's wait policy: run() works
  * on the call alone, without the GIL, in the calling thread (its failure
  * is that thread's error, with its message and payload), or, handed to
- * bcpy_fill_waiter.detach, on a thread of its own; free() frees it (it was
+ * bcpy_run_detached, on a thread of its own; free() frees it (it was
  * allocated with PyMem_RawCalloc) and whatever it still holds. */
 typedef struct bcpy_call bcpy_call;
 struct bcpy_call {
@@ -156,21 +153,17 @@ struct bcpy_call {
 /* c->rc = c->run(c) (no GIL). */
 void bcpy_call_run(bcpy_call *c);
 
-/* How a call that may wait for a cache's fill runs: listed as a waiter (a
- * first pass in progress must know when its reader waits, loadit/tee.c),
- * the GIL released; from the main thread Ctrl-C reaches the wait through
- * the interrupt handler (module.c), and the call returns BC_ECANCELED with
- * KeyboardInterrupt set.  Plain until loadit/ installs its own
- * (bcpy_loadit_init), so that views/ need not include loadit/. */
-typedef struct {
-  int (*wait)(bcpy_call *c); /* 0: the call ran */
-  /* Hands a call that may wait (closing a read-ahead whose reads may be
-   * fills) to a thread of its own that runs and frees it, where this
-   * thread must not wait (the main thread, a source callback): true when
-   * handed over. */
-  bool (*detach)(bcpy_call *c);
-} bcpy_waiter;
-extern bcpy_waiter bcpy_fill_waiter;
+/* Runs c->run, then c->free, on a detached thread of its own (module.c).
+ * -1 when no thread could be started (the call is untouched). */
+int bcpy_run_detached(bcpy_call *c);
+
+/* Non-zero while this thread runs Python code for a source callback (it
+ * may be one of the engine's own threads, in the middle of a fill).  An
+ * object that dies there (a collection can run anywhere) must not close a
+ * cache, drop a sequence or join a read-ahead inline: that could join or
+ * free the thread's own engine state.  Such teardown is handed to a thread
+ * of its own (bcpy_run_detached). */
+extern _Thread_local int bcpy_in_callback;
 
 typedef struct bcpy_sobj bcpy_sobj;
 typedef struct bcpy_iter bcpy_iter;
@@ -202,9 +195,9 @@ typedef struct {
   /* Lists (add) or unlists an iterator of self, e.g. to stop it when the
    * sequence is closed (NULL: nothing to do). */
   void (*track)(bcpy_sobj *self, bcpy_iter *it, bool add);
-  /* The refill of an iterator opened without read-ahead: puts up to
-   * it->batch elements into it->items[0..count), and sets done and the
-   * end (it->fail or the exc_* triple) when they are all. */
+  /* The refill of an iterator opened without read-ahead (chunked): puts
+   * up to it->batch elements into it->items[0..count), and sets done and
+   * the end (it->fail or the exc_* triple) when they are all. */
   void (*chunk)(bcpy_sobj *self, bcpy_iter *it);
 } bcpy_seq_kind;
 
@@ -221,9 +214,6 @@ struct bcpy_sobj {
 
 extern PyTypeObject bcpy_Sequence_Type;
 
-/* The one subscript path: ints and numpy integers -> kind->item, slices ->
- * bcpy_sobj_slice, anything else -> kind->take (or TypeError). */
-PyObject *bcpy_sobj_subscript(bcpy_sobj *self, PyObject *key);
 /* self[key] for a slice: bc_seq_slice of self->seq, waiting through
  * kind->wait when the slice needs a length not known yet. */
 PyObject *bcpy_sobj_slice(bcpy_sobj *self, PyObject *key);
@@ -237,8 +227,6 @@ int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c);
  * one above INT64_MAX was clamped), anything else InvalidSliceError; a
  * zero step ValueError.  0, or -1 with the exception set. */
 int bcpy_slice_bound(PyObject *obj, int64_t *out, bool *big);
-int bcpy_slice_bounds(PyObject *slice, int64_t *start, int64_t *stop, int64_t *step,
-                      bool *big);
 /* PySlice_Unpack + PySlice_AdjustIndices over `len` elements, with the
  * bounds rule above; returns the element count, or -1 with an exception. */
 Py_ssize_t bcpy_slice_indices(PyObject *slice, Py_ssize_t len, Py_ssize_t *start,
@@ -304,15 +292,14 @@ struct bcpy_iter {
   bcpy_ivec array;         /* or the indices of a native integer buffer */
   size_t array_pos;
   uint64_t len;            /* the owner's length, for streamed indices */
-  pid_t pid;               /* the process whose threads serve ra */
+  unsigned forks;          /* bcpy_forks() of the process whose threads
+                              serve ra, or that runs the producer */
   bool busy, done;
   bc_buf *bufs;            /* read-ahead: records bufs[head..count) */
   uint64_t *index;         /* ... read at these positions */
   PyObject **items;        /* chunked: elements items[head..count) */
   size_t cap, head, count;
   size_t batch, max_batch; /* records per refill, doubling up to max */
-  size_t window;           /* the read-ahead's window */
-  int threads;             /* ... and its threads (0: the default) */
   uint64_t next;           /* chunked: the next position */
   bool bounded;            /* chunked: the length was exact at the start */
   uint64_t end;            /* ... and was this */
@@ -320,6 +307,9 @@ struct bcpy_iter {
   bc_error_state fail;     /* how it ended: a failure (code 0: none) */
   PyObject *exc_type, *exc_value, *exc_tb; /* or a Python exception */
   bcpy_iter *next_iter, **prev_iter;       /* kind->track's list */
+  /* The kind's own state of a chunked iterator (a LoadIt's first pass,
+   * loadit/tee.c), released by kind->track(.., false). */
+  void *producer;
 };
 
 extern PyTypeObject bcpy_Iterator_Type;
@@ -364,8 +354,8 @@ extern PyTypeObject bcpy_MultiIndex_Type;
 extern PyTypeObject bcpy_View_Type;
 extern PyTypeObject bcpy_ViewIterator_Type;
 /* The context of a "bagcache.bc_seq" capsule whose reads may wait for a
- * cache's fill (a LoadIt's): views over it wait through bcpy_fill_waiter
- * so that Ctrl-C works. */
+ * cache's fill (a LoadIt's): iterators of views over it close their
+ * read-ahead on a helper where this thread must not wait. */
 extern const char bcpy_waits_mark[];
 
 /* The C sequence of `obj` when its elements are raw records read in C (a
@@ -395,6 +385,10 @@ PyObject *bcpy_payload_exception(void);
 
 /* Readies `type` and adds it to the module as `name` (module.c). */
 int bcpy_add_type(PyObject *mod, PyTypeObject *type, const char *name);
+/* Makes the exception class bagcache.`name` (base: a class or a tuple of
+ * them) into *slot and adds it to the module (module.c). */
+int bcpy_add_exception(PyObject *mod, PyObject **slot, const char *name, PyObject *base,
+                       const char *doc);
 
 /* Adds _CacheCore, _CacheSeq, _CacheIter and the exceptions above. */
 int bcpy_loadit_init(PyObject *mod);
@@ -412,13 +406,29 @@ static inline int bcpy_ivec_push(bcpy_ivec *a, int64_t x) {
 
 /* Integers from a 1-D buffer of native integers (numpy, array.array) into
  * an empty `a`: 1 converted, 0 not such a buffer, -1 error (an unsigned
- * value beyond int64: IndexError naming the position). */
-int bcpy_indices_from_buffer(PyObject *obj, bcpy_ivec *a);
+ * value beyond int64: IndexError naming the position).  A boolean mask is
+ * a TypeError, and bytes are not integers, unless `bagz` (then a boolean
+ * mask is not such a buffer). */
+int bcpy_indices_from_buffer(PyObject *obj, bcpy_ivec *a, bool bagz);
 
-/* Appends the integers of `obj` (a 1-D native integer buffer, or any
- * iterable of integers; str/bytes and boolean masks are TypeErrors, other
- * dimensions ValueError, out-of-int64 IndexError naming the position).
- * 0, or -1 with an exception set. */
-int bcpy_indices_from_object(PyObject *obj, bcpy_ivec *a);
+/* Appends the integers of `obj` to an empty `a`: a 1-D native integer
+ * buffer, or any iterable of integers.  As loadit (bagz_len NULL):
+ * str/bytes and boolean masks are TypeErrors, other dimensions ValueError,
+ * out-of-int64 IndexError naming the position.  As bagz's read_indices
+ * (bagz_len: the length): bytes are integers too, False and True are 0
+ * and 1, a non-integer raises Python's own TypeError, and every index is
+ * checked against *bagz_len, IndexError "indices[P] = I out of range [0,
+ * N)" naming the first bad one, and made non-negative.  0, or -1 with an
+ * exception set. */
+int bcpy_indices_from_object(PyObject *obj, bcpy_ivec *a, const uint64_t *bagz_len);
+
+/* The indices of a subscript key that is neither an integer nor a slice
+ * (self[[1, 5, 2]]), as bcpy_indices_from_object reads them (loadit's
+ * rules).  A str, bytes, bytearray or float key is a TypeError "`what`
+ * must be integers, slices or sequences of integers, not T"; so is, when
+ * `strict`, None or anything neither a sequence nor a buffer, and a key
+ * that is not a sequence and does not iterate integers.  0, or -1 with an
+ * exception set. */
+int bcpy_key_indices(PyObject *key, const char *what, bool strict, bcpy_ivec *a);
 
 #endif /* BCPY_H */

@@ -259,99 +259,6 @@ cleanup:
   return list;
 }
 
-/* ---- index conversion -------------------------------------------------------- */
-
-static int index_push(bcpy_seq *self, bcpy_ivec *a, long long value,
-                      bool is_unsigned, unsigned long long uvalue) {
-  long long i = value;
-  if (is_unsigned) i = uvalue > (unsigned long long)INT64_MAX ? -1 : (long long)uvalue;
-  else if (i < 0) i += (long long)self->len;
-  if (i < 0 || (unsigned long long)i >= self->len) {
-    if (is_unsigned)
-      PyErr_Format(PyExc_IndexError, "indices[%zu] = %llu out of range [0, %llu)",
-                   a->n, uvalue, (unsigned long long)self->len);
-    else
-      PyErr_Format(PyExc_IndexError, "indices[%zu] = %lld out of range [0, %llu)",
-                   a->n, value, (unsigned long long)self->len);
-    return -1;
-  }
-  return bcpy_ivec_push(a, i);
-}
-
-/* A 1-D buffer of native integers (numpy arrays, array.array, memoryview;
- * bytes too, as integers; not booleans, which are iterated as 0 and 1):
- * converted by bcpy_indices_from_buffer, then checked.  Returns 1 when
- * converted, 0 when the buffer is not of that kind (the caller falls back
- * to iteration), -1 on error. */
-static int convert_buffer(bcpy_seq *self, PyObject *obj, bcpy_ivec *a) {
-  Py_buffer view;
-  if (PyUnicode_Check(obj) || !PyObject_CheckBuffer(obj)) return 0;
-  if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
-    PyErr_Clear();
-    return 0;
-  }
-  bool is_bool = view.format != NULL && strchr(view.format, '?') != NULL;
-  PyBuffer_Release(&view);
-  if (is_bool) return 0;
-  PyObject *ints = PyBytes_Check(obj) || PyByteArray_Check(obj)
-                       ? PyMemoryView_FromObject(obj) : Py_NewRef(obj);
-  if (ints == NULL) return -1;
-  bcpy_ivec raw = {NULL, 0, 0};
-  int rc = bcpy_indices_from_buffer(ints, &raw);
-  Py_DECREF(ints);
-  for (size_t k = 0; rc == 1 && k < raw.n; k++)
-    if (index_push(self, a, raw.v[k], false, 0) < 0) rc = -1;
-  PyMem_RawFree(raw.v);
-  return rc;
-}
-
-/* Any iterable of objects with __index__. */
-static int convert_iterable(bcpy_seq *self, PyObject *obj, bcpy_ivec *a) {
-  PyObject *it = PyObject_GetIter(obj);
-  if (it == NULL) return -1;
-  PyObject *item;
-  while ((item = PyIter_Next(it)) != NULL) {
-    PyObject *num = PyNumber_Index(item);
-    Py_DECREF(item);
-    if (num == NULL) goto fail;
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(num, &overflow);
-    if (overflow > 0) { /* past int64: maybe still a uint64 index */
-      unsigned long long u = PyLong_AsUnsignedLongLong(num);
-      if (u == (unsigned long long)-1 && PyErr_Occurred()) {
-        /* Past uint64 too: out of range like any other (as LoadIt says). */
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
-          Py_DECREF(num);
-          goto fail;
-        }
-        PyErr_Clear();
-        PyErr_Format(PyExc_IndexError, "indices[%zu] = %R out of range [0, %llu)", a->n,
-                     num, (unsigned long long)self->len);
-        Py_DECREF(num);
-        goto fail;
-      }
-      Py_DECREF(num);
-      if (index_push(self, a, 0, true, u) < 0) goto fail;
-      continue;
-    }
-    if (overflow < 0) {
-      PyErr_Format(PyExc_IndexError, "indices[%zu] = %R out of range [0, %llu)", a->n,
-                   num, (unsigned long long)self->len);
-      Py_DECREF(num);
-      goto fail;
-    }
-    Py_DECREF(num);
-    if (v == -1 && PyErr_Occurred()) goto fail;
-    if (index_push(self, a, v, false, 0) < 0) goto fail;
-  }
-  if (PyErr_Occurred()) goto fail;
-  Py_DECREF(it);
-  return 0;
-fail:
-  Py_DECREF(it);
-  return -1;
-}
-
 /* ---- entry points ------------------------------------------------------------ */
 
 PyObject *bcpy_seq_read(bcpy_seq *self, PyObject *unused) {
@@ -400,9 +307,7 @@ PyObject *bcpy_seq_read_indices(bcpy_seq *self, PyObject *indices) {
   }
   bcpy_ivec a = {NULL, 0, 0};
   PyObject *list = NULL;
-  int rc = convert_buffer(self, indices, &a);
-  if (rc == 0) rc = convert_iterable(self, indices, &a);
-  if (rc >= 0) list = read_list(self, a.v, a.n);
+  if (bcpy_indices_from_object(indices, &a, &self->len) == 0) list = read_list(self, a.v, a.n);
   PyMem_RawFree(a.v);
   return list;
 }

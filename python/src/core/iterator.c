@@ -9,11 +9,10 @@
  * Each __next__ that finds its batch empty refills it: the GIL is released
  * once and up to `batch` records are taken from the read-ahead window
  * (waiting only as long as they are not ready); they are then handed out
- * one per call.  When the sequence's reads may wait for a cache's fill
- * (kind->waits) and this thread must stay interruptible (the main thread),
- * what is ready is taken in place and only a wait goes through the wait
- * policy; if a signal handler raises meanwhile, the refill call keeps the
- * read-ahead and closes it when its wait is over.
+ * one per call.  From the main thread Ctrl-C reaches a wait for a fill
+ * through the interrupt handler (module.c); the iteration then ends with
+ * KeyboardInterrupt, and when the sequence's reads may wait for a cache's
+ * fill (kind->waits) a thread of its own closes the read-ahead.
  *
  * Streams of positions:
  *   - bc_seq_iterate: every position of a sequence of known length;
@@ -34,15 +33,15 @@
  * `busy` (read and written with the GIL held) keeps a second thread, or
  * the index iterator itself, from entering a refill while one runs: a
  * bc_readahead has one consumer.  After fork() the worker threads do not
- * exist in the child: an iterator inherited from the parent refuses to run
- * there and, when freed there, leaks its window instead of joining threads
- * that are not there.
+ * exist in the child: an iterator inherited from the parent (or a first
+ * pass, whose appender is the parent's) refuses to run there and, when
+ * freed there, leaks its window instead of joining threads that are not
+ * there.
  */
 #include "core/bcpy.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* ---- the lazy stream ------------------------------------------------------------ */
 
@@ -101,7 +100,7 @@ static bcpy_iter *iter_alloc(bcpy_sobj *owner, PyTypeObject *type, size_t batch,
   memset((char *)it + sizeof(PyObject), 0, sizeof *it - sizeof(PyObject));
   Py_INCREF(owner);
   it->owner = owner;
-  it->pid = getpid();
+  it->forks = bcpy_forks();
   it->fail = (bc_error_state)BC_ERROR_STATE_INIT;
   it->batch = batch;
   it->max_batch = max_batch;
@@ -138,8 +137,6 @@ PyObject *bcpy_iter_open(bcpy_sobj *owner, PyTypeObject *type, bc_seq *seq, uint
     }
   } else {
     it->pulled = from;
-    it->window = window;
-    it->threads = threads;
     Py_BEGIN_ALLOW_THREADS /* bc_seq_iterate may settle the length */
     rc = open_readahead(it, seq, from, window, threads, lazy);
     Py_END_ALLOW_THREADS
@@ -264,7 +261,7 @@ PyObject *bcpy_iter_indices(bcpy_seq *seq, PyObject *indices,
   size_t window;
   bcpy_ivec array = {NULL, 0, 0};
   PyObject *source = NULL;
-  int conv = bcpy_indices_from_buffer(indices, &array);
+  int conv = bcpy_indices_from_buffer(indices, &array, false);
   if (conv < 0) return NULL;
   if (conv == 0 && (source = PyObject_GetIter(indices)) == NULL) return NULL;
   if (window_size(seq, read_ahead, conv ? array.n : UINT64_MAX, &window) < 0) {
@@ -319,23 +316,22 @@ static void close_free(bcpy_call *c) {
 }
 
 /* Stops the workers.  `may_detach`: reads in flight may be long fills that
- * this thread must not wait for, so a helper closes it where needed. */
+ * this thread must not wait for (the main thread, a source callback), so
+ * a thread of its own closes it there. */
 static void stop_readahead(bcpy_iter *it, bool may_detach) {
   bc_readahead *ra = it->ra;
   struct bcpy_stream *stream = it->stream;
   it->ra = NULL;
   it->stream = NULL;
   if (ra == NULL) return;
-  if (it->pid != getpid()) return; /* forked child: no threads to stop; leaked */
+  if (it->forks != bcpy_forks()) return; /* forked child: no threads to stop; leaked */
   const bcpy_seq_kind *kind = it->owner->kind;
-  if (may_detach && kind->waits != NULL && kind->waits(it->owner)) {
+  if (may_detach && kind->waits != NULL && kind->waits(it->owner) &&
+      (bcpy_is_main_thread() || bcpy_in_callback)) {
     close_call *c = PyMem_RawCalloc(1, sizeof *c);
     if (c != NULL) {
-      c->base.run = close_run;
-      c->base.free = close_free;
-      c->ra = ra;
-      c->stream = stream;
-      if (bcpy_fill_waiter.detach(&c->base)) return;
+      *c = (close_call){{close_run, close_free, 0}, ra, stream};
+      if (bcpy_run_detached(&c->base) == 0) return;
       PyMem_RawFree(c);
     }
   }
@@ -348,33 +344,6 @@ void bcpy_iter_stop(bcpy_iter *it) { stop_readahead(it, true); }
 
 /* ---- refills ----------------------------------------------------------------------- */
 
-/* Takes up to `want` records (only those ready when `nowait`): 1 more may
- * come, 0 the end, < 0 an error; *n counts what was taken. */
-static int take(bc_readahead *ra, bc_buf *bufs, uint64_t *index, size_t want, bool nowait,
-                size_t *n) {
-  int got = 1;
-  while (*n < want && (!nowait || bc_readahead_ready(ra)) &&
-         (got = bc_readahead_next(ra, &bufs[*n], &index[*n])) == 1)
-    (*n)++;
-  return got;
-}
-
-/* A refill as a call of the wait policy. */
-typedef struct {
-  bcpy_call base;
-  bc_readahead *ra;
-  bc_buf *bufs;
-  uint64_t *index;
-  size_t want, n;
-  int got;
-} refill_call;
-
-static int refill_run(bcpy_call *c) {
-  refill_call *r = (refill_call *)c;
-  r->got = take(r->ra, r->bufs, r->index, r->want, false, &r->n);
-  return r->got < 0 ? r->got : 0;
-}
-
 static void keep_exception(bcpy_iter *it) {
   Py_CLEAR(it->exc_type);
   Py_CLEAR(it->exc_value);
@@ -382,22 +351,16 @@ static void keep_exception(bcpy_iter *it) {
   PyErr_Fetch(&it->exc_type, &it->exc_value, &it->exc_tb);
 }
 
-/* Takes the next records from the read-ahead: waiting as the sequence's
- * reads wait (kind->waits: listed as a waiter for a first pass), else with
- * the GIL released. */
+/* Takes up to it->batch records from the read-ahead, the GIL released
+ * (from the main thread, Ctrl-C reaches a wait for a fill through the
+ * interrupt handler: BC_ECANCELED with KeyboardInterrupt pending). */
 static void refill_readahead(bcpy_iter *it) {
-  bcpy_sobj *owner = it->owner;
-  const bcpy_seq_kind *kind = owner->kind;
-  refill_call r = {{refill_run, NULL, 0}, it->ra, it->bufs, it->index, it->batch, 0, 1};
-  if (kind->waits != NULL && kind->waits(owner)) {
-    kind->wait(owner, &r.base);
-  } else {
-    Py_BEGIN_ALLOW_THREADS
-    refill_run(&r.base);
-    Py_END_ALLOW_THREADS
-  }
-  size_t n = r.n;
-  int got = r.got;
+  bc_readahead *ra = it->ra;
+  size_t n = 0, want = it->batch;
+  int got = 1;
+  Py_BEGIN_ALLOW_THREADS
+  while (n < want && (got = bc_readahead_next(ra, &it->bufs[n], &it->index[n])) == 1) n++;
+  Py_END_ALLOW_THREADS
   if (got == BC_ECANCELED && PyErr_Occurred()) {
     /* Ctrl-C (the exception is pending): the iteration ends now; the
      * read-ahead's reads in flight may be long fills, so a thread of its
@@ -467,7 +430,7 @@ static __attribute__((noinline)) PyObject *next_slow(bcpy_iter *it, bool *ready)
                    "or from its own index iterator)", Py_TYPE(it)->tp_name);
       return NULL;
     }
-    if (it->ra != NULL && it->pid != getpid()) {
+    if ((it->ra != NULL || it->producer != NULL) && it->forks != bcpy_forks()) {
       PyErr_Format(PyExc_RuntimeError, "%s was created in another process (before "
                    "fork); create a new iterator in this one", Py_TYPE(it)->tp_name);
       return NULL;

@@ -68,7 +68,8 @@ static pthread_key_t stage_key;
 static pthread_once_t stage_once = PTHREAD_ONCE_INIT;
 static bool stage_key_ok;
 
-void bcpy_stage_free(bcpy_stage *s) {
+static void stage_free(void *p) {
+  bcpy_stage *s = p;
   if (s == NULL) return;
   for (size_t k = 0; k < s->cap; k++) bc_buf_release(&s->bufs[k]);
   free(s->bufs);
@@ -76,10 +77,8 @@ void bcpy_stage_free(bcpy_stage *s) {
   free(s);
 }
 
-static void stage_destructor(void *p) { bcpy_stage_free(p); }
-
 static void make_stage_key(void) {
-  stage_key_ok = pthread_key_create(&stage_key, stage_destructor) == 0;
+  stage_key_ok = pthread_key_create(&stage_key, stage_free) == 0;
 }
 
 /* Plain malloc, not PyMem_Raw*: a thread's area is freed by the key's
@@ -92,7 +91,7 @@ static bcpy_stage *stage_new(void) {
   s->idx = malloc(s->cap * sizeof *s->idx);
   s->bufs = calloc(s->cap, sizeof *s->bufs);
   if (s->idx == NULL || s->bufs == NULL) {
-    bcpy_stage_free(s);
+    stage_free(s);
     return NULL;
   }
   return s;
@@ -144,5 +143,5 @@ void bcpy_stage_give(bcpy_stage *s) {
   if (stage_key_ok && pthread_getspecific(stage_key) == NULL &&
       pthread_setspecific(stage_key, s) == 0)
     return;
-  bcpy_stage_free(s); /* a nested call gave one back first */
+  stage_free(s); /* a nested call gave one back first */
 }

@@ -7,7 +7,8 @@
  * (slices of slices compose in bc_seq_slice), and len is seq's exact
  * length.  The coordinates pickling stores, element k of seq being
  * root[start + k * step], are read back from the slice (_state) by
- * resolving elements 0 and 1.  Views share root and `meta`; they are
+ * resolving elements 0 and 1; unpickling slices the reopened root again
+ * (bagcache/__init__.py, _reopen).  Views share root and `meta`; they are
  * immutable.
  */
 #include "core/bcpy.h"
@@ -176,46 +177,6 @@ static PyObject *seq_state(bcpy_seq *self, PyObject *unused) {
                        (unsigned long long)self->len);
 }
 
-/* _view(start, step, length): the view root[start + k * step], k < length,
- * of this object's root (what _state() returned, after a reopen). */
-static PyObject *seq_view(bcpy_seq *self, PyObject *args) {
-  long long start, step;
-  unsigned long long len;
-  if (!PyArg_ParseTuple(args, "LLK:_view", &start, &step, &len)) return NULL;
-  if (bcpy_seq_check(self) < 0) return NULL;
-  uint64_t root_len;
-  int rc = bc_seq_len(self->root, &root_len);
-  if (rc != 0) return bcpy_raise(rc, NULL);
-  if (len > 0) {
-    /* Both ends must lie in the root (the file may have changed since the
-     * state was taken). */
-    long long last;
-    if (step == 0 || start < 0 || (unsigned long long)start >= root_len ||
-        __builtin_mul_overflow((long long)(len - 1), step, &last) ||
-        __builtin_add_overflow(start, last, &last) || last < 0 ||
-        (unsigned long long)last >= root_len) {
-      PyErr_Format(PyExc_ValueError,
-                   "view start=%lld step=%lld length=%llu does not fit %llu records",
-                   start, step, len, (unsigned long long)root_len);
-      return NULL;
-    }
-  }
-  if (len <= 1) step = 1; /* one element (or none) has no stride */
-  if (len == 0) start = 0;
-  bc_seq *view = NULL;
-  if (start == 0 && step == 1 && len == root_len) {
-    view = bc_seq_ref(self->root);
-  } else {
-    /* stop one step past the last element; a negative stop would count
-     * from the end, and "omitted" means the same as -1 for a negative
-     * step. */
-    long long stop = len == 0 ? 0 : start + (long long)len * step;
-    if ((rc = bc_seq_slice(&view, self->root, start, stop < 0 ? BC_NONE : stop, step)) != 0)
-      return bcpy_raise(rc, NULL);
-  }
-  return seq_wrap((bcpy_sobj *)self, view, NULL);
-}
-
 /* ---- method tables ---------------------------------------------------------- */
 
 static PyMethodDef seq_methods[] = {
@@ -253,8 +214,6 @@ static PyMethodDef seq_methods[] = {
      "ValueError if there is none."},
     {"_state", (PyCFunction)seq_state, METH_NOARGS,
      "_state() -> (start, step, length) of the view within its root."},
-    {"_view", (PyCFunction)seq_view, METH_VARARGS,
-     "_view(start, step, length) -> a view of this object's root."},
     {NULL, NULL, 0, NULL}};
 
 static PyMemberDef seq_members[] = {
@@ -366,25 +325,25 @@ cleanup:
   return result;
 }
 
-static PyObject *reader_bytes_per_record(bcpy_seq *self, PyObject *unused) {
-  (void)unused;
+/* The bag set of an open Reader (its root), or NULL with an exception. */
+static bc_bag *reader_bag(bcpy_seq *self) {
   if (bcpy_seq_check(self) < 0) return NULL;
   bc_bag *bag = bc_seq_bag(self->root);
-  if (bag == NULL) {
-    PyErr_SetString(PyExc_TypeError, "not a bag set");
-    return NULL;
-  }
+  if (bag == NULL) PyErr_SetString(PyExc_TypeError, "not a bag set");
+  return bag;
+}
+
+static PyObject *reader_bytes_per_record(bcpy_seq *self, PyObject *unused) {
+  (void)unused;
+  bc_bag *bag = reader_bag(self);
+  if (bag == NULL) return NULL;
   return PyFloat_FromDouble(bc_bag_bytes_per_record(bag));
 }
 
 static PyObject *reader_shards(bcpy_seq *self, PyObject *unused) {
   (void)unused;
-  if (bcpy_seq_check(self) < 0) return NULL;
-  bc_bag *bag = bc_seq_bag(self->root);
-  if (bag == NULL) {
-    PyErr_SetString(PyExc_TypeError, "not a bag set");
-    return NULL;
-  }
+  bc_bag *bag = reader_bag(self);
+  if (bag == NULL) return NULL;
   size_t n = bc_bag_shard_count(bag);
   PyObject *list = PyList_New((Py_ssize_t)n);
   if (list == NULL) return NULL;

@@ -28,23 +28,12 @@
 
 void bcpy_call_run(bcpy_call *c) { c->rc = c->run(c); }
 
-static int wait_inline(bcpy_call *c) {
+int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c) {
+  (void)self;
   Py_BEGIN_ALLOW_THREADS
   bcpy_call_run(c);
   Py_END_ALLOW_THREADS
   return 0;
-}
-
-static bool keep(bcpy_call *c) {
-  (void)c;
-  return false;
-}
-
-bcpy_waiter bcpy_fill_waiter = {wait_inline, keep};
-
-int bcpy_wait_plain(bcpy_sobj *self, bcpy_call *c) {
-  (void)self;
-  return wait_inline(c);
 }
 
 /* ---- slice bounds ------------------------------------------------------------ */
@@ -77,7 +66,7 @@ int bcpy_slice_bound(PyObject *obj, int64_t *out, bool *big) {
   return 0;
 }
 
-int bcpy_slice_bounds(PyObject *slice, int64_t *start, int64_t *stop, int64_t *step,
+static int slice_bounds(PyObject *slice, int64_t *start, int64_t *stop, int64_t *step,
                       bool *big) {
   PySliceObject *s = (PySliceObject *)slice;
   if (bcpy_slice_bound(s->start, start, big) < 0 || bcpy_slice_bound(s->stop, stop, big) < 0 ||
@@ -95,7 +84,7 @@ Py_ssize_t bcpy_slice_indices(PyObject *slice, Py_ssize_t len, Py_ssize_t *start
                               Py_ssize_t *step) {
   int64_t a, b, c;
   bool big = false;
-  if (bcpy_slice_bounds(slice, &a, &b, &c, &big) < 0) return -1;
+  if (slice_bounds(slice, &a, &b, &c, &big) < 0) return -1;
   /* None as PySlice_Unpack gives it: the far end for the step's sign. */
   Py_ssize_t lo = c > 0 ? 0 : PY_SSIZE_T_MAX;
   Py_ssize_t hi = c > 0 ? PY_SSIZE_T_MAX : PY_SSIZE_T_MIN;
@@ -124,7 +113,9 @@ static int sobj_check(bcpy_sobj *self) {
   return -1;
 }
 
-PyObject *bcpy_sobj_subscript(bcpy_sobj *self, PyObject *key) {
+/* The one subscript path: ints and numpy integers -> kind->item, slices ->
+ * bcpy_sobj_slice, anything else -> kind->take (or TypeError). */
+static PyObject *sobj_subscript(bcpy_sobj *self, PyObject *key) {
   const bcpy_seq_kind *kind = self->kind;
   if (sobj_check(self) < 0) return NULL;
   if (PyLong_CheckExact(key)) return item_of(self, key); /* r[i]: the hot path */
@@ -172,7 +163,7 @@ PyObject *bcpy_sobj_slice(bcpy_sobj *self, PyObject *key) {
   const bcpy_seq_kind *kind = self->kind;
   int64_t start, stop, step;
   bool big = false;
-  if (bcpy_slice_bounds(key, &start, &stop, &step, &big) < 0) return NULL;
+  if (slice_bounds(key, &start, &stop, &step, &big) < 0) return NULL;
   bc_len l;
   int rc = bc_seq_length(self->seq, false, &l); /* never waits */
   if (rc != 0) return kind->raise(rc, bc_errno(), NULL);
@@ -224,7 +215,7 @@ static PySequenceMethods sobj_as_sequence = {
 };
 
 static PyMappingMethods sobj_as_mapping = {
-    .mp_subscript = (binaryfunc)bcpy_sobj_subscript,
+    .mp_subscript = (binaryfunc)sobj_subscript,
 };
 
 /* Abstract: only its subtypes make objects (their tp_new sets `kind`). */

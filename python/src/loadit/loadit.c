@@ -9,11 +9,12 @@
  *               itself (the cache's bc_seq) or a view (a bc_seq_slice /
  *               bc_seq_take of another _CacheSeq's sequence).  Its kind
  *               (lobj_kind) reads items (unpickled records, or bytes),
- *               makes views of index lists, and waits listed as a waiter
- *               (WAIT_BEGIN); subscripts and slices are the base type's;
+ *               makes views of index lists, and waits with the GIL
+ *               released; subscripts and slices are the base type's;
  *               read_indices reads in parallel.
  *   _CacheIter  the one iterator (core/iterator.c) under LoadIt's name:
- *               positions streamed lazily, records decoded by lobj_decode.
+ *               positions streamed lazily, records decoded by lobj_decode;
+ *               a first pass is one opened chunked (loadit/tee.c).
  *
  * Reads and waits: every call into the engine runs with the GIL released,
  * in the calling thread.  From the main thread, Ctrl-C reaches a wait
@@ -102,66 +103,6 @@ static void user_remove(bcpy_lobj *v) {
   v->next_user = NULL;
 }
 
-/* Brackets a call into the engine that may wait, the GIL released: a
- * first pass in progress must know when its reader waits (loadit/tee.c).
- * Ctrl-C reaches the wait through the main thread's interrupt handler
- * (module.c): the call returns BC_ECANCELED with KeyboardInterrupt set. */
-#define WAIT_BEGIN(core)                                                     \
-  {                                                                          \
-    int waiter_ = (core)->src != NULL && atomic_load(&(core)->src->tee_active) \
-                      ? bcpy_waiter_add() : -1;                              \
-    Py_BEGIN_ALLOW_THREADS
-#define WAIT_END                 \
-    Py_END_ALLOW_THREADS         \
-    bcpy_waiter_remove(waiter_); \
-  }
-
-/* The wait policy of views over a LoadIt (core/bcpy.h, bcpy_fill_waiter):
- * listed as a waiter, the GIL released. */
-static int fill_wait(bcpy_call *c) {
-  int waiter = bcpy_waiter_add();
-  Py_BEGIN_ALLOW_THREADS
-  bcpy_call_run(c);
-  Py_END_ALLOW_THREADS
-  bcpy_waiter_remove(waiter);
-  return 0;
-}
-
-/* Runs a call on a thread of its own, which frees it: true when one
- * started (else the call is untouched). */
-typedef struct {
-  bcpy_job base;
-  bcpy_call *call;
-} call_job;
-
-static int call_run(bcpy_job *job) {
-  bcpy_call_run(((call_job *)job)->call);
-  return 0;
-}
-
-static void call_release(bcpy_job *job) {
-  bcpy_call *c = ((call_job *)job)->call;
-  c->free(c);
-}
-
-static bool detach(bcpy_call *c) {
-  call_job *j = PyMem_RawCalloc(1, sizeof *j);
-  if (j == NULL) return false;
-  j->base.run = call_run;
-  j->base.release = call_release;
-  j->call = c;
-  if (bcpy_run_detached(&j->base) == 0) return true;
-  PyMem_RawFree(j);
-  return false;
-}
-
-/* Where this thread must not wait for a call: the main thread (closing a
- * read-ahead whose reads in flight may be long fills) or inside a source
- * callback (this thread may be one of the engine's workers). */
-static bool fill_detach(bcpy_call *c) {
-  return (bcpy_is_main_thread() || bcpy_in_callback) && detach(c);
-}
-
 /* ---- teardown ----------------------------------------------------------------- */
 
 typedef struct {
@@ -183,7 +124,7 @@ static void teardown_free(bcpy_call *c) { PyMem_RawFree(c); }
 
 /* Closes a cache and drops a sequence and a source reference (any may be
  * NULL; the GIL is held).  Inside a source callback this is done by a
- * thread of its own instead (loadit.h, bcpy_in_callback); should none
+ * thread of its own instead (core/bcpy.h, bcpy_in_callback); should none
  * start, the objects are leaked rather than torn down under the engine. */
 static void teardown(bc_cache *cache, bc_seq *seq, bcpy_source *src) {
   if (cache == NULL && seq == NULL && src == NULL) return;
@@ -191,7 +132,7 @@ static void teardown(bc_cache *cache, bc_seq *seq, bcpy_source *src) {
     teardown_call *t = PyMem_RawCalloc(1, sizeof *t);
     if (t == NULL) return;
     *t = (teardown_call){{teardown_run, teardown_free, 0}, cache, seq, src};
-    if (!detach(&t->base)) PyMem_RawFree(t);
+    if (bcpy_run_detached(&t->base) < 0) PyMem_RawFree(t);
     return;
   }
   Py_BEGIN_ALLOW_THREADS
@@ -350,11 +291,7 @@ static int core_close(bcpy_core *c, int mode) {
 
 /* The mode of a close the program did not ask for (collection). */
 static int quiet_mode(void) {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() ? CLOSE_EXIT : CLOSE_QUIET;
-#else
-  return _Py_IsFinalizing() ? CLOSE_EXIT : CLOSE_QUIET;
-#endif
+  return bcpy_finalizing() ? CLOSE_EXIT : CLOSE_QUIET;
 }
 
 /* A record as a Python object: loads(record), or bytes.  With pickle's
@@ -412,19 +349,8 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                                    &known_length, &file_mode, &make_parents, &progress,
                                    &seekable, &max_passes, &prefetch_shards))
     return NULL;
-  if (progress != Py_None && !PyCallable_Check(progress)) {
-    PyErr_SetString(PyExc_TypeError, "progress must be callable or None");
-    return NULL;
-  }
-  if (create_iter != Py_None && !PyCallable_Check(create_iter)) {
-    PyErr_SetString(PyExc_TypeError, "create_iter must be callable or None");
-    return NULL;
-  }
-  if ((dumps != Py_None && !PyCallable_Check(dumps)) ||
-      (loads != Py_None && !PyCallable_Check(loads))) {
-    PyErr_SetString(PyExc_TypeError, "dumps and loads must be callable or None");
-    return NULL;
-  }
+  /* (bagcache/loadit.py checks the options; a callable that is not one
+   * raises TypeError when called.) */
   if (dumps_args != Py_None &&
       (!PyTuple_Check(dumps_args) || PyTuple_GET_SIZE(dumps_args) > BCPY_DUMPS_ARGS_MAX)) {
     PyErr_Format(PyExc_TypeError, "dumps_args must be a tuple of at most %d arguments or None",
@@ -476,25 +402,15 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     Py_XDECREF(pl);
     Py_XDECREF(pickle);
   }
-  char *info_copy = info != NULL ? strdup(info) : NULL;
-  char *root_copy = strdup(root_s);
-  if (root_copy == NULL || (info != NULL && info_copy == NULL)) {
-    free(info_copy);
-    free(root_copy);
-    PyErr_NoMemory();
-    goto fail;
-  }
-  o.info_json = info_copy;
+  /* root_s and info stay valid without the GIL: the call's arguments
+   * hold their str objects. */
+  o.info_json = info;
   bc_source source;
   bool has_source = create_iter != Py_None;
   if (has_source) {
     self->src = bcpy_source_new(create_iter, dumps == Py_None ? NULL : dumps,
                                 dumps == Py_None || dumps_args == Py_None ? NULL : dumps_args);
-    if (self->src == NULL) {
-      free(info_copy);
-      free(root_copy);
-      goto fail;
-    }
+    if (self->src == NULL) goto fail;
     bcpy_source_describe(self->src, thread_safe, &source);
     if (seekable) bcpy_source_seekable(&source);
     o.prefetch = bcpy_source_prefetch;
@@ -507,11 +423,9 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   bc_cache_stats stats = {0};
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = bc_cache_open(&cache, root_copy, has_source ? &source : NULL, &o);
+  rc = bc_cache_open(&cache, root_s, has_source ? &source : NULL, &o);
   if (rc == 0) rc = bc_cache_stats_get(cache, &stats);
   Py_END_ALLOW_THREADS
-  free(info_copy);
-  free(root_copy);
   if (rc != 0) {
     bcpy_raise(rc, NULL);
     if (cache != NULL) teardown(cache, NULL, NULL);
@@ -804,17 +718,6 @@ static PyObject *core_get_closed(bcpy_core *self, void *unused) {
   return PyBool_FromLong(self->cache == NULL);
 }
 
-static PyObject *core_get_R(bcpy_core *self, void *unused) {
-  (void)unused;
-  return PyLong_FromUnsignedLongLong(self->R);
-}
-
-static PyObject *core_get_root(bcpy_core *self, void *unused) {
-  (void)unused;
-  Py_INCREF(self->root);
-  return self->root;
-}
-
 static PyObject *core_get_has_source(bcpy_core *self, void *unused) {
   (void)unused;
   return PyBool_FromLong(self->src != NULL);
@@ -846,10 +749,13 @@ static PyMethodDef core_methods[] = {
 
 static PyGetSetDef core_getset[] = {
     {"closed", (getter)core_get_closed, NULL, "True once closed.", NULL},
-    {"shard_records", (getter)core_get_R, NULL, "Records per shard.", NULL},
-    {"root", (getter)core_get_root, NULL, "The root directory.", NULL},
     {"has_source", (getter)core_get_has_source, NULL, "Whether it can fill.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMemberDef core_members[] = {
+    {"shard_records", T_ULONGLONG, offsetof(bcpy_core, R), READONLY, "Records per shard."},
+    {"root", T_OBJECT, offsetof(bcpy_core, root), READONLY, "The root directory."},
+    {NULL, 0, 0, 0, NULL}};
 
 PyTypeObject bcpy_CacheCore_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -865,6 +771,7 @@ PyTypeObject bcpy_CacheCore_Type = {
     .tp_weaklistoffset = offsetof(bcpy_core, weakrefs),
     .tp_methods = core_methods,
     .tp_getset = core_getset,
+    .tp_members = core_members,
     .tp_new = core_new,
 };
 
@@ -934,9 +841,9 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   bc_buf fallback = BC_BUF_INIT;
   bc_buf *buf = bcpy_scratch_take(&fallback);
   int rc;
-  WAIT_BEGIN(core)
+  Py_BEGIN_ALLOW_THREADS
   rc = leaf == NULL ? bc_seq_get(seq, at, buf) : bc_cache_get(leaf, at, buf);
-  WAIT_END
+  Py_END_ALLOW_THREADS
   if (rc != 0) {
     bcpy_scratch_give(buf, &fallback);
     return bcpy_raise(rc, NULL);
@@ -985,9 +892,9 @@ static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
     return -1;
   bc_seq *seq = bc_seq_ref(self->seq);
   uint64_t len = 0;
-  WAIT_BEGIN(self->core)
+  Py_BEGIN_ALLOW_THREADS
   rc = bc_seq_len(seq, &len);
-  WAIT_END
+  Py_END_ALLOW_THREADS
   if (rc != 0) bcpy_raise(rc, NULL);
   teardown(NULL, seq, NULL);
   if (progress_end(shown, rc == 0) < 0 || rc != 0) return -1;
@@ -1053,20 +960,9 @@ static PyObject *lobj_wrap(bcpy_sobj *base, bc_seq *seq, PyObject *key) {
  * read); key is kept as int64 bytes for pickling. */
 static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
   bcpy_lobj *self = (bcpy_lobj *)base;
-  if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
-      PyFloat_Check(key)) {
-    PyErr_Format(PyExc_TypeError, "indices must be integers, slices or sequences "
-                 "of integers, not %.200s", Py_TYPE(key)->tp_name);
-    return NULL;
-  }
   bcpy_ivec a = {NULL, 0, 0};
-  if (bcpy_indices_from_object(key, &a) < 0) {
+  if (bcpy_key_indices(key, "indices", false, &a) < 0) {
     PyMem_RawFree(a.v);
-    if (PyErr_ExceptionMatches(PyExc_TypeError) && !PySequence_Check(key)) {
-      PyErr_Clear();
-      PyErr_Format(PyExc_TypeError, "indices must be integers, slices or sequences "
-                   "of integers, not %.200s", Py_TYPE(key)->tp_name);
-    }
     return NULL;
   }
   bool safe = self->resolve_safe;
@@ -1086,7 +982,8 @@ static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
   return v;
 }
 
-/* Iterators are listed in their core, which stops them when it closes. */
+/* Iterators are listed in their core, which stops them when it closes; a
+ * first pass's tee goes with its iterator. */
 static void lobj_track(bcpy_sobj *self, bcpy_iter *it, bool add) {
   bcpy_core *core = ((bcpy_lobj *)self)->core;
   if (add) {
@@ -1099,6 +996,7 @@ static void lobj_track(bcpy_sobj *self, bcpy_iter *it, bool add) {
     if (it->next_iter != NULL) it->next_iter->prev_iter = it->prev_iter;
     it->prev_iter = NULL;
   }
+  if (!add && it->producer != NULL) bcpy_tee_release(it);
 }
 
 /* A record an iterator read: none once the loader is closed (its records
@@ -1121,25 +1019,17 @@ static PyObject *lobj_item_seq(bcpy_sobj *self, int64_t i) {
   return lobj_item((bcpy_lobj *)self, i);
 }
 
-/* A call that may wait (a slice that settles the length, a read-ahead
- * refill): listed as a waiter, the GIL released. */
-static int lobj_wait(bcpy_sobj *self, bcpy_call *c) {
-  WAIT_BEGIN(((bcpy_lobj *)self)->core)
-  bcpy_call_run(c);
-  WAIT_END
-  return 0;
-}
-
 static const bcpy_seq_kind lobj_kind = {
     .check = lobj_check_seq,
     .item = lobj_item_seq,
     .take = get_take,
-    .wait = lobj_wait,
+    .wait = bcpy_wait_plain,
     .wrap = lobj_wrap,
     .raise = bcpy_raise_errno,
     .decode = lobj_decode,
     .waits = lobj_waits,
     .track = lobj_track,
+    .chunk = bcpy_tee_chunk,
 };
 
 static PyObject *lobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -1151,13 +1041,13 @@ static PyObject *lobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 /* ---- _CacheSeq: bulk reads and the rest ---------------------------------------- */
 
 /* The loader is held (lobj_enter) while it reads: the one bulk read loop
- * (core/bulk.c) waits through lobj_wait and checks between rounds that it
+ * (core/bulk.c) waits with the GIL released and checks between rounds that it
  * was not closed meanwhile. */
 static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
   if (lobj_check(self) < 0) return NULL;
   lobj_enter(self);
   bcpy_ivec a = {NULL, 0, 0};
-  PyObject *r = bcpy_indices_from_object(indices, &a) < 0
+  PyObject *r = bcpy_indices_from_object(indices, &a, NULL) < 0
                     ? NULL : bcpy_read_list((bcpy_sobj *)self, a.v, a.n);
   PyMem_RawFree(a.v);
   lobj_leave(self);
@@ -1315,7 +1205,7 @@ static bool first_pass(bcpy_lobj *self) {
 static PyObject *lobj_iter(bcpy_lobj *self) {
   if (lobj_check(self) < 0) return NULL;
   if (first_pass(self)) {
-    PyObject *tee = bcpy_tee_start((PyObject *)self, self->core->src, self->seq,
+    PyObject *tee = bcpy_tee_start((bcpy_sobj *)self, self->core->src, self->seq,
                                    self->core->R, self->core->root);
     if (tee != NULL || PyErr_Occurred()) return tee;
   }
@@ -1327,7 +1217,8 @@ PyTypeObject bcpy_CacheIter_Type = {
     .tp_name = "bagcache._bagcache._CacheIter",
     .tp_basicsize = sizeof(bcpy_iter),
     .tp_flags = Py_TPFLAGS_DEFAULT, /* GC: inherited */
-    .tp_doc = "Iterator over a cache's records, read ahead on worker threads.",
+    .tp_doc = "Iterator over a cache's records, read ahead on worker threads; on a\n"
+              "first pass, the iterator's own objects, cached on the way.",
     .tp_base = &bcpy_Iterator_Type,
 };
 
@@ -1368,39 +1259,21 @@ static void release_users(bcpy_core *c) {
 
 /* ---- module setup ----------------------------------------------------------------- */
 
-static int add_exception(PyObject *mod, PyObject **slot, const char *name,
-                         PyObject *base, const char *doc) {
-  char full[128];
-  snprintf(full, sizeof full, "bagcache.%s", name);
-  *slot = PyErr_NewExceptionWithDoc(full, doc, base, NULL);
-  if (*slot == NULL) return -1;
-  Py_INCREF(*slot);
-  if (PyModule_AddObject(mod, name, *slot) < 0) {
-    Py_DECREF(*slot);
-    return -1;
-  }
-  return 0;
-}
-
 int bcpy_loadit_init(PyObject *mod) {
-  if (bcpy_runner_init() < 0) return -1;
-  /* Views over a LoadIt wait for its fills as the LoadIt does. */
-  bcpy_fill_waiter = (bcpy_waiter){fill_wait, fill_detach};
   if (bcpy_add_type(mod, &bcpy_CacheCore_Type, "_CacheCore") < 0 ||
       bcpy_add_type(mod, &bcpy_CacheSeq_Type, "_CacheSeq") < 0 ||
-      bcpy_add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0 ||
-      bcpy_add_type(mod, &bcpy_TeeIter_Type, "_TeeIter") < 0)
+      bcpy_add_type(mod, &bcpy_CacheIter_Type, "_CacheIter") < 0)
     return -1;
-  if (add_exception(mod, &bcpy_SourceError, "SourceError", PyExc_RuntimeError,
+  if (bcpy_add_exception(mod, &bcpy_SourceError, "SourceError", PyExc_RuntimeError,
                     "A cache's source failed and its exception is not available "
                     "(the fill was interrupted, or the interpreter is exiting).") < 0 ||
-      add_exception(mod, &bcpy_NotCachedError, "NotCachedError", PyExc_IndexError,
+      bcpy_add_exception(mod, &bcpy_NotCachedError, "NotCachedError", PyExc_IndexError,
                     "The record is not cached and the cache has no source to fill it.") < 0 ||
-      add_exception(mod, &bcpy_NondeterministicError, "NondeterministicError",
+      bcpy_add_exception(mod, &bcpy_NondeterministicError, "NondeterministicError",
                     PyExc_ValueError,
                     "A regenerated shard differs from the first time: the iterator "
                     "is not deterministic.") < 0 ||
-      add_exception(mod, &bcpy_CacheWarning, "CacheWarning", PyExc_RuntimeWarning,
+      bcpy_add_exception(mod, &bcpy_CacheWarning, "CacheWarning", PyExc_RuntimeWarning,
                     "Warned once when the fill behind a LoadIt's first pass fails "
                     "(a full disk, an I/O error...): the loop goes on with the "
                     "iterator's items, which are not saved.  `filename` is the "

@@ -1,11 +1,11 @@
 /*
  * loadit/loadit.h - private declarations of the loadit-compatible cache objects
  * (loadit/loadit.c), the bc_source over a Python iterator factory
- * (loadit/source.c) and interruptible blocking calls (loadit/runner.c).
+ * (loadit/source.c) and the first pass (loadit/tee.c).
  *
  * Threads and the GIL.  The cache engine calls the source from whichever
  * thread needs a shard (the reader itself, a fill worker, a read-ahead or
- * batch worker, or a runner helper); every source callback takes the GIL
+ * batch worker, or a detached helper); every source callback takes the GIL
  * with PyGILState_Ensure only around its Python calls, and the engine holds
  * none of its locks while calling it.  Every call into the engine from
  * Python releases the GIL.
@@ -76,6 +76,10 @@ bcpy_source *bcpy_source_new(PyObject *create_iter, PyObject *dumps, PyObject *d
 /* dumps(item, *dumps_args) (GIL held, s->dumps set): a new reference, or
  * NULL with an exception. */
 PyObject *bcpy_source_dumps(const bcpy_source *s, PyObject *item);
+/* The record as stored (GIL held): dumps(item), or item's own bytes
+ * (serializer="raw"), as a bytes object (a new reference), or NULL with
+ * a TypeError naming what is not bytes-like. */
+PyObject *bcpy_source_record(const bcpy_source *s, PyObject *item);
 /* Fills a bc_source over s, taking a reference for the cache (released by
  * free_payload). */
 void bcpy_source_describe(bcpy_source *s, bool thread_safe, bc_source *out);
@@ -84,9 +88,8 @@ void bcpy_source_describe(bcpy_source *s, bool thread_safe, bc_source *out);
 void bcpy_source_seekable(bc_source *out);
 /* Drops a reference (GIL held or not). */
 void bcpy_source_unref(bcpy_source *s);
-/* Makes every pass opened so far fail at its next record. */
-void bcpy_source_cancel(bcpy_source *s);
-/* Cancels, and refuses to open passes from now on. */
+/* Makes every pass opened so far fail at its next record, and refuses to
+ * open passes from now on. */
 void bcpy_source_close(bcpy_source *s);
 /* The bc_prefetch_fn over a source payload. */
 size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_records,
@@ -94,23 +97,10 @@ size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_record
 /* Visits the Python objects of s (for a GC traverse). */
 int bcpy_source_traverse(bcpy_source *s, visitproc visit, void *arg);
 
-/* Takes the GIL for a source callback's Python calls from any thread
- * (marking it as bcpy_in_callback), and gives it back. */
-PyGILState_STATE bcpy_gil_enter(void);
-void bcpy_gil_leave(PyGILState_STATE st);
-
 /* Stores the pending exception (GIL held, one set, taken) for the threads
  * that meet the failure and returns BC_ESOURCE with a message naming it;
  * `what` names the failing call. */
 int bcpy_keep_exception(const char *what);
-
-/* Non-zero while this thread runs Python code for a source callback (it
- * may be one of the engine's own threads, in the middle of a fill).  An
- * object that dies there (a collection can run anywhere) must not close a
- * cache or drop a sequence inline: that could join or free the thread's
- * own engine state.  Such teardown is handed to a thread of its own
- * (bcpy_run_detached). */
-extern _Thread_local int bcpy_in_callback;
 
 /* CLOCK_MONOTONIC in nanoseconds (the source's batches, the first pass's
  * stall timer). */
@@ -120,46 +110,23 @@ static inline uint64_t bcpy_now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* ---- work on threads of its own (loadit/runner.c) ------------------------ */
-
-typedef struct bcpy_job bcpy_job;
-struct bcpy_job {
-  int (*run)(bcpy_job *job);      /* the work; no GIL */
-  void (*release)(bcpy_job *job); /* frees what the job still holds (no GIL
-                                     is held; may take it) */
-};
-
-/* Runs job->run, then job->release, on a detached thread of its own, which
- * frees the job (allocated with PyMem_RawCalloc).  -1 when no thread could
- * be started (the job is untouched). */
-int bcpy_run_detached(bcpy_job *job);
-/* job->release(job), then frees it. */
-void bcpy_job_free(bcpy_job *job);
-/* True in the thread Python runs signal handlers in. */
-bool bcpy_is_main_thread(void);
-/* Changes in a child after fork(): a cheaper test than getpid() for
- * objects that must not be used across one. */
-unsigned bcpy_forks(void);
-/* True when `thread` is listed as waiting in a call into the engine. */
-bool bcpy_thread_waits(pthread_t thread);
-/* Lists this thread as waiting (around a call into the engine that may
- * wait); returns the entry (-1: not listed) to pass to the remove. */
-int bcpy_waiter_add(void);
-void bcpy_waiter_remove(int entry);
-/* Sets up the fork handling and the main thread's identity. */
-int bcpy_runner_init(void);
-
 /* ---- the first pass over an empty cache (loadit/tee.c) ------------------ */
 
 typedef struct bcpy_tee bcpy_tee;
 
 /* The iterator of a first pass over the loader `loader` (whose sequence is
- * `seq`, R records per shard, in the directory `root`, a str): the
- * iterator's own objects, stored on the way.  NULL with an exception when
+ * `seq`, R records per shard, in the directory `root`, a str): a
+ * _CacheIter whose elements are the iterator's own objects, stored on the
+ * way (it->producer is the tee).  NULL with an exception when
  * create_iter() failed; NULL without one when no such pass can start now
  * (a pass is open, one runs already): the caller then iterates the cache. */
-PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *src, bc_seq *seq, uint64_t R,
+PyObject *bcpy_tee_start(bcpy_sobj *loader, bcpy_source *src, bc_seq *seq, uint64_t R,
                          PyObject *root);
+/* kind->chunk of a LoadIt: the refill of a first pass's iterator. */
+void bcpy_tee_chunk(bcpy_sobj *loader, bcpy_iter *it);
+/* Releases a first pass's iterator's tee (GIL held): a loop that dropped
+ * it mid-pass is broken off, as by bcpy_tee_settle. */
+void bcpy_tee_release(bcpy_iter *it);
 /* A pass of the source being opened at record 0 (GIL held): the first
  * pass's iterator (a new reference), when the loop has not pulled any
  * record from it yet; the loop then reads the cache.  NULL otherwise. */
@@ -180,7 +147,6 @@ void bcpy_tee_forget(bcpy_source *s);
 extern PyTypeObject bcpy_CacheCore_Type;
 extern PyTypeObject bcpy_CacheSeq_Type;
 extern PyTypeObject bcpy_CacheIter_Type;
-extern PyTypeObject bcpy_TeeIter_Type;
 
 /* An iterator over the cache of loader `loader` (a _CacheSeq) from `from`. */
 PyObject *bcpy_cache_iter(PyObject *loader, uint64_t from);

@@ -21,7 +21,7 @@
  * next() is the end of the source, not an error.
  *
  * Cancellation: a pass remembers the source's generation when it is
- * opened; bcpy_source_cancel() bumps it, and the pass's next callback then
+ * opened; bcpy_source_close() bumps it, and the pass's next callback then
  * fails (BC_ECLOSED, which the threads that waited for the fill retry)
  * without calling the iterator, so an abandoned fill ends within one
  * record.  bcpy_source_close() also refuses new passes (a closed loader
@@ -64,22 +64,9 @@ static void unpin(void *tstate) {
 
 static void pin_init(void) { pin_ok = pthread_key_create(&pin_key, unpin) == 0; }
 
-_Thread_local int bcpy_in_callback;
-
-static PyGILState_STATE gil_ensure(void);
-
-PyGILState_STATE bcpy_gil_enter(void) {
-  PyGILState_STATE st = gil_ensure();
-  bcpy_in_callback++;
-  return st;
-}
-
-void bcpy_gil_leave(PyGILState_STATE st) {
-  bcpy_in_callback--;
-  PyGILState_Release(st);
-}
-
-static PyGILState_STATE gil_ensure(void) {
+/* Takes the GIL for a source callback's Python calls from any thread
+ * (marking it as bcpy_in_callback); gil_leave gives it back. */
+static PyGILState_STATE gil_enter(void) {
   if (PyGILState_GetThisThreadState() == NULL) {
     pthread_once(&pin_once, pin_init);
     if (pin_ok) {
@@ -91,7 +78,14 @@ static PyGILState_STATE gil_ensure(void) {
       }
     }
   }
-  return PyGILState_Ensure();
+  PyGILState_STATE st = PyGILState_Ensure();
+  bcpy_in_callback++;
+  return st;
+}
+
+static void gil_leave(PyGILState_STATE st) {
+  bcpy_in_callback--;
+  PyGILState_Release(st);
 }
 
 /* The payload of a source's failure: a reference to its exception. */
@@ -113,7 +107,7 @@ static int drop_exception(void *exc) {
  * there: a thread without the GIL hands the reference to the main thread
  * (Py_AddPendingCall, which takes no lock a GIL holder could hold), and
  * takes the GIL itself only when that queue is full.  As inside a source
- * callback (bcpy_gil_enter), a loader that dies with the exception hands
+ * callback (gil_enter), a loader that dies with the exception hands
  * its teardown to another thread. */
 static void box_release(void *p) {
   exc_box *box = p;
@@ -122,9 +116,9 @@ static void box_release(void *p) {
   PyMem_RawFree(box);
   if (bcpy_finalizing()) return; /* at shutdown the object is left to the runtime */
   if (!PyGILState_Check() && Py_AddPendingCall(drop_exception, exc) == 0) return;
-  PyGILState_STATE gil = bcpy_gil_enter();
+  PyGILState_STATE gil = gil_enter();
   Py_DECREF(exc);
-  bcpy_gil_leave(gil);
+  gil_leave(gil);
 }
 
 int bcpy_keep_exception(const char *what) {
@@ -227,25 +221,10 @@ PyObject *bcpy_source_dumps(const bcpy_source *s, PyObject *item) {
     PyObject *args = s->dumps_args;
     Py_INCREF(args);
     Py_ssize_t n = PyTuple_GET_SIZE(args);
-#if PY_VERSION_HEX >= 0x03090000
     PyObject *stack[1 + BCPY_DUMPS_ARGS_MAX];
     stack[0] = item;
     for (Py_ssize_t i = 0; i < n; i++) stack[1 + i] = PyTuple_GET_ITEM(args, i);
     r = PyObject_Vectorcall(dumps, stack, (size_t)(1 + n), NULL);
-#else
-    PyObject *all = PyTuple_New(1 + n);
-    r = NULL;
-    if (all != NULL) {
-      Py_INCREF(item);
-      PyTuple_SET_ITEM(all, 0, item);
-      for (Py_ssize_t i = 0; i < n; i++) {
-        Py_INCREF(PyTuple_GET_ITEM(args, i));
-        PyTuple_SET_ITEM(all, 1 + i, PyTuple_GET_ITEM(args, i));
-      }
-      r = PyObject_Call(dumps, all, NULL);
-      Py_DECREF(all);
-    }
-#endif
     Py_DECREF(args);
   }
   Py_DECREF(dumps);
@@ -255,27 +234,23 @@ PyObject *bcpy_source_dumps(const bcpy_source *s, PyObject *item) {
 void bcpy_source_unref(bcpy_source *s) {
   if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1) return;
   if (!bcpy_finalizing()) { /* at shutdown the objects are left to the runtime */
-    PyGILState_STATE gil = bcpy_gil_enter();
+    PyGILState_STATE gil = gil_enter();
     Py_XDECREF(s->create_iter);
     Py_XDECREF(s->dumps);
     Py_XDECREF(s->dumps_args);
     Py_XDECREF(s->prefetch_fn);
     Py_XDECREF(s->loader);
     bcpy_tee_forget(s);
-    bcpy_gil_leave(gil);
+    gil_leave(gil);
   }
   PyMem_RawFree(s);
-}
-
-void bcpy_source_cancel(bcpy_source *s) {
-  if (s != NULL) atomic_fetch_add(&s->generation, 1);
 }
 
 void bcpy_source_close(bcpy_source *s) {
   if (s == NULL) return;
   atomic_store(&s->closed, true);
   atomic_store(&s->prefetch_mode, BCPY_PREFETCH_NONE);
-  bcpy_source_cancel(s);
+  atomic_fetch_add(&s->generation, 1); /* passes opened so far are cancelled */
 }
 
 /* The core reports the source's objects to the collector, so that a loader
@@ -315,7 +290,7 @@ static int open_pass(bcpy_source *s, uint64_t start, void **out) {
   p->generation = atomic_load(&s->generation);
   p->end_rc = 1;
   int rc = 0;
-  PyGILState_STATE gil = bcpy_gil_enter();
+  PyGILState_STATE gil = gil_enter();
   if (atomic_load(&s->closed) || s->create_iter == NULL) { /* closed meanwhile */
     rc = bc_set_errmsg(BC_ECLOSED, "the LoadIt was closed");
     goto done;
@@ -349,7 +324,7 @@ static int open_pass(bcpy_source *s, uint64_t start, void **out) {
   Py_DECREF(iterable);
   if (p->it == NULL) rc = bcpy_keep_exception("iter(create_iter())");
 done:
-  bcpy_gil_leave(gil);
+  gil_leave(gil);
   if (rc != 0) {
     PyMem_RawFree(p);
     return rc;
@@ -365,33 +340,28 @@ static int src_open_at(void *payload, uint64_t start, void **out) {
   return open_pass(payload, start, out);
 }
 
-/* Copies a bytes-like object into out (GIL held).  -1 with an exception. */
-static int copy_record(PyObject *obj, bc_buf *out) {
-  Py_buffer view;
-  if (PyUnicode_Check(obj) || PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) {
-    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
-      PyErr_Clear();
-      PyErr_Format(PyExc_TypeError,
-                   "a record must be a bytes-like object (serializer=\"raw\"), "
-                   "not %.200s", Py_TYPE(obj)->tp_name);
-    }
-    return -1;
+PyObject *bcpy_source_record(const bcpy_source *s, PyObject *item) {
+  PyObject *b;
+  if (s->dumps != NULL) {
+    b = bcpy_source_dumps(s, item);
+  } else {
+    Py_INCREF(item);
+    b = item;
   }
-  size_t n = (size_t)view.len;
-  if (n > out->capacity) {
-    unsigned char *data = realloc(out->data, n);
-    if (data == NULL) {
-      PyBuffer_Release(&view);
-      PyErr_NoMemory();
-      return -1;
-    }
-    out->data = data;
-    out->capacity = n;
+  if (b == NULL || PyBytes_CheckExact(b)) return b;
+  /* Another bytes-like object (it could change after this): a copy. */
+  PyObject *copy = NULL;
+  if ((PyUnicode_Check(b) || !PyObject_CheckBuffer(b)) && s->dumps != NULL) {
+    PyErr_Format(PyExc_TypeError, "the serializer returned %.200s, not a bytes-like object",
+                 Py_TYPE(b)->tp_name);
+  } else if (PyUnicode_Check(b) || !PyObject_CheckBuffer(b)) {
+    PyErr_Format(PyExc_TypeError, "a record must be a bytes-like object "
+                 "(serializer=\"raw\"), not %.200s", Py_TYPE(b)->tp_name);
+  } else {
+    copy = PyBytes_FromObject(b);
   }
-  if (n > 0) memcpy(out->data, view.buf, n);
-  out->size = n;
-  PyBuffer_Release(&view);
-  return 0;
+  Py_DECREF(b);
+  return copy;
 }
 
 /* One record from the iterator into out (GIL held): 1, 0 at the end, or
@@ -405,16 +375,24 @@ static int pull_one(bcpy_source *s, pass *p, bc_buf *out) {
     Py_DECREF(item);
     return cancelled();
   }
-  if (s->dumps != NULL) {
-    PyObject *b = bcpy_source_dumps(s, item);
-    Py_DECREF(item);
-    if (b == NULL) return bcpy_keep_exception("serializer");
-    item = b;
-  }
-  int rc = copy_record(item, out) < 0 ? bcpy_keep_exception("serializer") : 1;
-  if (rc == 1) s->bytes_read += out->size;
+  PyObject *record = bcpy_source_record(s, item);
   Py_DECREF(item);
-  return rc;
+  if (record == NULL) return bcpy_keep_exception("serializer");
+  size_t n = (size_t)PyBytes_GET_SIZE(record);
+  if (n > out->capacity) {
+    unsigned char *data = realloc(out->data, n);
+    if (data == NULL) {
+      Py_DECREF(record);
+      return bc_set_errmsg(BC_ENOMEM, "out of memory");
+    }
+    out->data = data;
+    out->capacity = n;
+  }
+  if (n > 0) memcpy(out->data, PyBytes_AS_STRING(record), n);
+  out->size = n;
+  s->bytes_read += n;
+  Py_DECREF(record);
+  return 1;
 }
 
 /* A copy of this thread's error, for after the queued records. */
@@ -438,7 +416,7 @@ static int restore_error(pass *p) {
  * error is kept for after the records before it. */
 static void refill(bcpy_source *s, pass *p) {
   p->head = p->count = 0;
-  PyGILState_STATE gil = bcpy_gil_enter();
+  PyGILState_STATE gil = gil_enter();
   uint64_t start = bcpy_now_ns();
   while (p->count < BATCH) {
     if (p->generation != atomic_load(&s->generation)) { /* cancelled */
@@ -453,7 +431,7 @@ static void refill(bcpy_source *s, pass *p) {
     p->count++;
     if (bcpy_now_ns() - start > BATCH_NS) break;
   }
-  bcpy_gil_leave(gil);
+  gil_leave(gil);
   if (p->end_rc < 0) p->end_err = save_error(p->end_rc);
 }
 
@@ -493,7 +471,7 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
   }
   /* The GIL is held across the records; the interpreter still hands it to
    * other threads while the iterator's own Python code runs. */
-  PyGILState_STATE gil = bcpy_gil_enter();
+  PyGILState_STATE gil = gil_enter();
   while (k < n) {
     if (p->generation != atomic_load(&s->generation)) {
       rc = cancelled();
@@ -508,7 +486,7 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
     p->pos++;
     k++;
   }
-  bcpy_gil_leave(gil);
+  gil_leave(gil);
   if (rc == 0) *skipped = k;
   return rc;
 }
@@ -519,7 +497,7 @@ static void src_close(void *payload, void *pass_) {
   if (p == NULL) return;
   atomic_fetch_sub(&s->passes, 1);
   if (!bcpy_finalizing()) {
-    PyGILState_STATE gil = bcpy_gil_enter();
+    PyGILState_STATE gil = gil_enter();
     PyObject *saved_type, *saved_value, *saved_tb;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
     if (p->it != NULL) {
@@ -531,7 +509,7 @@ static void src_close(void *payload, void *pass_) {
       Py_DECREF(p->it);
     }
     PyErr_Restore(saved_type, saved_value, saved_tb);
-    bcpy_gil_leave(gil);
+    gil_leave(gil);
   }
   for (size_t k = 0; k < BATCH; k++) bc_buf_release(&p->queue[k]);
   if (p->end_err != NULL) bc_error_state_clear(p->end_err);
@@ -655,9 +633,9 @@ size_t bcpy_source_prefetch(void *payload, uint64_t index, uint64_t shard_record
     }
     case BCPY_PREFETCH_PYTHON: {
       if (bcpy_finalizing()) return 0;
-      PyGILState_STATE gil = bcpy_gil_enter();
+      PyGILState_STATE gil = gil_enter();
       if (python_policy(s, index, R, shards, max, &n) < 0) n = 0;
-      bcpy_gil_leave(gil);
+      gil_leave(gil);
       return n;
     }
     default:

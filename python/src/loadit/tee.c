@@ -45,17 +45,20 @@
  * waits poll the thread's interrupt handler (the main thread's: Ctrl-C,
  * then KeyboardInterrupt, the appender discarded).
  *
- * Ownership: the _TeeIter owns its bcpy_tee.  The source registers it in
- * s->tee (GIL) while the pass runs, so that no second first pass starts,
- * the prefetcher stays idle (tee_active) and the loader's close can
- * settle it.  A failure found while settling in a deallocation (which
- * cannot warn) passes the tee to s->unwarned, warned by the close.
+ * The pass is the one iterator of core/iterator.c, a _CacheIter opened
+ * chunked: bcpy_tee_chunk is its refill (one element per refill, and
+ * after a take the records of the cache), bcpy_tee_release its drop.
+ *
+ * Ownership: the iterator owns its bcpy_tee (it->producer).  The source
+ * registers it in s->tee (GIL) while the pass runs, so that no second
+ * first pass starts, the prefetcher stays idle (tee_active) and the
+ * loader's close can settle it.  A failure found while settling in a
+ * deallocation (which cannot warn) passes the tee to s->unwarned, warned
+ * by the close.
  */
 #include "loadit/loadit.h"
 
 #include <errno.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 /* Records of at least this many bytes are appended without the GIL (the
@@ -79,15 +82,6 @@ struct bcpy_tee {
   int fill_rc;       /* the cache's failure (not the iterator's) */
   char fill_msg[1024];
 };
-
-typedef struct {
-  PyObject_HEAD
-  PyObject *loader;
-  bcpy_tee *tee;
-  PyObject *fallback; /* the cache's iterator, once the tee is given away */
-  bool done;
-  unsigned forks; /* bcpy_forks() when made */
-} bcpy_teeiter;
 
 /* ---- the tee -------------------------------------------------------------------- */
 
@@ -178,68 +172,21 @@ static int fill_errno(int rc) {
 }
 
 /* Warns once that the first pass could not write the cache (GIL held, no
- * exception set): a CacheWarning whose `filename` is the root and `errno`
- * the system's error number (None when the failure is not the system's).
- * -1 with an exception when the warning filters made it an error. */
+ * exception set): bagcache.loadit._warn_cache_failed makes the
+ * CacheWarning (its `filename` the root, its `errno` the system's error
+ * number, None when the failure is not the system's), attributed to the
+ * Python code iterating.  -1 with an exception when the warning filters
+ * made it an error. */
 static int warn_fill_failed(bcpy_tee *t) {
-  int rc = t->fill_rc;
-  if (rc == 0 || t->warned) return 0;
+  if (t->fill_rc == 0 || t->warned) return 0;
   t->warned = true;
-  int err = fill_errno(rc);
-  PyObject *msg = NULL, *w = NULL, *warnings = NULL, *r = NULL, *no = NULL;
-  if (err != 0)
-    msg = PyUnicode_FromFormat("the first pass could not write the cache in %U "
-                               "([Errno %d] %s): %s; its items are not saved from there on",
-                               t->root, err, strerror(err), t->fill_msg);
-  else
-    msg = PyUnicode_FromFormat("the first pass could not write the cache in %U: %s; "
-                               "its items are not saved from there on", t->root, t->fill_msg);
-  if (msg == NULL || (w = PyObject_CallFunctionObjArgs(bcpy_CacheWarning, msg, NULL)) == NULL) goto done;
-  if (err != 0) {
-    no = PyLong_FromLong(err);
-  } else {
-    Py_INCREF(Py_None);
-    no = Py_None;
-  }
-  if (no == NULL || PyObject_SetAttrString(w, "errno", no) < 0 ||
-      PyObject_SetAttrString(w, "filename", t->root) < 0)
-    goto done;
-  /* warnings.warn(w): attributed to the Python code iterating. */
-  if ((warnings = PyImport_ImportModule("warnings")) == NULL) goto done;
-  r = PyObject_CallMethod(warnings, "warn", "O", w);
-done:
-  Py_XDECREF(msg);
-  Py_XDECREF(w);
-  Py_XDECREF(no);
-  Py_XDECREF(warnings);
-  int ok = r != NULL ? 0 : -1;
+  PyObject *mod = PyImport_ImportModule("bagcache.loadit");
+  PyObject *r = mod == NULL ? NULL
+                            : PyObject_CallMethod(mod, "_warn_cache_failed", "Oiy", t->root,
+                                                  fill_errno(t->fill_rc), t->fill_msg);
+  Py_XDECREF(mod);
   Py_XDECREF(r);
-  return ok;
-}
-
-/* The record as stored: dumps(item), or item's bytes (new reference). */
-static PyObject *serialize(bcpy_source *s, PyObject *item) {
-  PyObject *b;
-  if (s->dumps != NULL) {
-    b = bcpy_source_dumps(s, item);
-  } else {
-    Py_INCREF(item);
-    b = item;
-  }
-  if (b == NULL || PyBytes_CheckExact(b)) return b;
-  /* Another bytes-like object (it could change after this): a copy. */
-  PyObject *copy = NULL;
-  if ((PyUnicode_Check(b) || !PyObject_CheckBuffer(b)) && s->dumps != NULL) {
-    PyErr_Format(PyExc_TypeError, "the serializer returned %.200s, not a bytes-like object",
-                 Py_TYPE(b)->tp_name);
-  } else if (PyUnicode_Check(b) || !PyObject_CheckBuffer(b)) {
-    PyErr_Format(PyExc_TypeError, "a record must be a bytes-like object "
-                 "(serializer=\"raw\"), not %.200s", Py_TYPE(b)->tp_name);
-  } else {
-    copy = PyBytes_FromObject(b);
-  }
-  Py_DECREF(b);
-  return copy;
+  return r != NULL ? 0 : -1;
 }
 
 /* The iterator is over: no more records (GIL held). */
@@ -271,7 +218,7 @@ static int break_off(bcpy_tee *t) {
       }
       break;
     }
-    PyObject *record = serialize(t->src, item);
+    PyObject *record = bcpy_source_record(t->src, item);
     Py_DECREF(item);
     if (record == NULL) {
       if (!PyErr_ExceptionMatches(PyExc_Exception)) rc = -1;
@@ -332,14 +279,14 @@ void bcpy_tee_forget(bcpy_source *s) {
   s->unwarned = NULL;
 }
 
-/* ---- _TeeIter ---------------------------------------------------------------------- */
+/* ---- the iterator ------------------------------------------------------------------ */
 
 /* The iteration is over (GIL held): the appender is closed or discarded
  * already. */
-static void finish(bcpy_teeiter *self) {
-  self->done = true;
-  iterator_over(self->tee);
-  unregister(self->tee);
+static void pass_over(bcpy_iter *it, bcpy_tee *t) {
+  it->done = true;
+  iterator_over(t);
+  unregister(t);
 }
 
 /* The iterator ended (exception pending if any): the shards up to the
@@ -347,8 +294,7 @@ static void finish(bcpy_teeiter *self) {
  * in progress dropped (when it raised); the cache's failure is warned
  * about.  A failing warning becomes the exception, with the pending one
  * as its context. */
-static void end_of_pass(bcpy_teeiter *self) {
-  bcpy_tee *t = self->tee;
+static void end_of_pass(bcpy_iter *it, bcpy_tee *t) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   if (value == NULL && type == NULL) {
@@ -356,7 +302,7 @@ static void end_of_pass(bcpy_teeiter *self) {
   } else {
     discard(t);
   }
-  finish(self);
+  pass_over(it, t);
   int rc = warn_fill_failed(t);
   if (rc == 0 || value == NULL) {
     if (rc == 0) PyErr_Restore(type, value, tb);
@@ -377,69 +323,31 @@ static void end_of_pass(bcpy_teeiter *self) {
   PyErr_Restore(type2, value2, tb2);
 }
 
-static PyObject *teeiter_next(bcpy_teeiter *self) {
-  if (self->fallback != NULL) return Py_TYPE(self->fallback)->tp_iternext(self->fallback);
-  if (self->done) return NULL;
-  if (self->forks != bcpy_forks()) {
-    PyErr_SetString(PyExc_RuntimeError, "the iterator was created before fork(); "
-                    "create a new one in this process");
-    return NULL;
-  }
-  bcpy_tee *t = self->tee;
+/* The next element of the first pass (GIL held, in_next set): the
+ * iterator's next object, cached on the way; NULL at its end, or with an
+ * exception. */
+static PyObject *tee_next(bcpy_iter *it, bcpy_tee *t) {
   bcpy_source *s = t->src;
-  if (t->given && !atomic_load(&s->closed)) {
-    /* A pass took the iterator before its first record (a len() of the
-     * loader right after iter(), as list() does): the cache it fills
-     * gives the records, from the first. */
-    self->done = true;
-    self->fallback = bcpy_cache_iter(self->loader, 0);
-    if (self->fallback == NULL) return NULL;
-    return Py_TYPE(self->fallback)->tp_iternext(self->fallback);
-  }
-  if (t->in_next) {
-    PyErr_SetString(PyExc_RuntimeError, "the iterator is already running in another thread");
-    return NULL;
-  }
-  if (atomic_load(&s->closed) || t->it == NULL) {
-    /* (the close settled it already: nothing to discard) */
-    discard(t);
-    finish(self);
-    PyErr_SetString(PyExc_ValueError, "the LoadIt is closed");
-    return NULL;
-  }
-  t->in_next = true;
-  PyObject *item = PyIter_Next(t->it), *record = NULL;
-  if (item == NULL) {
-    end_of_pass(self);
-    t->in_next = false;
-    return NULL;
-  }
-  record = serialize(s, item);
+  PyObject *item = PyIter_Next(t->it);
+  PyObject *record = item != NULL ? bcpy_source_record(s, item) : NULL;
   if (record == NULL) {
-    Py_DECREF(item);
-    end_of_pass(self);
-    t->in_next = false;
+    Py_XDECREF(item);
+    end_of_pass(it, t);
     return NULL;
   }
   if (!t->alone) {
     append(t, PyBytes_AS_STRING(record), (size_t)PyBytes_GET_SIZE(record));
-    if (t->interrupted) { /* the pending KeyboardInterrupt ends the loop */
+    bool failed = t->interrupted || (t->alone && warn_fill_failed(t) < 0);
+    if (failed) {
+      /* Ctrl-C stopped an append (the pending KeyboardInterrupt ends the
+       * loop), or the warning of the cache's failure was made an error. */
       Py_DECREF(item);
       Py_DECREF(record);
-      finish(self);
-      t->in_next = false;
-      if (PyErr_CheckSignals() == 0) PyErr_SetNone(PyExc_KeyboardInterrupt);
-      return NULL;
-    }
-    if (t->alone && warn_fill_failed(t) < 0) { /* the warning made an error */
-      Py_DECREF(item);
-      Py_DECREF(record);
-      finish(self);
-      t->in_next = false;
+      pass_over(it, t);
+      if (t->interrupted && PyErr_CheckSignals() == 0) PyErr_SetNone(PyExc_KeyboardInterrupt);
       return NULL;
     }
   }
-  t->in_next = false;
   if (s->dumps == NULL) { /* raw: what the cache gives back */
     Py_DECREF(item);
     return record;
@@ -448,10 +356,40 @@ static PyObject *teeiter_next(bcpy_teeiter *self) {
   return item;
 }
 
-static int teeiter_traverse(bcpy_teeiter *self, visitproc visit, void *arg) {
-  Py_VISIT(self->loader);
-  Py_VISIT(self->fallback);
-  return 0;
+void bcpy_tee_chunk(bcpy_sobj *loader, bcpy_iter *it) {
+  bcpy_tee *t = it->producer;
+  bcpy_source *s = t->src;
+  PyObject *item = NULL;
+  it->head = it->count = 0;
+  if (t->given && !atomic_load(&s->closed)) {
+    /* A pass took the iterator before its first record (a len() of the
+     * loader right after iter(), as list() does): the cache it fills
+     * gives the records, from the first. */
+    if (it->source == NULL && (it->source = bcpy_cache_iter((PyObject *)loader, 0)) == NULL) {
+      it->done = true;
+    }
+    while (it->source != NULL && it->count < it->batch &&
+           (item = PyIter_Next(it->source)) != NULL)
+      it->items[it->count++] = item;
+    if (it->source != NULL && item == NULL) it->done = true;
+  } else if (t->in_next) {
+    PyErr_SetString(PyExc_RuntimeError, "the iterator is already running in another thread");
+  } else if (atomic_load(&s->closed) || t->it == NULL) {
+    /* (the close settled it already: nothing to discard) */
+    discard(t);
+    pass_over(it, t);
+    PyErr_SetString(PyExc_ValueError, "the LoadIt is closed");
+  } else {
+    t->in_next = true;
+    item = tee_next(it, t);
+    t->in_next = false;
+    if (item != NULL) it->items[it->count++] = item;
+  }
+  /* An end or an exception is raised once the elements before it are out. */
+  if (PyErr_Occurred()) {
+    it->done = true;
+    PyErr_Fetch(&it->exc_type, &it->exc_value, &it->exc_tb);
+  }
 }
 
 /* The loop dropped its iterator mid-pass (a break, an exception in the
@@ -461,46 +399,31 @@ static int teeiter_traverse(bcpy_teeiter *self, visitproc visit, void *arg) {
  * after the loop expects).  An interrupt stops that and is raised again
  * at once (a dealloc cannot raise).  Any exception being propagated is
  * kept; a failure of the cache is warned about by the loader's close. */
-static void teeiter_dealloc(bcpy_teeiter *self) {
-  PyObject_GC_UnTrack(self);
-  bcpy_tee *t = self->tee;
-  if (t != NULL) {
-    if (!self->done && t->pid == getpid()) {
-      PyObject *type, *value, *tb;
-      PyErr_Fetch(&type, &value, &tb);
-      if (break_off(t) < 0) {
-        if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) PyErr_SetInterrupt();
-        PyErr_Clear();
-      }
-      PyErr_Restore(type, value, tb);
+void bcpy_tee_release(bcpy_iter *it) {
+  bcpy_tee *t = it->producer;
+  it->producer = NULL;
+  if (!it->done && t->pid == getpid()) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (break_off(t) < 0) {
+      if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) PyErr_SetInterrupt();
+      PyErr_Clear();
     }
-    unregister(t);
-    if (t->fill_rc != 0 && !t->warned && t->pid == getpid() &&
-        t->src->unwarned == NULL) {
-      t->src->unwarned = t; /* close() warns */
-    } else {
-      tee_free(t);
-    }
+    PyErr_Restore(type, value, tb);
   }
-  Py_CLEAR(self->fallback);
-  Py_CLEAR(self->loader);
-  PyObject_GC_Del(self);
+  unregister(t);
+  if (t->fill_rc != 0 && !t->warned && t->pid == getpid() && t->src->unwarned == NULL) {
+    t->src->unwarned = t; /* close() warns */
+  } else {
+    tee_free(t);
+  }
 }
 
-PyTypeObject bcpy_TeeIter_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bagcache._bagcache._TeeIter",
-    .tp_basicsize = sizeof(bcpy_teeiter),
-    .tp_dealloc = (destructor)teeiter_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The first pass over an empty LoadIt: the iterator's own objects, "
-              "cached on the way.",
-    .tp_traverse = (traverseproc)teeiter_traverse,
-    .tp_iter = PyObject_SelfIter,
-    .tp_iternext = (iternextfunc)teeiter_next,
-};
+/* Iterators of a first pass hand out the elements one per refill; once a
+ * pass took the iterator, up to this many records of the cache. */
+#define GIVEN_BATCH 64
 
-PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *s, bc_seq *seq, uint64_t R,
+PyObject *bcpy_tee_start(bcpy_sobj *loader, bcpy_source *s, bc_seq *seq, uint64_t R,
                          PyObject *root) {
   bc_cache *cache = bc_seq_cache(seq);
   if (R == 0 || cache == NULL || atomic_load(&s->closed) ||
@@ -535,19 +458,14 @@ PyObject *bcpy_tee_start(PyObject *loader, bcpy_source *s, bc_seq *seq, uint64_t
   Py_DECREF(create);
   t->it = iterable != NULL ? PyObject_GetIter(iterable) : NULL;
   Py_XDECREF(iterable);
-  bcpy_teeiter *self = NULL;
-  if (t->it == NULL || (self = PyObject_GC_New(bcpy_teeiter, &bcpy_TeeIter_Type)) == NULL) {
+  bcpy_iter *it = NULL;
+  if (t->it == NULL || (it = (bcpy_iter *)bcpy_iter_open(loader, &bcpy_CacheIter_Type, seq, 0,
+                                                          0, 0, 1, GIVEN_BATCH, false, true)) == NULL) {
     tee_free(t); /* the source's exception reaches the caller as itself */
     return NULL;
   }
-  self->done = false;
-  self->fallback = NULL;
-  self->forks = bcpy_forks();
-  self->tee = t;
-  Py_INCREF(loader);
-  self->loader = loader;
-  PyObject_GC_Track(self);
+  it->producer = t;
   s->tee = t; /* registered: no second first pass, no prefetch */
   atomic_store(&s->tee_active, true);
-  return (PyObject *)self;
+  return (PyObject *)it;
 }

@@ -21,9 +21,8 @@
  *
  * pyleaf and natleaf are foreign leaves implemented through the public
  * bc_seq_ops interface (not bc_seq_new_callbacks) so that a resolved leaf is
- * recognised by its ops table in O(1).  A pyleaf's `get` (used only by C
- * code reading the tree as bytes) takes the GIL and needs obj[i] to be
- * bytes-like; the extension itself never calls it.
+ * recognised by its ops table in O(1).  A pyleaf's `get` is never called:
+ * its elements are read in Python.
  *
  * GIL: a tree holding a native leaf may block in resolve (a cache settling
  * its length runs the user's iterator, which needs the GIL on a fill
@@ -48,13 +47,13 @@
 #define VK_NATIVE 2u /* native leaves: reads may block, GIL released */
 #define VK_DECODE 4u /* decoded leaves: records go through a Python decoder */
 #define VK_WAITS 8u  /* leaves whose reads may wait for a fill (a LoadIt's) */
+/* (bagcache/views.py reads these bits as _kinds.) */
 
 const char bcpy_waits_mark[] = "a LoadIt's sequence: reads may wait for fills";
 
 typedef struct {
   BCPY_SEQ_HEAD      /* seq: the view; NULL until an _init_* method ran */
   unsigned kinds;    /* VK_* of every leaf and map in the tree */
-  PyObject *recipe;  /* (callable, args) rebuilding the view, for pickling */
   PyObject *weakrefs;
 } bcpy_view;
 
@@ -106,53 +105,15 @@ static PyObject *pyleaf_item(const pyleaf *p, uint64_t i) {
   return item;
 }
 
-/* For C consumers only: the element must be bytes-like. */
+/* Never called: a python leaf's elements are any objects, read in Python
+ * (pyleaf_item); every tree holding one has VK_PYTHON, which no C reader
+ * of records is given (bcpy_record_seq refuses it, iteration resolves it
+ * in chunks, read_natives skips its leaves). */
 static int pyleaf_get(bc_seq *self, uint64_t index, bc_buf *out) {
-  pyleaf *p = (pyleaf *)self;
-  int rc = 0;
-  if (bcpy_finalizing()) return bc_set_errmsg(BC_ESOURCE, "python: the interpreter is exiting");
-  PyGILState_STATE gil = PyGILState_Ensure();
-  if (PyErr_Occurred()) { /* an earlier callback failed: do not run more */
-    rc = bc_set_errmsg(BC_ESOURCE, "a Python error is pending");
-    goto done;
-  }
-  if (index >= p->len) {
-    rc = bc_set_errmsg(BC_ERANGE, "python: index %llu out of range [0, %llu)",
-                       (unsigned long long)index, (unsigned long long)p->len);
-    goto done;
-  }
-  PyObject *item = pyleaf_item(p, index);
-  if (item == NULL) {
-    rc = python_failure();
-    goto done;
-  }
-  Py_buffer view;
-  if (PyObject_GetBuffer(item, &view, PyBUF_SIMPLE) < 0) {
-    Py_DECREF(item);
-    PyErr_Clear();
-    rc = bc_set_errmsg(BC_EINVAL, "python: element %llu is not bytes-like",
+  (void)self;
+  (void)out;
+  return bc_set_errmsg(BC_EINVAL, "python: element %llu is read in Python, not as bytes",
                        (unsigned long long)index);
-    goto done;
-  }
-  if (out->capacity < (size_t)view.len || out->data == NULL) {
-    size_t cap = view.len > 0 ? (size_t)view.len : 1;
-    unsigned char *data = realloc(out->data, cap);
-    if (data == NULL) {
-      rc = bc_set_errmsg(BC_ENOMEM, "out of memory");
-    } else {
-      out->data = data;
-      out->capacity = cap;
-    }
-  }
-  if (rc == 0) {
-    if (view.len > 0) memcpy(out->data, view.buf, (size_t)view.len);
-    out->size = (size_t)view.len;
-  }
-  PyBuffer_Release(&view);
-  Py_DECREF(item);
-done:
-  PyGILState_Release(gil);
-  return rc;
 }
 
 static void pyleaf_destroy(bc_seq *self) {
@@ -471,11 +432,11 @@ static PyObject *install(bcpy_view *self, bc_seq *seq, unsigned kinds) {
   Py_RETURN_NONE;
 }
 
-/* The length of a tree as far as it is known without blocking on I/O
- * (with the GIL released when the tree may block). */
-static int known_length(bcpy_view *self, bc_seq *seq, bool exact, bc_len *out) {
+/* The length of a tree (with these kinds) as far as it is known without
+ * blocking on I/O (with the GIL released when the tree may block). */
+static int known_length(unsigned kinds, bc_seq *seq, bool exact, bc_len *out) {
   int rc;
-  GIL_RELEASE_IF(self->kinds & VK_NATIVE)
+  GIL_RELEASE_IF(kinds & VK_NATIVE)
   rc = bc_seq_length(seq, exact, out);
   GIL_RESTORE
   return rc;
@@ -485,10 +446,7 @@ static int known_length(bcpy_view *self, bc_seq *seq, bool exact, bc_len *out) {
  * fails at construction (naming its position), not when read. */
 static int check_indices(const bcpy_ivec *a, bc_seq *child, unsigned kinds) {
   bc_len l;
-  int rc;
-  GIL_RELEASE_IF(kinds & VK_NATIVE)
-  rc = bc_seq_length(child, false, &l);
-  GIL_RESTORE
+  int rc = known_length(kinds, child, false, &l);
   if (rc != 0) {
     view_raise(rc, NULL);
     return -1;
@@ -526,7 +484,7 @@ static PyObject *view_init_take(bcpy_view *self, PyObject *args) {
   unsigned kinds = 0;
   bcpy_ivec a = {0};
   bc_seq *child = adopt(obj, &kinds), *seq = NULL;
-  if (child != NULL && bcpy_indices_from_object(indices, &a) == 0)
+  if (child != NULL && bcpy_indices_from_object(indices, &a, NULL) == 0)
     seq = make_take(child, kinds, &a);
   bc_seq_unref(child);
   PyMem_RawFree(a.v);
@@ -685,24 +643,19 @@ static inline bool is_pyleaf(const bc_seq *leaf) { return leaf->ops == &pyleaf_o
 
 /* ---- reads that Ctrl-C can interrupt -------------------------------------------------- */
 
-/* A read of a tree with a LoadIt leaf may wait for a fill that runs the
- * user's iterator for minutes.  It runs in this thread with the GIL
- * released, listed as a waiter for a first pass (loadit/tee.c) through the
- * wait policy that loadit/ installs in core (bcpy_fill_waiter), as a
- * LoadIt's own reads do; from the main thread Ctrl-C reaches the wait
- * through the interrupt handler (module.c), and the read returns
- * BC_ECANCELED with KeyboardInterrupt set.  A tree of python leaves only is
- * read with the GIL held (arithmetic and Python code). */
+/* A read of a tree with a native leaf runs in this thread with the GIL
+ * released; one with a LoadIt leaf may wait for a fill that runs the
+ * user's iterator for minutes, and from the main thread Ctrl-C reaches
+ * that wait through the interrupt handler (module.c): the read returns
+ * BC_ECANCELED with KeyboardInterrupt set, as a LoadIt's own reads do.  A
+ * tree of python leaves only is read with the GIL held (arithmetic and
+ * Python code). */
 static int read_waiting(bcpy_view *self, bcpy_call *c) {
   if (!(self->kinds & VK_NATIVE)) {
     bcpy_call_run(c);
     return 0;
   }
-  if (self->kinds & VK_WAITS) return bcpy_fill_waiter.wait(c);
-  Py_BEGIN_ALLOW_THREADS
-  bcpy_call_run(c);
-  Py_END_ALLOW_THREADS
-  return 0;
+  return bcpy_wait_plain((bcpy_sobj *)self, c);
 }
 
 /* A native record as an element (GIL held). */
@@ -909,9 +862,13 @@ cleanup:
 
 static const bcpy_seq_kind view_kind;
 
-/* A new view of view_class over `seq` (stolen) with the given kinds. */
-static PyObject *derived(bcpy_view *self, bc_seq *seq, PyObject *recipe_fn,
-                         PyObject *recipe_args) {
+static PyObject *getitem_fn(void);
+
+/* self[key]: a new view of view_class over `seq` (stolen), with self's
+ * kinds.  Pickling rebuilds it as operator.getitem(self, key), the recipe
+ * kept in its _recipe (bagcache/views.py); without one (key NULL) it still
+ * works, and pickling says it cannot. */
+static PyObject *derived(bcpy_view *self, bc_seq *seq, PyObject *key) {
   PyTypeObject *cls = view_class != NULL ? (PyTypeObject *)view_class : &bcpy_View_Type;
   bcpy_view *v = (bcpy_view *)cls->tp_alloc(cls, 0);
   if (v == NULL) {
@@ -921,9 +878,11 @@ static PyObject *derived(bcpy_view *self, bc_seq *seq, PyObject *recipe_fn,
   v->kind = &view_kind;
   v->seq = seq;
   v->kinds = self->kinds;
-  if (recipe_fn != NULL && recipe_args != NULL)
-    v->recipe = PyTuple_Pack(2, recipe_fn, recipe_args);
-  if (v->recipe == NULL) PyErr_Clear(); /* pickling will say so */
+  PyObject *fn = key != NULL ? getitem_fn() : NULL;
+  PyObject *recipe = fn != NULL ? Py_BuildValue("(O(OO))", fn, self, key) : NULL;
+  if (recipe == NULL || PyObject_SetAttrString((PyObject *)v, "_recipe", recipe) < 0)
+    PyErr_Clear();
+  Py_XDECREF(recipe);
   return (PyObject *)v;
 }
 
@@ -938,14 +897,9 @@ static PyObject *getitem_fn(void) {
   return fn;
 }
 
-/* view[a:b:c] (core/sequence.c made `seq`): remembers (operator.getitem,
- * (self, key)) for pickling. */
+/* view[a:b:c] (core/sequence.c made `seq`). */
 static PyObject *view_wrap(bcpy_sobj *base, bc_seq *seq, PyObject *key) {
-  bcpy_view *self = (bcpy_view *)base;
-  PyObject *args = PyTuple_Pack(2, (PyObject *)self, key);
-  PyObject *r = derived(self, seq, getitem_fn(), args);
-  Py_XDECREF(args);
-  return r;
+  return derived((bcpy_view *)base, seq, key);
 }
 
 /* The indices as an array('q'): what pickling keeps of a take (a snapshot,
@@ -967,7 +921,7 @@ static PyObject *indices_array(const bcpy_ivec *a) {
 static PyObject *view_indices_array(PyObject *unused, PyObject *indices) {
   (void)unused;
   bcpy_ivec a = {0};
-  PyObject *r = bcpy_indices_from_object(indices, &a) == 0 ? indices_array(&a) : NULL;
+  PyObject *r = bcpy_indices_from_object(indices, &a, NULL) == 0 ? indices_array(&a) : NULL;
   PyMem_RawFree(a.v);
   return r;
 }
@@ -975,30 +929,19 @@ static PyObject *view_indices_array(PyObject *unused, PyObject *indices) {
 /* view[indices]: a take view. */
 static PyObject *get_take(bcpy_sobj *base, PyObject *key) {
   bcpy_view *self = (bcpy_view *)base;
-  if (PyUnicode_Check(key) || PyBytes_Check(key) || PyByteArray_Check(key) ||
-      PyFloat_Check(key) || key == Py_None ||
-      (!PySequence_Check(key) && !PyObject_CheckBuffer(key))) {
-    PyErr_Format(PyExc_TypeError,
-                 "view indices must be integers, slices or sequences of integers, "
-                 "not %.200s",
-                 Py_TYPE(key)->tp_name);
-    return NULL;
-  }
   bcpy_ivec a = {0};
-  if (bcpy_indices_from_object(key, &a) < 0) {
+  if (bcpy_key_indices(key, "view indices", true, &a) < 0) {
     PyMem_RawFree(a.v);
     return NULL;
   }
   bc_seq *seq = make_take(self->seq, self->kinds, &a);
-  PyObject *snapshot = NULL, *args = NULL, *r = NULL;
-  if (seq == NULL) goto cleanup;
-  snapshot = indices_array(&a);
-  if (snapshot != NULL) args = PyTuple_Pack(2, (PyObject *)self, snapshot);
-  PyErr_Clear(); /* without a recipe the view still works; pickling says so */
-  r = derived(self, seq, getitem_fn(), args);
-cleanup:
+  PyObject *snapshot = NULL, *r = NULL;
+  if (seq != NULL) {
+    snapshot = indices_array(&a); /* the key pickling keeps */
+    if (snapshot == NULL) PyErr_Clear();
+    r = derived(self, seq, snapshot);
+  }
   Py_XDECREF(snapshot);
-  Py_XDECREF(args);
   PyMem_RawFree(a.v);
   return r;
 }
@@ -1006,7 +949,7 @@ cleanup:
 static Py_ssize_t view_length(bcpy_view *self) {
   if (check_open(self) < 0) return -1;
   bc_len l;
-  int rc = known_length(self, self->seq, true, &l);
+  int rc = known_length(self->kinds, self->seq, true, &l);
   if (rc != 0) {
     view_raise(rc, NULL);
     return -1;
@@ -1025,9 +968,9 @@ static Py_ssize_t view_length(bcpy_view *self) {
 static int view_bool(bcpy_view *self) {
   if (check_open(self) < 0) return -1;
   bc_len l;
-  int rc = known_length(self, self->seq, false, &l);
+  int rc = known_length(self->kinds, self->seq, false, &l);
   if (rc == 0 && l.kind == BC_LEN_AT_LEAST && l.value == 0)
-    rc = known_length(self, self->seq, true, &l);
+    rc = known_length(self->kinds, self->seq, true, &l);
   if (rc != 0) {
     view_raise(rc, NULL);
     return -1;
@@ -1119,7 +1062,7 @@ static void view_chunk(bcpy_sobj *base, bcpy_iter *it) {
   if (f.type == NULL && f.rc == BC_ERANGE && !it->bounded) {
     /* Past the end of a sequence whose end was not known, or a real error? */
     bc_len l;
-    if (known_length(view, view->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
+    if (known_length(view->kinds, view->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT &&
         l.value <= it->next) {
       failure_clear(&f);
       return;
@@ -1198,49 +1141,6 @@ static PyObject *view_describe(bcpy_view *self, PyObject *unused) {
                        (unsigned long long)l.value);
 }
 
-/* _leaf_kinds() -> frozenset of "python", "native", "decoded". */
-static PyObject *view_leaf_kinds(bcpy_view *self, PyObject *unused) {
-  (void)unused;
-  if (check_open(self) < 0) return NULL;
-  PyObject *s = PySet_New(NULL);
-  if (s == NULL) return NULL;
-  static const struct {
-    unsigned bit;
-    const char *name;
-  } names[] = {{VK_PYTHON, "python"}, {VK_NATIVE, "native"}, {VK_DECODE, "decoded"}};
-  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-    if (!(self->kinds & names[k].bit)) continue;
-    PyObject *n = PyUnicode_FromString(names[k].name);
-    if (n == NULL || PySet_Add(s, n) < 0) {
-      Py_XDECREF(n);
-      Py_DECREF(s);
-      return NULL;
-    }
-    Py_DECREF(n);
-  }
-  PyObject *f = PyFrozenSet_New(s);
-  Py_DECREF(s);
-  return f;
-}
-
-static PyObject *view_set_recipe(bcpy_view *self, PyObject *recipe) {
-  if (!PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 2) {
-    PyErr_SetString(PyExc_TypeError, "recipe must be (callable, args)");
-    return NULL;
-  }
-  Py_XSETREF(self->recipe, Py_NewRef(recipe));
-  Py_RETURN_NONE;
-}
-
-static PyObject *view_reduce(bcpy_view *self, PyObject *unused) {
-  (void)unused;
-  if (self->recipe == NULL) {
-    PyErr_Format(PyExc_TypeError, "cannot pickle this %.200s", Py_TYPE(self)->tp_name);
-    return NULL;
-  }
-  return Py_NewRef(self->recipe);
-}
-
 /* _chunk_shuffle_indices(chunk_size, length, seed) -> bytearray of int64:
  * element k of a chunk shuffle of range(length), from the library's keyed
  * bijection. */
@@ -1289,21 +1189,11 @@ static PyObject *view_set_view_class(PyObject *unused, PyObject *cls) {
 
 /* ---- type ------------------------------------------------------------------------------ */
 
-static int view_traverse(bcpy_view *self, visitproc visit, void *arg) {
-  Py_VISIT(self->recipe);
-  return 0;
-}
-
-static int view_clear(bcpy_view *self) {
-  Py_CLEAR(self->recipe);
-  return 0;
-}
-
-/* Python subclasses: subtype_dealloc releases the heap type. */
+/* Python subclasses: subtype_dealloc releases the heap type (and their
+ * __dict__, which holds the recipe: the base type holds no Python object,
+ * so it is no GC type). */
 static void view_dealloc(bcpy_view *self) {
-  PyObject_GC_UnTrack(self);
   if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
-  view_clear(self);
   bc_seq *seq = self->seq;
   self->seq = NULL;
   /* The last reference to a tree of native leaves may close files. */
@@ -1330,12 +1220,6 @@ static PyMethodDef view_methods[] = {
      "__reversed__() -> the view in reverse order (a view)."},
     {"_describe", (PyCFunction)view_describe, METH_NOARGS,
      "_describe() -> (type name, length kind, known length)."},
-    {"_leaf_kinds", (PyCFunction)view_leaf_kinds, METH_NOARGS,
-     "_leaf_kinds() -> frozenset of the kinds of leaves: 'python' (read\n"
-     "in Python), 'native' (read in C), 'decoded' (read in C, decoded)."},
-    {"_set_recipe", (PyCFunction)view_set_recipe, METH_O,
-     "_set_recipe((callable, args)): how pickling rebuilds the view."},
-    {"__reduce__", (PyCFunction)view_reduce, METH_NOARGS, NULL},
     {"_chunk_shuffle_indices", (PyCFunction)view_chunk_shuffle_indices,
      METH_VARARGS | METH_STATIC,
      "_chunk_shuffle_indices(chunk_size, length, seed) -> bytearray of int64."},
@@ -1344,6 +1228,11 @@ static PyMethodDef view_methods[] = {
     {"_set_view_class", (PyCFunction)view_set_view_class, METH_O | METH_STATIC,
      "_set_view_class(cls): the class of views made by slicing and indexing."},
     {NULL, NULL, 0, NULL}};
+
+static PyMemberDef view_members[] = {
+    {"_kinds", T_UINT, offsetof(bcpy_view, kinds), READONLY,
+     "The kinds of leaves and maps in the tree: 1 python, 2 native, 4 decoded, 8 a LoadIt's."},
+    {NULL, 0, 0, 0, NULL}};
 
 static PySequenceMethods view_as_sequence = {
     .sq_length = (lenfunc)view_length,
@@ -1366,14 +1255,12 @@ PyTypeObject bcpy_View_Type = {
     .tp_as_number = &view_as_number,
     .tp_as_sequence = &view_as_sequence,
     .tp_as_mapping = &view_as_mapping,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC |
-                Py_TPFLAGS_SEQUENCE,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_SEQUENCE,
     .tp_doc = "A lazy view (index map) over sequences; see bagcache.views.",
-    .tp_traverse = (traverseproc)view_traverse,
-    .tp_clear = (inquiry)view_clear,
     .tp_weaklistoffset = offsetof(bcpy_view, weakrefs),
     .tp_iter = (getiterfunc)view_iter,
     .tp_methods = view_methods,
+    .tp_members = view_members,
     .tp_base = &bcpy_Sequence_Type,
     .tp_new = view_new,
 };
