@@ -33,7 +33,11 @@ BC_PY_C_SOURCES = \
 	python/src/loadit/loadit.c \
 	python/src/loadit/source.c \
 	python/src/loadit/tee.c \
+	python/src/train/train.h \
 	python/src/train/train.c \
+	python/src/train/order.h \
+	python/src/train/order.c \
+	python/src/train/loader.c \
 	python/src/train/pool.h \
 	python/src/train/pool.c
 
@@ -67,6 +71,7 @@ BC_PY_TRAIN_TEST_FILES = \
 	python/tests/test_train_sampler.py \
 	python/tests/test_train_loader.py \
 	python/tests/test_train_pool.py \
+	python/tests/test_train_cloader.py \
 	python/tests/test_torch.py
 
 # The loadit-compatible views: their tests and the Python documentation.

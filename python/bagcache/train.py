@@ -632,6 +632,89 @@ class _Pipeline:
             self.closed = True
         self.stop()
 
+    def restart(self, state):
+        """Continues from a sampler state (checked): stop, load, start."""
+        self.stop()
+        with self.cond:
+            self.sampler.load_state_dict(state)
+            self._reset()
+        self.start()
+
+
+class _CPipeline:
+    """The batches of datasets of fixed-size rows, built on the C threads of
+    ``_bagcache._Loader`` (train/loader.c): the sampler's order, the gather
+    into pooled batch memory and the hand-off in step order all run in C
+    with no GIL; this side only wraps a finished batch's memory as numpy
+    arrays.  Same interface as :class:`_Pipeline`."""
+
+    def __init__(self, sampler, sources, shapes, workers, prefetch, labelled):
+        self.sampler = sampler
+        self.shapes = shapes  # (dtype, row shape) per source
+        self.labelled = labelled
+        s = sampler
+        self.loader = _bagcache._Loader(
+            sources, (s.length, s.batch_size, s.world_size, s.rank, s.mode, s.drop_last,
+                      s.num_epochs), workers, prefetch)
+
+    @property
+    def closed(self):
+        return self.loader.closed
+
+    def start(self):
+        s = self.sampler
+        self.loader.start(s.seed, s.epoch, s.consumed)
+
+    def next(self):
+        r = self.loader.next()
+        if r is None:
+            return None
+        if isinstance(r, BaseException):
+            return False, r, None
+        count, blocks, epoch, consumed = r
+        np = _np()
+        arrays = []
+        for block, (dtype, shape) in zip(blocks, self.shapes):
+            if block is None:
+                arrays.append(np.empty((count,) + shape, dtype=dtype))
+            else:  # the block is the array's base: any view keeps it
+                arrays.append(np.frombuffer(block, dtype=dtype).reshape((count,) + shape))
+        batch = {"data": arrays[0], "label": arrays[1]} if self.labelled else {"data": arrays[0]}
+        return True, batch, (epoch, consumed)
+
+    def stop(self):
+        self.loader.stop()
+
+    def close(self):
+        self.loader.close()
+
+    def restart(self, state):
+        self.loader.stop()
+        self.sampler.load_state_dict(state)
+        self.start()
+
+
+def _c_source(ds, pools, batch_size, keep):
+    """(source for _Loader, (dtype, row shape)) of a dataset the C loader
+    reads (an ARDataset's records, an NPDataset's C-contiguous array), else
+    None."""
+    np = _np()
+    if type(ds).__getitems__ is ARDataset.__getitems__:
+        kind, obj, row_bytes, dtype, shape = "seq", ds._live(), ds._row_bytes, ds.dtype, ds.row_shape
+    elif type(ds).__getitems__ is NPDataset.__getitems__:
+        obj = ds._live()
+        if not isinstance(obj, np.ndarray) or not obj.flags.c_contiguous or obj.dtype.hasobject:
+            return None
+        kind, dtype, shape = "buf", obj.dtype, tuple(obj.shape[1:])
+        row_bytes = obj.dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        obj = obj.reshape(-1).view(np.uint8) if obj.size else obj
+    else:
+        return None
+    pool = pools.get(id(ds))
+    if pool is None:
+        pool = pools[id(ds)] = _bagcache._BatchPool(batch_size * row_bytes, keep)
+    return (kind, obj, row_bytes, pool), (dtype, shape)
+
 
 class DataLoader:
     """Batches ``{'data': ..., 'label': ...}`` built on worker threads
@@ -697,8 +780,36 @@ class DataLoader:
         self._state = self.sampler.state_dict()
         self._error = None
         self._pipe_workers, self._prefetch = num_workers, prefetch_size
-        self._pipe = _Pipeline(self.sampler, self._builder(), num_workers, prefetch_size)
+        build = self._builder()
+        self._pipe = self._c_pipeline() or _Pipeline(self.sampler, build, num_workers,
+                                                      prefetch_size)
         self._pipe.start()
+
+    def _c_pipeline(self):
+        """A _CPipeline when C threads can build every batch (fixed-size
+        rows of ARDataset/NPDataset datasets, no collate, no transform, at
+        least one worker), else None."""
+        if self._collate is not None or self._transform is not None or self._pipe_workers < 1:
+            return None
+        pools = {id(ds): pool for ds, pool in zip((self.dataset, self.labelset), self._pool_of)
+                 if pool is not None}
+        sources, shapes = [], []
+        keep = self._pipe_workers + self._prefetch + 2
+        for ds in (self.dataset, self.labelset):
+            if ds is None:
+                continue
+            src = _c_source(ds, pools, self.sampler.batch_size, keep)
+            if src is None:
+                return None
+            sources.append(src[0])
+            shapes.append(src[1])
+        try:
+            pipe = _CPipeline(self.sampler, sources, shapes, self._pipe_workers,
+                              self._prefetch, self.labelset is not None)
+        except TypeError:  # records that are not raw (a list...): the Python path says so
+            return None
+        self._pools = list({id(p): p for p in self._pools + [s[3] for s in sources]}.values())
+        return pipe
 
     def _builder(self):
         # A closure over the parts, not over self: worker threads must not
@@ -719,6 +830,8 @@ class DataLoader:
                 pools[id(ds)] = _bagcache._BatchPool(
                     self.sampler.batch_size * ds._row_bytes, keep)
         self._pools = list(pools.values())
+        self._pool_of = [pools.get(id(ds)) if ds is not None else None
+                         for ds in (dataset, labelset)]
 
         def fetch(ds, idx):
             if collate is not None:
@@ -782,14 +895,11 @@ class DataLoader:
         pipe = self._pipe
         if pipe.closed:
             raise ValueError("the loader is closed")
-        self.sampler._checked(state)  # a bad state leaves the loader as it was
-        pipe.stop()
-        with pipe.cond:
-            self.sampler.load_state_dict(state)
-            pipe._reset()
-        self._state = self.sampler.state_dict()
+        seed, epoch, consumed = self.sampler._checked(state)  # a bad one changes nothing
+        pipe.restart(state)  # (the Python workers move the sampler on at once)
+        self._state = {"mode": self.sampler.mode, "seed": seed, "epoch": epoch,
+                       "consumed": consumed}
         self._error = None
-        pipe.start()
 
     def close(self):
         """Stops every worker thread and closes the datasets (loaderx's)."""
@@ -812,4 +922,7 @@ class DataLoader:
     def __del__(self):
         pipe = getattr(self, "_pipe", None)
         if pipe is not None and not pipe.closed:
-            pipe.close()
+            try:
+                pipe.close()
+            except RuntimeError:  # dropped by code running in its own C worker
+                pass

@@ -252,10 +252,12 @@ def test_transform_exception_and_transform(data):
 
 
 def test_close_stops_every_thread(data):
+    # The Python workers (a transform keeps them; the C loader's threads are
+    # tested in test_train_cloader.py).
     a, labels, d = data
     before = len(loader_threads())
     loader = DataLoader(ARDataset(d), NPDataset(labels), num_workers=4, batch_size=2,
-                        prefetch_size=2)
+                        prefetch_size=2, transform=lambda b: b)
     next(loader)
     # Wait until the prefetch is full: every worker is then waiting.
     for _ in range(2000):

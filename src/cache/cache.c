@@ -345,6 +345,7 @@ static const bc_seq_ops cache_ops = {
     .type_name = "cache",
     .length = cache_length,
     .get = cache_get_record,
+    .read_into = bc__cache_read_into, /* read_into.c */
     .destroy = cache_destroy,
 };
 

@@ -263,6 +263,13 @@ typedef enum {
 int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
                        bc__reader *out);
 void bc__reader_release(bc_cache *c, bc__reader *r);
+/* Counts n records more served from an open shard by this thread (the
+ * stats' hits): a read of n records through one acquire counts n - 1 here,
+ * as n single reads would count them. */
+void bc__reader_count_hits(bc_cache *c, uint64_t n);
+/* read_into.c: the cache's bc_seq_ops.read_into (rows shard by shard). */
+int bc__cache_read_into(bc_seq *self, const uint64_t *indices, const size_t *rows,
+                        size_t count, void *dst, size_t size, int max_parallelism);
 /* Releases a reader whose shard was found damaged by a read, and drops it
  * from its slot so the next read opens the shard's file anew. */
 void bc__reader_discard(bc_cache *c, bc__reader *r);

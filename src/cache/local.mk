@@ -17,6 +17,7 @@ BC_CACHE_SOURCES = \
 	src/cache/slots.h \
 	src/cache/slots.c \
 	src/cache/readers.c \
+	src/cache/read_into.c \
 	src/cache/access.c \
 	src/cache/fill.c \
 	src/cache/fill_append.h \

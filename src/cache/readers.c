@@ -271,6 +271,14 @@ static void note_hit(bc_cache *c, bc__treg *g, bc__slot *s) {
   }
 }
 
+void bc__reader_count_hits(bc_cache *c, uint64_t n) {
+  bc__treg *g = my_reg(c);
+  if (g == NULL || n == 0) return;
+  atomic_store_explicit(&g->hits,
+                        atomic_load_explicit(&g->hits, memory_order_relaxed) + n,
+                        memory_order_relaxed); /* the owner alone writes */
+}
+
 int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
                        bc__reader *out) {
   bc__treg *g = my_reg(c);

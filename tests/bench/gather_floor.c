@@ -23,11 +23,24 @@
  *       position (batch * batch size + row) + 1 of a frame that did not
  *       decode to exactly `size` bytes (or nbatches * batch + 1 when a
  *       thread could not start).
+ *   floor_zstd_loader(srcs, lens, nbatches, batch, size, nthreads, prefetch)
+ *       the same frames with the DataLoader's memory kind and hand-off,
+ *       still with no bagcache code and no Python: nthreads POSIX threads
+ *       take batches in order (a mutex and conditions), never more than
+ *       `prefetch` ahead of the consumer, each decompressing into memory
+ *       from a LIFO free list (malloc'd when it is empty, 64-byte
+ *       aligned); the calling thread consumes the batches in order and
+ *       gives each one's memory back to the free list when the next one
+ *       arrives (a training step dropping the previous batch).  So the
+ *       batches in flight (prefetch built, nthreads building, one held)
+ *       each have memory of their own, as the DataLoader's do.  Returns 0,
+ *       or as floor_zstd_threads.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
 
@@ -94,4 +107,83 @@ size_t floor_zstd_threads(const uint64_t *srcs, const uint64_t *lens, size_t nba
   for (size_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
   if (started < nthreads && atomic_load(&j.bad) == 0) return nbatches * batch + 1;
   return atomic_load(&j.bad);
+}
+
+typedef struct {
+  const uint64_t *srcs, *lens;
+  size_t nbatches, batch, size, prefetch;
+  pthread_mutex_t lock; /* guards everything below */
+  pthread_cond_t work, done;
+  size_t handed, delivered;
+  unsigned char **ready; /* ready[k % prefetch]: batch k's memory once built */
+  unsigned char **free_list;
+  size_t nfree, bad;
+} loader_job;
+
+static void *loader_run(void *p) {
+  loader_job *j = p;
+  pthread_mutex_lock(&j->lock);
+  for (;;) {
+    while (j->handed < j->nbatches && j->handed >= j->delivered + j->prefetch)
+      pthread_cond_wait(&j->work, &j->lock);
+    if (j->handed >= j->nbatches) break;
+    size_t k = j->handed++;
+    unsigned char *mem = j->nfree > 0 ? j->free_list[--j->nfree] : NULL;
+    pthread_mutex_unlock(&j->lock);
+    if (mem == NULL) mem = aligned_alloc(64, (j->batch * j->size + 63) / 64 * 64);
+    size_t r = mem == NULL ? 1
+                           : floor_zstd(j->srcs + k * j->batch, j->lens + k * j->batch,
+                                        j->batch, j->size, mem);
+    pthread_mutex_lock(&j->lock);
+    if (r != 0 && j->bad == 0) j->bad = k * j->batch + r;
+    j->ready[k % j->prefetch] = mem != NULL ? mem : (unsigned char *)&j->ready;
+    pthread_cond_signal(&j->done);
+  }
+  pthread_mutex_unlock(&j->lock);
+  return NULL;
+}
+
+size_t floor_zstd_loader(const uint64_t *srcs, const uint64_t *lens, size_t nbatches,
+                         size_t batch, size_t size, size_t nthreads, size_t prefetch) {
+  loader_job j = {.srcs = srcs, .lens = lens, .nbatches = nbatches, .batch = batch,
+                  .size = size, .prefetch = prefetch ? prefetch : 1};
+  pthread_t tid[64];
+  size_t started = 0;
+  unsigned char *held = NULL;
+  if (nthreads > 64) nthreads = 64;
+  j.ready = calloc(j.prefetch, sizeof *j.ready);
+  j.free_list = calloc(j.prefetch + nthreads + 1, sizeof *j.free_list);
+  if (j.ready == NULL || j.free_list == NULL) {
+    free(j.ready);
+    free(j.free_list);
+    return nbatches * batch + 1;
+  }
+  pthread_mutex_init(&j.lock, NULL);
+  pthread_cond_init(&j.work, NULL);
+  pthread_cond_init(&j.done, NULL);
+  for (; started < nthreads; started++)
+    if (pthread_create(&tid[started], NULL, loader_run, &j) != 0) break;
+  pthread_mutex_lock(&j.lock);
+  while (started > 0 && j.delivered < nbatches) { /* the consumer */
+    unsigned char **slot = &j.ready[j.delivered % j.prefetch];
+    while (*slot == NULL) pthread_cond_wait(&j.done, &j.lock);
+    unsigned char *got = *slot == (unsigned char *)&j.ready ? NULL : *slot;
+    *slot = NULL;
+    j.delivered++;
+    pthread_cond_signal(&j.work);
+    if (held != NULL) j.free_list[j.nfree++] = held; /* the previous batch dropped */
+    held = got;
+  }
+  pthread_cond_broadcast(&j.work);
+  pthread_mutex_unlock(&j.lock);
+  for (size_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
+  free(held);
+  while (j.nfree > 0) free(j.free_list[--j.nfree]);
+  free(j.ready);
+  free(j.free_list);
+  pthread_mutex_destroy(&j.lock);
+  pthread_cond_destroy(&j.work);
+  pthread_cond_destroy(&j.done);
+  if (started < nthreads && j.bad == 0) return nbatches * batch + 1;
+  return j.bad;
 }

@@ -58,23 +58,37 @@ Rows:
                         and freed by the consumer, and glibc's per-thread
                         arenas give fresh pages: up to one minor fault per
                         4 kB page of a batch (information).
-  C zstd alone, W threads, batches recycled
-                        the floor under .bagz: the same records, the same
-                        W threads, the same frames decompressed into a
-                        batch, but with the DataLoader's memory handling:
-                        a batch's array returns to a free list once the
-                        consumer drops it (when the next arrives), and
-                        later batches decompress into it (np.empty only
-                        when the list is empty).  The .bagz DataLoader's
-                        target (1.0x) is against this row.
+  (C zstd alone, W threads, batches recycled)
+                        the same records, the same W Python threads, the
+                        same frames decompressed into a batch, with the
+                        Python loader's memory handling: a batch's array
+                        returns to a free list once the consumer drops it
+                        (when the next arrives), and later batches
+                        decompress into it (np.empty only when the list is
+                        empty).  The floor of session 9 (information).
+  C zstd alone, W C threads, the loader's memory and hand-off
+                        the floor under .bagz: gather_floor.c's
+                        floor_zstd_loader, with no bagcache code and no
+                        Python: W POSIX threads take the batches in order,
+                        at most 4 (prefetch_size) ahead of the consumer,
+                        each decompressing its batch's frames with
+                        ZSTD_decompressDCtx into memory from a LIFO free
+                        list (malloc when empty); the calling thread takes
+                        the batches in order and gives the previous one's
+                        memory back when the next arrives.  The same
+                        records, threads, prefetch depth and output memory
+                        kind (a batch of its own per batch in flight,
+                        reused once dropped) as the DataLoader's C
+                        workers.  The .bagz DataLoader's target (1.0x) is
+                        against this row.
   (C zstd alone, W C threads, no Python, a buffer each)
                         the same frames, batch after batch, decompressed by
                         W POSIX threads in gather_floor.c taking batches in
                         turn, each into one buffer of its own reused for
-                        every batch it takes: no Python, no allocation, no
-                        batch handed to anyone.  What the hardware does
-                        with zstd alone (information: no Python loader can
-                        reach it).
+                        every batch it takes: no allocation, no hand-off,
+                        no batch held by anyone, so W batches of memory
+                        stay hot in the CPU caches (information: a loader
+                        that hands batches out cannot reuse memory so).
   (numpy np.load in the run)
                         X[idx] on a memmap opened by np.load in the run.
   (numpy in memory)     X[idx] on the array in memory (information).
@@ -141,6 +155,7 @@ from bench_clib import BcBuf, CBag, ensure_static_tls, use_build
 
 ROW_SHAPE = (32, 32, 3)
 ROW_BYTES = 32 * 32 * 3
+PREFETCH = 4  # the DataLoader's default prefetch_size
 
 
 def parse_args():
@@ -257,6 +272,10 @@ def build_floors(tmp):
                                        ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p,
                                        ctypes.c_size_t]
     lib.floor_zstd_threads.restype = ctypes.c_size_t
+    lib.floor_zstd_loader.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                      ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t,
+                                      ctypes.c_size_t]
+    lib.floor_zstd_loader.restype = ctypes.c_size_t
     return lib, None
 
 
@@ -452,6 +471,13 @@ def main():
                 raise RuntimeError(f"floor_zstd_threads: frame {bad - 1} is not one row")
             return z_bufs[0]
 
+        def c_zstd_loader():
+            bad = floors.floor_zstd_loader(z_all[0].ctypes.data, z_all[1].ctypes.data,
+                                           a.batches, a.batch_size, ROW_BYTES, a.workers,
+                                           PREFETCH)
+            if bad:
+                raise RuntimeError(f"floor_zstd_loader: frame {bad - 1} is not one row")
+
         def c_zstd_recycled():
             # The DataLoader's memory handling with no bagcache code: a
             # batch's array goes back to a free list once the consumer
@@ -594,7 +620,8 @@ def main():
             runs["torch"] = torch_run
         if floors is not None:
             runs.update({"c copy": c_copy, "c zstd": c_zstd, "c zstd W": c_zstd_threads,
-                         "c zstd W reuse": c_zstd_recycled, "c zstd pthreads": c_zstd_pthreads})
+                         "c zstd W reuse": c_zstd_recycled, "c zstd pthreads": c_zstd_pthreads,
+                         "c zstd loader": c_zstd_loader})
         res = measure_all(a.repeat, runs)
         if tl is not None:
             del tl
@@ -622,8 +649,10 @@ def main():
         "c zstd": "(C zstd decompression of the rows' frames, 1 thread)",
         "c zstd W": f"(C zstd decompression of the rows' frames, {a.workers} threads, "
                     "fresh batches)",
-        "c zstd W reuse": f"C zstd alone, {a.workers} threads, batches recycled",
+        "c zstd W reuse": f"(C zstd alone, {a.workers} threads, batches recycled)",
         "c zstd pthreads": f"(C zstd alone, {a.workers} C threads, no Python, a buffer each)",
+        "c zstd loader": f"C zstd alone, {a.workers} C threads, the loader's memory and "
+                         "hand-off",
         "zstd alone": f"(reader alone: bc_bag_get_many .bagz, {a.workers} threads)",
         "reader alone": f"(reader alone: bc_bag_get_many .bag, {a.workers} threads)",
         "getitems bag": "(ARDataset.__getitems__ .bag, calling thread)",
@@ -640,13 +669,15 @@ def main():
     plan = [("numpy memmap", None, None), ("c copy", "numpy memmap", None),
             ("c zstd", "numpy memmap", None), ("c zstd W", "numpy memmap", None),
             ("c zstd W reuse", "numpy memmap", None), ("c zstd pthreads", "numpy memmap", None),
+            ("c zstd loader", "numpy memmap", None),
             ("numpy fresh", "numpy memmap", None),
             ("numpy memory", "numpy memmap", None),
             ("bytes gather", "numpy memmap", None), ("zstd alone", "numpy memmap", None),
             ("reader alone", "numpy memmap", None),
             ("getitems bag", "c copy", None), ("getitems bagz", "c zstd", None),
             ("DataLoader .bag", "numpy memmap", 0.8),
-            ("DataLoader .bagz", "c zstd W reuse", 1.0), ("DataLoader .bagz", "c zstd W", None),
+            ("DataLoader .bagz", "c zstd loader", 1.0),
+            ("DataLoader .bagz", "c zstd W reuse", None), ("DataLoader .bagz", "c zstd W", None),
             ("DataLoader .bagz", "c zstd pthreads", None),
             ("DataLoader .bagz", "zstd alone", None),
             ("DataLoader .bag", "loaderx .bag", 3.0), ("DataLoader .bagz", "loaderx .bagz", 3.0),

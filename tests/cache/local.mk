@@ -21,6 +21,7 @@ BC_CACHE_TESTS = \
 	tests/cache/test_cache_behind \
 	tests/cache/test_cache_policy \
 	tests/cache/test_cache_cancel \
+	tests/cache/test_cache_read_into \
 	tests/cache/test_slots
 
 if BC_TESTS
@@ -32,12 +33,18 @@ BC_THREAD_TESTS += tests/cache/test_cache_threads tests/cache/test_cache_introsp
 	tests/cache/test_cache_abandon tests/cache/test_cache_cancel
 BC_THREAD_TESTS += tests/cache/test_cache_root
 BC_THREAD_TESTS += tests/cache/test_cache_append tests/cache/test_cache_behind
+BC_THREAD_TESTS += tests/cache/test_cache_read_into
 
 BC_CACHE_TEST_UTIL = tests/cache/source.c tests/cache/source.h \
 	tests/cache/util.c tests/cache/util.h
 BC_CACHE_TEST_FIXTURE = tests/cache/fixture.c tests/cache/fixture.h
 BC_CACHE_TEST_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 BC_CACHE_TEST_LDADD = libbagcache_core.la $(CMOCKA_LIBS) $(BC_DEP_LIBS)
+
+tests_cache_test_cache_read_into_SOURCES = tests/cache/test_cache_read_into.c \
+	$(BC_CACHE_TEST_UTIL)
+tests_cache_test_cache_read_into_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
+tests_cache_test_cache_read_into_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_policy_SOURCES = tests/cache/test_cache_policy.c
 tests_cache_test_cache_policy_CFLAGS = $(BC_CACHE_TEST_CFLAGS)

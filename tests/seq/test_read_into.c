@@ -692,6 +692,100 @@ static void test_checksums(void **state) {
   free(spec);
 }
 
+/* Frames of one stored (raw) block, which read_into copies itself instead
+ * of calling zstd (codec.c's decode_into): with zstd's checksum, right or
+ * wrong, the content changed under a right checksum, and the shapes it
+ * leaves to zstd (a dictionary ID field, two stored blocks, no single
+ * segment): each reads into its row exactly as bc_bag_get reads it, and
+ * fails with the same words. */
+static void test_stored_frames(void **state) {
+  fixture *f = *state;
+  enum { NREC = 7 };
+  unsigned char *rows = malloc((size_t)NREC * FROW);
+  unsigned char *z = malloc(3 * FROW);
+  assert_non_null(rows);
+  assert_non_null(z);
+  tu_rng r;
+  tu_rng_seed(&r, 9);
+  for (size_t j = 0; j < (size_t)NREC * FROW; j++) rows[j] = (unsigned char)tu_rng_below(&r, 256);
+  bool valid[NREC] = {true, false, false, true, true, true, true};
+  tu_records recs = {0};
+  ZSTD_CCtx *c = ZSTD_createCCtx();
+  for (size_t i = 0; i < NREC; i++) {
+    const unsigned char *row = rows + i * FROW;
+    size_t n = 0;
+    ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
+    if (i <= 2) { /* zstd's own stored frame, with its checksum */
+      assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1)));
+      n = ZSTD_compress2(c, z, 3 * FROW, row, FROW);
+      assert_false(ZSTD_isError(n));
+      assert_int_equal(z[4] & 0x27, 0x24); /* single segment, checksum, no dict ID */
+      assert_int_equal(n, 4 + 1 + 2 + 3 + FROW + 4);
+      assert_int_equal(z[7] & 7, 1); /* one last raw block */
+      if (i == 1) z[n - 1] ^= 0x40;  /* the checksum wrong */
+      if (i == 2) z[10 + 77] ^= 0x01; /* the content changed */
+    } else if (i == 3) { /* a 1-byte dictionary ID field (0): zstd's to read */
+      n = hand_frame(z, 0x40 | 0x20 | 0x01, 0, 1, FROW, row);
+    } else if (i == 4) { /* not single segment (a window byte): zstd's */
+      n = hand_frame(z, 0x40, 12 << 3, 0, FROW, row);
+    } else if (i == 5) { /* two stored blocks: zstd's */
+      n = hand_frame(z, 0x40 | 0x20, 0, 0, FROW, row);
+      size_t at = 4 + 1 + 2; /* the block header */
+      uint32_t first = (uint32_t)(FROW / 2) << 3, second = (uint32_t)(FROW / 2) << 3 | 1;
+      memmove(z + at + 3 + FROW / 2 + 3, z + at + 3 + FROW / 2, FROW / 2);
+      for (int b = 0; b < 3; b++) z[at + b] = (unsigned char)(first >> (8 * b));
+      for (int b = 0; b < 3; b++) z[at + 3 + FROW / 2 + b] = (unsigned char)(second >> (8 * b));
+      n += 3;
+    } else { /* zstd's stored frame without a checksum */
+      n = ZSTD_compress2(c, z, 3 * FROW, row, FROW);
+      assert_false(ZSTD_isError(n));
+      assert_int_equal(z[4] & 0x27, 0x20);
+    }
+    tu_records_add(&recs, z, n);
+  }
+  ZSTD_freeCCtx(c);
+  bc_writer_options wo = BC_WRITER_OPTIONS_INIT;
+  wo.compression = BC_COMPRESSION_NONE; /* the frames as they are */
+  char *path = tu_join(f->dir, "stored.bagz");
+  tu_write_bag(path, &wo, &recs);
+  bc_bag *bag = open_bag(path, NULL);
+  for (uint64_t i = 0; i < NREC; i++) {
+    bc_buf got = BC_BUF_INIT;
+    int get_rc = bc_bag_get(bag, i, &got);
+    char get_msg[512];
+    snprintf(get_msg, sizeof get_msg, "%s", get_rc != 0 ? bc_errmsg() : "");
+    dest d = dest_new(2, FROW);
+    uint64_t idx[2] = {0, i};
+    int rc = bc_bag_read_into(bag, idx, 2, d.rows, FROW);
+    dest_check_canaries(&d);
+    if (valid[i]) {
+      TU_OK(get_rc);
+      assert_int_equal(got.size, FROW);
+      assert_memory_equal(got.data, rows + i * FROW, FROW);
+      TU_OK(rc);
+      assert_memory_equal(d.rows, rows, FROW);
+      assert_memory_equal(d.rows + FROW, rows + i * FROW, FROW);
+    } else {
+      TU_RC(get_rc, BC_ECORRUPT);
+      TU_RC(rc, BC_ECORRUPT);
+      const char *detail = strstr(get_msg, "record");
+      assert_non_null(detail);
+      assert_non_null(strstr(detail, "checksum"));
+      if (strstr(bc_errmsg(), detail) == NULL || strstr(bc_errmsg(), "indices[1]") == NULL)
+        fail_msg("record %d: read_into says \"%s\", get \"%s\"", (int)i, bc_errmsg(),
+                 get_msg);
+    }
+    bc_error_clear();
+    dest_free(&d);
+    bc_buf_release(&got);
+  }
+  bc_bag_close(bag);
+  free(path);
+  tu_records_free(&recs);
+  free(z);
+  free(rows);
+}
+
 /* A shard that shrinks under its mapping: BC_ECORRUPT naming that file,
  * not a crash. */
 static void test_file_shrank(void **state) {
@@ -904,6 +998,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_wrong_sizes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_frames_without_content_size, setup, teardown),
       cmocka_unit_test_setup_teardown(test_frame_shapes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stored_frames, setup, teardown),
       cmocka_unit_test_setup_teardown(test_out_of_range, setup, teardown),
       cmocka_unit_test_setup_teardown(test_arguments, setup, teardown),
       cmocka_unit_test_setup_teardown(test_checksums, setup, teardown),

@@ -24,15 +24,20 @@
  * faulted up to ~190 times (minor faults, 80-200 us of system time a batch
  * on the issue-17 benchmark).
  *
- * Locking: the free list is touched only with the GIL held (take, dealloc,
- * clear), so it needs no lock of its own.  A block holds a strong
- * reference to its pool; the pool holds none, so blocks and pools make no
- * cycles and need no GC support.
+ * Locking: the free list has its own mutex (`lock`), held only around a
+ * push or a pop and never while taking the GIL: the C loader's worker
+ * threads (train/loader.c) take and give memory without the GIL
+ * (bcpy_pool_take_mem, bcpy_pool_give_mem), blocks' deallocs give it back
+ * with the GIL.  A block holds a strong reference to its pool; the pool
+ * holds none, so blocks and pools make no cycles and need no GC support.
+ * Whoever uses the C calls without the GIL holds a reference to the pool
+ * for as long (the C loader: until its workers are joined).
  */
 #include "train/pool.h"
 
 #include "structmember.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +47,7 @@ typedef struct {
   Py_ssize_t keep;   /* the most blocks the free list holds */
   Py_ssize_t nfree;  /* blocks on the free list: free_list[0..nfree) */
   void **free_list;  /* capacity keep */
+  pthread_mutex_t lock; /* guards nfree and free_list */
 } batch_pool;
 
 typedef struct {
@@ -61,14 +67,50 @@ static void *block_alloc(Py_ssize_t size) {
 
 /* ---- _BatchBlock ---------------------------------------------------------- */
 
+/* ---- memory without the GIL ----------------------------------------------- */
+
+void *bcpy_pool_take_mem(PyObject *pool, size_t size) {
+  batch_pool *p = (batch_pool *)pool;
+  void *mem = NULL;
+  if (size == (size_t)p->nbytes) {
+    pthread_mutex_lock(&p->lock);
+    if (p->nfree > 0) mem = p->free_list[--p->nfree];
+    pthread_mutex_unlock(&p->lock);
+  }
+  return mem != NULL ? mem : block_alloc((Py_ssize_t)size);
+}
+
+void bcpy_pool_give_mem(PyObject *pool, void *mem, size_t size) {
+  batch_pool *p = (batch_pool *)pool;
+  if (mem == NULL) return;
+  if (p != NULL && size == (size_t)p->nbytes) {
+    pthread_mutex_lock(&p->lock);
+    bool kept = p->nfree < p->keep;
+    if (kept) p->free_list[p->nfree++] = mem;
+    pthread_mutex_unlock(&p->lock);
+    if (kept) return;
+  }
+  free(mem);
+}
+
+PyObject *bcpy_pool_wrap(PyObject *pool, void *mem, size_t size) {
+  batch_block *b = PyObject_New(batch_block, &batch_block_type);
+  if (b == NULL) {
+    bcpy_pool_give_mem(pool, mem, size);
+    return NULL;
+  }
+  b->mem = mem;
+  b->size = (Py_ssize_t)size;
+  b->pool = (batch_pool *)Py_NewRef(pool);
+  return (PyObject *)b;
+}
+
 static void block_dealloc(batch_block *self) {
   batch_pool *p = self->pool;
-  if (self->mem != NULL) {
-    if (p != NULL && self->size == p->nbytes && p->nfree < p->keep)
-      p->free_list[p->nfree++] = self->mem;
-    else
-      free(self->mem);
-  }
+  if (p != NULL)
+    bcpy_pool_give_mem((PyObject *)p, self->mem, (size_t)self->size);
+  else
+    free(self->mem);
   Py_XDECREF(p);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -102,7 +144,9 @@ static PyTypeObject batch_block_type = {
 /* ---- _BatchPool ----------------------------------------------------------- */
 
 static void pool_clear_list(batch_pool *self) {
+  pthread_mutex_lock(&self->lock);
   while (self->nfree > 0) free(self->free_list[--self->nfree]);
+  pthread_mutex_unlock(&self->lock);
 }
 
 static PyObject *pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -122,8 +166,12 @@ static PyObject *pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   if (self == NULL) return NULL;
   self->nbytes = nbytes;
   self->keep = keep;
-  self->free_list = PyMem_Calloc(keep > 0 ? (size_t)keep : 1, sizeof(void *));
-  if (self->free_list == NULL) {
+  /* The list is freed with plain free(): a block may come back from a thread
+   * without the GIL (bcpy_pool_give_mem), PyMem_Calloc needs it. */
+  self->free_list = calloc(keep > 0 ? (size_t)keep : 1, sizeof(void *));
+  if (self->free_list == NULL || pthread_mutex_init(&self->lock, NULL) != 0) {
+    free(self->free_list);
+    self->free_list = NULL; /* pool_dealloc: the mutex was not made */
     Py_DECREF(self);
     return PyErr_NoMemory();
   }
@@ -132,8 +180,11 @@ static PyObject *pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 
 static void pool_dealloc(batch_pool *self) {
   /* No block is alive here: each holds a reference to the pool. */
-  if (self->free_list != NULL) pool_clear_list(self);
-  PyMem_Free(self->free_list);
+  if (self->free_list != NULL) {
+    pool_clear_list(self);
+    pthread_mutex_destroy(&self->lock);
+    free(self->free_list);
+  }
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -144,18 +195,9 @@ static PyObject *pool_take(batch_pool *self, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "take: size must be >= 0");
     return NULL;
   }
-  batch_block *b = PyObject_New(batch_block, &batch_block_type);
-  if (b == NULL) return NULL;
-  b->pool = NULL;
-  b->size = size;
-  if (size == self->nbytes && self->nfree > 0) {
-    b->mem = self->free_list[--self->nfree];
-  } else if ((b->mem = block_alloc(size)) == NULL) {
-    Py_DECREF(b);
-    return PyErr_NoMemory();
-  }
-  b->pool = (batch_pool *)Py_NewRef(self);
-  return (PyObject *)b;
+  void *mem = bcpy_pool_take_mem((PyObject *)self, (size_t)size);
+  if (mem == NULL) return PyErr_NoMemory();
+  return bcpy_pool_wrap((PyObject *)self, mem, (size_t)size);
 }
 
 static PyObject *pool_clear(batch_pool *self, PyObject *unused) {
@@ -166,7 +208,10 @@ static PyObject *pool_clear(batch_pool *self, PyObject *unused) {
 
 static PyObject *pool_get_free(batch_pool *self, void *closure) {
   (void)closure;
-  return PyLong_FromSsize_t(self->nfree);
+  pthread_mutex_lock(&self->lock);
+  Py_ssize_t n = self->nfree;
+  pthread_mutex_unlock(&self->lock);
+  return PyLong_FromSsize_t(n);
 }
 
 static PyMethodDef pool_methods[] = {
@@ -200,6 +245,8 @@ static PyTypeObject batch_pool_type = {
     .tp_getset = pool_getset,
     .tp_new = pool_new,
 };
+
+bool bcpy_is_batch_pool(PyObject *obj) { return Py_TYPE(obj) == &batch_pool_type; }
 
 int bcpy_train_pool_init(PyObject *mod) {
   if (PyType_Ready(&batch_block_type) < 0) return -1;

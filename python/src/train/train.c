@@ -20,12 +20,17 @@
  *       start + k * stride): a counter-based generator, so any position of
  *       the stream is computable alone (resumable, the same on every rank).
  *
+ * The DataLoader's C workers are train/loader.c (_Loader), the sampler's
+ * order in C train/order.c, batch memory train/pool.c (_BatchPool).
+ *
  * Index buffers are any C-contiguous buffers of 8-byte items (numpy int64
  * or uint64 arrays, array('q')); numpy is not needed to build this file.
  * Everything that touches records or loops over indices runs with the GIL
  * released; only argument parsing holds it.
  */
 #include "core/bcpy.h"
+#include "train/order.h"
+#include "train/train.h"
 #include "train/pool.h"
 
 #include <stdlib.h>
@@ -49,6 +54,18 @@ static int index_buffer(PyObject *obj, Py_buffer *view, int flags, size_t *n,
 }
 
 /* ---- _gather ----------------------------------------------------------------------- */
+
+PyObject *bcpy_train_raise(int rc) {
+  if (rc == BC_EINVAL) {
+    /* Raw records read into rows fail with BC_EINVAL only for a record that
+     * is not one row: the message names it. */
+    PyErr_Format(PyExc_ValueError, "%s (variable-size records need a collate function)",
+                 bc_errmsg());
+    bc_error_clear();
+    return NULL;
+  }
+  return bcpy_raise(rc, NULL);
+}
 
 static PyObject *train_gather(PyObject *mod, PyObject *args) {
   (void)mod;
@@ -86,17 +103,10 @@ static PyObject *train_gather(PyObject *mod, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS
   rc = bc_seq_read_into(seq, idx, n, ov.buf, row_size, max_parallelism);
   Py_END_ALLOW_THREADS
-  if (rc == BC_EINVAL) {
-    /* Raw records read into rows fail with BC_EINVAL only for a record that
-     * is not one row: the message names it. */
-    PyErr_Format(PyExc_ValueError, "%s (variable-size records need a collate function)",
-                 bc_errmsg());
-    bc_error_clear();
-  } else if (rc != 0) {
-    bcpy_raise(rc, NULL);
-  } else {
+  if (rc != 0)
+    bcpy_train_raise(rc);
+  else
     result = Py_NewRef(Py_None);
-  }
 cleanup:
   PyMem_RawFree(idx);
   if (iv.obj != NULL) PyBuffer_Release(&iv);
@@ -109,15 +119,6 @@ cleanup:
 }
 
 /* ---- index streams ------------------------------------------------------------------ */
-
-/* A leaf of length n that is never read: the shuffle view over it is only
- * resolved, never fetched from. */
-static int never_get(void *payload, uint64_t index, bc_buf *out) {
-  (void)payload;
-  (void)index;
-  (void)out;
-  return bc_set_errmsg(BC_EINVAL, "an index-only sequence has no records");
-}
 
 static PyObject *train_epoch_indices(PyObject *mod, PyObject *args) {
   (void)mod;
@@ -140,24 +141,11 @@ static PyObject *train_epoch_indices(PyObject *mod, PyObject *args) {
     result = Py_NewRef(Py_None);
     goto cleanup;
   }
-  bc_callback_seq_options o = BC_CALLBACK_SEQ_OPTIONS_INIT;
-  o.fixed_length = (bc_len){BC_LEN_EXACT, n};
-  o.get = never_get;
-  o.thread_safe = true;
-  bc_seq *leaf = NULL, *shuffled = NULL;
-  int rc = bc_seq_new_callbacks(&leaf, &o);
-  if (rc == 0) rc = bc_seq_shuffle(&shuffled, leaf, seed);
   int64_t *v = ov.buf;
+  int rc;
   Py_BEGIN_ALLOW_THREADS
-  for (size_t k = 0; k < count && rc == 0; k++) {
-    bc_seq *l;
-    uint64_t li;
-    rc = bc_seq_resolve(shuffled, (int64_t)(start + k * stride), &l, &li);
-    v[k] = (int64_t)li;
-  }
+  rc = bcpy_epoch_indices(n, seed, start, stride, count, NULL, v);
   Py_END_ALLOW_THREADS
-  bc_seq_unref(shuffled);
-  bc_seq_unref(leaf);
   if (rc != 0) {
     bcpy_raise(rc, NULL);
     goto cleanup;
@@ -166,45 +154,6 @@ static PyObject *train_epoch_indices(PyObject *mod, PyObject *args) {
 cleanup:
   PyBuffer_Release(&ov);
   return result;
-}
-
-/* splitmix64's finaliser: a bijection of 64-bit values that mixes well. */
-static inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-/* The 128-bit product a * b as (high, low) words. */
-static inline void mul128(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo) {
-#ifdef __SIZEOF_INT128__
-  unsigned __int128 m = (unsigned __int128)a * b;
-  *hi = (uint64_t)(m >> 64);
-  *lo = (uint64_t)m;
-#else
-  uint64_t al = a & 0xffffffffu, ah = a >> 32, bl = b & 0xffffffffu, bh = b >> 32;
-  uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
-  uint64_t mid = (ll >> 32) + (lh & 0xffffffffu) + (hl & 0xffffffffu);
-  *lo = (mid << 32) | (ll & 0xffffffffu);
-  *hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
-#endif
-}
-
-/* A uniform draw from [0, n) for stream position p: Lemire's multiply-shift
- * with rejection of the biased low products, re-mixing the word on each
- * rejection, so the result is exactly uniform given uniform words. */
-static uint64_t iid_draw(uint64_t n, uint64_t seed, uint64_t p) {
-  uint64_t x = mix64(mix64(seed) ^ mix64(p + 0x9e3779b97f4a7c15ULL));
-  uint64_t threshold = (0 - n) % n;
-  for (;;) {
-    uint64_t hi, lo;
-    mul128(x, n, &hi, &lo);
-    if (lo >= threshold) return hi;
-    x = mix64(x + 0x9e3779b97f4a7c15ULL);
-  }
 }
 
 static PyObject *train_iid_indices(PyObject *mod, PyObject *args) {
@@ -223,7 +172,7 @@ static PyObject *train_iid_indices(PyObject *mod, PyObject *args) {
   }
   int64_t *v = ov.buf;
   Py_BEGIN_ALLOW_THREADS
-  for (size_t k = 0; k < count; k++) v[k] = (int64_t)iid_draw(n, seed, start + k * stride);
+  bcpy_iid_indices(n, seed, start, stride, count, v);
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&ov);
   Py_RETURN_NONE;
@@ -243,5 +192,6 @@ static PyMethodDef train_methods[] = {
 
 int bcpy_train_init(PyObject *mod) {
   if (PyModule_AddFunctions(mod, train_methods) < 0) return -1;
+  if (bcpy_train_loader_init(mod) < 0) return -1;
   return bcpy_train_pool_init(mod);
 }

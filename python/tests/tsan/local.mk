@@ -21,7 +21,8 @@ BC_PY_THREAD_TESTS = \
 	test_loadit_procs.py \
 	test_loadit_fork_locks.py \
 	test_batch_reads.py \
-	test_views_native.py
+	test_views_native.py \
+	test_train_cloader.py
 
 # ThreadSanitizer does not support a child that starts threads after a fork
 # of a process with threads (it dies, by default: die_after_fork; with
