@@ -747,6 +747,17 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         """Where this process's passes of the iterator stand (next index)."""
         return self._core.worker_positions()
 
+    def sync(self):
+        """Waits until every shard this loader filled is durable on disk:
+        with publish_behind (the default) a miss returns before its shard is
+        published, and a publisher thread makes it durable behind it.
+        Raises the first publish that failed since the last report (an
+        OSError such as ENOSPC or EIO: the items read were right, the shard
+        was not kept and is regenerated when read again); a later read that
+        opens a shard would raise it otherwise.  Returns None; a no-op with
+        publish_behind=False."""
+        self._core.sync()
+
     def finalize(self):
         """loadit's finalize(): makes the length final at the end of the
         last shard on disk, cutting the sequence short there (for every

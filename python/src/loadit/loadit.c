@@ -596,6 +596,18 @@ static PyObject *core_finalize_length(bcpy_core *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+/* sync(): bc_cache_sync, the GIL released. */
+static PyObject *core_sync(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_sync(self->cache);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return bcpy_raise(rc, NULL);
+  Py_RETURN_NONE;
+}
+
 static PyObject *core_worker_positions(bcpy_core *self, PyObject *unused) {
   (void)unused;
   if (core_check(self) < 0) return NULL;
@@ -739,6 +751,8 @@ static PyMethodDef core_methods[] = {
      "of the loader, its views and iterators (idempotent).  A fill stuck in the\n"
      "iterator is abandoned on Ctrl-C, or (at_exit) after a second."},
     {"stats", (PyCFunction)core_stats, METH_NOARGS, "stats() -> dict (bc_cache_stats)."},
+    {"sync", (PyCFunction)core_sync, METH_NOARGS,
+     "sync(): waits for the queued publishes (bc_cache_sync)."},
     {"shards", (PyCFunction)core_shards, METH_NOARGS,
      "shards() -> list of dicts (start, end, path, bytes, last_access), ascending."},
     {"finalize", (PyCFunction)core_finalize_length, METH_NOARGS,
