@@ -107,7 +107,7 @@ typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
 
 /* Versioned: initialize with BC_CACHE_OPTIONS_INIT or
  * bc_cache_options_init(); NULL options mean the defaults. */
-#define BC_CACHE_OPTIONS_VERSION 1
+#define BC_CACHE_OPTIONS_VERSION 2 /* (1: up to max_passes) */
 
 typedef struct bc_cache_options {
   /* BC_CACHE_OPTIONS_VERSION: set by BC_CACHE_OPTIONS_INIT and
@@ -157,11 +157,18 @@ typedef struct bc_cache_options {
    * before the shard instead of from record 0; 0 = 64 (at least
    * fill_workers + 1 with a thread-safe source). */
   int max_passes;
+  /* Publish-behind (default true): a shard a read misses is served from
+   * its complete scratch file at once, and its durable publish (fsyncs,
+   * renames, the commit) is left to a background thread that publishes
+   * what is queued in one transaction (doc/cache.md, "Publish-behind").
+   * false: every fill publishes before its read returns.  Options of
+   * version 1 have it on. */
+  bool publish_behind;
 } bc_cache_options;
 
 #define BC_CACHE_OPTIONS_INIT \
   {BC_CACHE_OPTIONS_VERSION, 0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, \
-   NULL, 0, false, NULL, -1, 0, false, 0}
+   NULL, 0, false, NULL, -1, 0, false, 0, true}
 
 /* Sets *opts to BC_CACHE_OPTIONS_INIT; BC_EINVAL unless `version` is
  * BC_CACHE_OPTIONS_VERSION. */
@@ -193,6 +200,14 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
  * keeps it waiting until bc_cache_abandon_fills() is called from another
  * thread. */
 void bc_cache_close(bc_cache *cache);
+
+/* Waits until every shard this cache object queued for publishing
+ * (publish_behind) is published, and returns the first publish that
+ * failed since the last call that returned one (BC_ENOSPC, BC_EIO, ...:
+ * the records served were right, the shard was not kept).  0 when all
+ * went well or nothing was queued.  An interrupt of the wait
+ * (bc_set_interrupt_handler) returns its code. */
+int bc_cache_sync(bc_cache *cache);
 
 /* Gives up on the fills this cache object's threads are doing (the
  * background workers' and the callers'), for shutting down when one may
@@ -415,6 +430,14 @@ typedef struct bc_cache_stats {
   uint64_t open_shards;   /* shard readers this process holds open now
                              (at most max_open_shards, plus any a running
                              read still uses) */
+  uint64_t miss_ns;       /* total time reads waited for the shards they
+                             opened (shard_opens of them): claim, fill,
+                             publish or queueing, waits for other fillers */
+  /* Publish-behind: */
+  uint64_t publishes_queued; /* shards queued for the publisher */
+  uint64_t publish_batches;  /* its transactions (one per batch) */
+  uint64_t publish_largest;  /* shards in its largest batch */
+  uint64_t publish_failures; /* queued shards whose publish failed */
 } bc_cache_stats;
 
 int bc_cache_stats_get(bc_cache *cache, bc_cache_stats *stats);

@@ -267,6 +267,7 @@ class LoadIt(Sequence[Any]):
         progress: bool | None = None,
         seekable: bool | None = None,
         max_passes: int | None = None,
+        publish_behind: bool = True,
     ) -> None: ...
     @overload
     def __init__(
@@ -289,6 +290,7 @@ class LoadIt(Sequence[Any]):
         progress: bool | None = None,
         seekable: bool | None = None,
         max_passes: int | None = None,
+        publish_behind: bool = True,
     ) -> None: ...
     @overload
     def __getitem__(self, key: int) -> Any: ...

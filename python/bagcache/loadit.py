@@ -92,6 +92,11 @@ Arguments (as loadit; what bagcache does with each):
   ``create_iter()`` kept open, parked where their fills stopped (default
   64), so that a rebuilt shard starts from the nearest one before it
   rather than from index 0.
+* ``publish_behind`` (keyword only, bagcache's own) - True (the default):
+  a shard a read fills is served from its complete scratch file at once,
+  and a background thread makes it durable (fsyncs, renames, the commit),
+  several shards per transaction; False: each read that fills a shard
+  waits until it is published.
 
 Differences from loadit, on purpose: slices follow Python's rules
 (``l[::-1]`` reverses; loadit's are not Python's), a negative index or a
@@ -540,7 +545,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
     __bool__ = _nonempty
 
     def __init__(self, *args, serializer=None, progress=None, seekable=None,
-                 max_passes=None, **kwargs):
+                 max_passes=None, publish_behind=True, **kwargs):
         args = list(args)
         if args and not _is_path(args[0]) and args[0] is not None:
             # loadit's README form: LoadIt(create_iter, root_dir=...).
@@ -615,6 +620,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             seekable=bool(seekable and create_iter is not None),
             max_passes=max_passes or 0,
             prefetch_shards=_prefetch_depth(p["preload_fn"], max_workers),
+            publish_behind=bool(publish_behind),
         )
         self._open(core)
         _live.add(core)
@@ -630,6 +636,8 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         config["seekable"] = seekable
         if max_passes is not None:
             config["max_passes"] = max_passes
+        if not publish_behind:
+            config["publish_behind"] = False
         self._config = config
         self._progress = progress
         # The background drain's line, unless all is cached already.

@@ -351,7 +351,9 @@ def test_records_are_pickles_of_the_highest_protocol(tmp_path):
     first = LoadIt(Source(30), root_dir=str(tmp_path / "first"), max_shard_length=10)
     assert list(first) == model(30)
     assert stored(first) == expect
-    random_read = LoadIt(Source(30), root_dir=str(tmp_path / "read"), max_shard_length=10)
+    # (No prefetching: shard 1 is not read, and must not be filled.)
+    random_read = LoadIt(Source(30), root_dir=str(tmp_path / "read"), max_shard_length=10,
+                         preload_fn=None)
     assert random_read[25] == item(25) and random_read[3] == item(3)
     assert stored(random_read) == {i: expect[i] for i in [*range(0, 10), *range(20, 30)]}
 
@@ -906,7 +908,7 @@ def test_ctrl_c_interrupts_a_wait_for_a_shard_read_before(tmp_path):
     one_shard = shard_bytes(root)
     # Three shards fit (the smallest workable limit with one fill worker).
     loader = LoadIt(root, source, max_shard_length=200, preload_fn=None,
-                    memory_limit=3 * one_shard + one_shard // 2)
+                    memory_limit=3 * one_shard + one_shard // 2, publish_behind=False)
     assert [loader[i] for i in (0, 250, 450, 650)] == [item(i) for i in (0, 250, 450, 650)]
     # Shard 3 evicted shard 0, read least lately.
     assert sorted(os.listdir(os.path.join(root, "shards"))) == [

@@ -220,6 +220,11 @@ int bc__writer_checksum_frames(bc_writer *w);
  * name that is renamed again, and that directory fsynced, before anything
  * relies on it (the cache's scratch files).  Before close. */
 int bc__writer_scratch(bc_writer *w);
+/* A scratch writer whose close does not fsync the data either (a tail
+ * file): the cache's publish-behind fsyncs it later, on its publisher
+ * thread, before renaming it into shards/.  After bc__writer_scratch,
+ * before close. */
+int bc__writer_nosync(bc_writer *w);
 
 /* The device and inode of shard 0's records file as it was opened: which
  * file a bag reads even after its name was replaced or removed. */

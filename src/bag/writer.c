@@ -57,6 +57,7 @@ struct bc_writer {
   char *limits_path; /* final limits path (separate only) */
   bool separate;
   bool scratch; /* no directory fsync at close (bc__writer_scratch) */
+  bool nosync;  /* no fsync of the data at close either (bc__writer_nosync) */
   unsigned file_mode;
   char *tmp_records, *tmp_limits;
   int fd_records, fd_limits;
@@ -276,7 +277,8 @@ static int finish(bc_writer *w) {
                             w->tmp_records)) != 0)
       return rc;
     w->lbuf_len = 0;
-    if ((rc = bc__fsync(w->fd_records, w->tmp_records)) != 0) return rc;
+    if (!w->nosync && (rc = bc__fsync(w->fd_records, w->tmp_records)) != 0)
+      return rc;
     if (!w->scratch) return bc__publish(w->tmp_records, w->path);
     if (rename(w->tmp_records, w->path) != 0)
       return bc__error_errno(errno, "%s: rename from %s", w->path, w->tmp_records);
@@ -328,6 +330,12 @@ void bc_writer_free(bc_writer *w) {
 int bc__writer_scratch(bc_writer *w) {
   int rc = check_open(w, "scratch");
   if (rc == 0) w->scratch = true;
+  return rc;
+}
+
+int bc__writer_nosync(bc_writer *w) {
+  int rc = check_open(w, "nosync");
+  if (rc == 0 && w->scratch) w->nosync = true;
   return rc;
 }
 

@@ -155,11 +155,13 @@ static void before_fork(void) {
     pthread_mutex_lock(&c->prefetch.lock);
     pthread_mutex_lock(&c->readers.lock);
     pthread_mutex_lock(&c->access.lock);
+    pthread_mutex_lock(&c->publisher.lock);
   }
 }
 
 static void after_fork_parent(void) {
   for (bc_cache *c = open_caches; c; c = c->next_open) {
+    pthread_mutex_unlock(&c->publisher.lock);
     pthread_mutex_unlock(&c->access.lock);
     pthread_mutex_unlock(&c->readers.lock);
     pthread_mutex_unlock(&c->prefetch.lock);
@@ -192,6 +194,7 @@ static void after_fork_child(void) {
     bc__slots_after_fork_child(&c->readers.slots);
     pthread_cond_init(&c->pool.cond, NULL);
     pthread_cond_init(&c->prefetch.cond, NULL);
+    bc__publisher_after_fork_child(&c->publisher); /* (unlocks it) */
     pthread_mutex_unlock(&c->access.lock);
     pthread_mutex_unlock(&c->readers.lock);
     pthread_mutex_unlock(&c->prefetch.lock);
@@ -313,6 +316,7 @@ static void cache_destroy(bc_seq *self) {
   bc_cache *c = (bc_cache *)self;
   track_open(c, false);
   bc__workers_stop(c);
+  bc__publisher_stop(c); /* (done by close already, unless in a child) */
   bc__access_flush(c);
   bc__readers_close_all(c);
   bc__passes_close_all(c);
@@ -324,6 +328,7 @@ static void cache_destroy(bc_seq *self) {
   pthread_cond_destroy(&c->prefetch.cond);
   pthread_mutex_destroy(&c->readers.lock);
   pthread_mutex_destroy(&c->access.lock);
+  bc__publisher_destroy(&c->publisher);
   free(c->pool.passes);
   free(c->prefetch.workers);
   free(c->root);
@@ -475,7 +480,7 @@ int bc_cache_options_init(bc_cache_options *opts, unsigned version) {
 }
 
 static int check_options(const bc_cache_options *o, const bc_source *src) {
-  if (o->version != BC_CACHE_OPTIONS_VERSION)
+  if (o->version != 1 && o->version != BC_CACHE_OPTIONS_VERSION)
     return bc__options_version("bc_cache_options", "BC_CACHE_OPTIONS",
                                o->version, BC_CACHE_OPTIONS_VERSION);
   if (src != NULL && ((src->version != 1 && src->version != BC_SOURCE_VERSION) ||
@@ -679,7 +684,12 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
                                                  : offsetof(bc_source, open_at));
     c->has_source = true;
   }
-  c->opts = *opts;
+  /* Version 1 ends before publish_behind (on by default). */
+  c->opts = defaults;
+  memcpy(&c->opts, opts, opts->version == 1
+                             ? offsetof(bc_cache_options, publish_behind)
+                             : sizeof c->opts);
+  c->opts.version = BC_CACHE_OPTIONS_VERSION;
   c->opts.info_json = NULL; /* applied below; the caller's string is not kept */
   if (c->opts.fill_workers > BC_CACHE_MAX_FILL_WORKERS) {
     /* Each worker is a thread with a pass over the source of its own. */
@@ -703,6 +713,8 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   pthread_cond_init(&c->prefetch.cond, NULL);
   pthread_mutex_init(&c->readers.lock, NULL);
   pthread_mutex_init(&c->access.lock, NULL);
+  bc__publisher_init(&c->publisher);
+  atomic_init(&c->shard_bytes_seen, 0);
   track_open(c, true);
   /* Parked passes: max_passes (default 64), at least one per fill worker
    * plus one for a reader with a thread-safe source.  Without thread
@@ -790,8 +802,11 @@ void bc_cache_close(bc_cache *c) {
   /* Workers stop now even if views keep the sequence alive: a closed
    * cache still serves reads, filling on demand only. */
   bc__workers_stop(c);
+  bc__publisher_stop(c); /* what is queued is published first */
   bc_seq_unref(&c->base);
 }
+
+int bc_cache_sync(bc_cache *c) { return bc__publisher_wait(c, true); }
 
 bc_seq *bc_cache_seq(bc_cache *c) { return &c->base; }
 
@@ -875,6 +890,9 @@ int bc_cache_fill_all(bc_cache *c) {
 
 int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   memset(st, 0, sizeof *st);
+  /* What is published: shards queued by this process first (publisher.h;
+   * a failure stays for the next call that returns one). */
+  bc__publisher_wait(c, false);
   MDB_txn *t;
   int rc = bc__txn_begin(c->env, false, &t);
   if (rc != 0) return rc;
@@ -909,6 +927,11 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   st->shard_opens = atomic_load(&c->stats.shard_opens);
   st->fills = atomic_load(&c->stats.fills);
   st->regenerations = atomic_load(&c->stats.regenerations);
+  st->miss_ns = atomic_load(&c->stats.miss_ns);
+  st->publishes_queued = atomic_load(&c->publisher.queued_total);
+  st->publish_batches = atomic_load(&c->publisher.batches);
+  st->publish_largest = atomic_load(&c->publisher.largest);
+  st->publish_failures = atomic_load(&c->publisher.failures);
   st->evictions = atomic_load(&c->stats.evictions);
   st->passes_opened = atomic_load(&c->stats.passes_opened);
   st->records_skipped = atomic_load(&c->stats.records_skipped);
@@ -929,6 +952,7 @@ bool bc_cache_draining(bc_cache *c) {
 
 int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
                     size_t *count) {
+  bc__publisher_wait(c, false); /* the shards this process queued count */
   bc__access_flush(c); /* the access clocks include this process's opens */
   MDB_txn *t;
   int rc = bc__txn_begin(c->env, false, &t);

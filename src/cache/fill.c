@@ -227,6 +227,7 @@ static void filling_put(bc__fill_registry *r, bc__filling *f) {
       break;
     }
   bc_error_state_clear(&f->err);
+  free(f->scratch);
   free(f);
 }
 
@@ -256,6 +257,7 @@ static int record_end(bc_cache *c, uint64_t shard, uint64_t end) {
 }
 
 int bc_cache_finalize(bc_cache *c) {
+  bc__publisher_wait(c, false); /* the shards queued count */
   if (atomic_load(&c->final)) return 0;
   uint64_t end = 0;
   int rc = bc__store_finalize(&c->store, &end);
@@ -290,13 +292,32 @@ static void pass_snapshot_take(bc_cache *c, uint64_t next, pass_snapshot *ps) {
   }
 }
 
+size_t bc__pass_positions(bc_cache *c, uint64_t *pos, size_t max) {
+  pass_snapshot ps;
+  pass_snapshot_take(c, UINT64_MAX, &ps);
+  size_t n = ps.n < max ? ps.n : max;
+  memcpy(pos, ps.pos, n * sizeof *pos);
+  return n;
+}
+
 /* The pending access-clock bumps of this process's opens, applied in the
  * publish's transaction before victims are picked. */
-static int access_bump(void *arg, const bc__store *s, bc__store_txn *t,
-                       uint64_t *clock) {
+int bc__access_bump(void *arg, const bc__store *s, bc__store_txn *t,
+                    uint64_t *clock) {
   (void)s;
   return bc__access_apply(arg, t, clock);
 }
+
+/* Notes a shard file's size: a publish-behind claim reserves the largest. */
+static void note_shard_bytes(bc_cache *c, uint64_t bytes) {
+  uint64_t seen = atomic_load(&c->shard_bytes_seen);
+  while (bytes > seen &&
+         !atomic_compare_exchange_weak(&c->shard_bytes_seen, &seen, bytes)) {
+  }
+}
+
+/* How long a synchronous publish waits for room reserved by others. */
+#define PUBLISH_WAIT_MAX_S 30.0
 
 /* Publishes the finished shard through the store (store.c has the steps)
  * and drops this process's readers of every shard it evicted.  `note`:
@@ -314,10 +335,28 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
       .size = (uint64_t)st.st_size, .checksum = checksum, .ended = ended,
       .zstd = c->zstd, .note = note, .default_limit = c->opts.disk_limit,
       .passes = ps.pos, .npasses = ps.n, .seekable = c->src.open_at != NULL,
-      .bump = access_bump, .bump_arg = c};
+      .bump = bc__access_bump, .bump_arg = c};
   q.need = bc__limit_shards(&c->opts, &q.prefetched);
+  note_shard_bytes(c, q.size);
   bc__victims victims = {0};
   int rc = bc__store_publish(&c->store, &q, &victims, regenerated);
+  /* BC_EAGAIN: the room is reserved by claims in progress (publish-behind
+   * reserves at the claim).  This process's queued shards are published
+   * first (then they are evictable); claims of other threads and
+   * processes end within a fill: wait for them, a while at most. */
+  double backoff = 0.001, waited = 0;
+  while (rc == BC_EAGAIN && waited < PUBLISH_WAIT_MAX_S) {
+    bc__publisher_wait(c, false);
+    rc = bc__interrupt_poll();
+    if (rc == 0) {
+      struct timespec ts = {0, (long)(backoff * 1e9)};
+      nanosleep(&ts, NULL);
+      waited += backoff;
+      if (backoff < 0.064) backoff *= 2;
+      rc = bc__store_publish(&c->store, &q, &victims, regenerated);
+    }
+  }
+  if (rc == BC_EAGAIN) rc = bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg());
   atomic_fetch_add(&c->stats.evictions, victims.n);
   bc__readers_forget(c, victims.shards, victims.n);
   bc__victims_free(&victims);
@@ -346,7 +385,7 @@ static int crc_append(bc_buf *crcs, const void *data, size_t size) {
 /* Writes the shard's checksums to SCRATCH.crc and fsyncs it; publish
  * renames it into sums/ with the shard. */
 static int write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
-                         uint64_t records, uint64_t records_bytes) {
+                         uint64_t records, uint64_t records_bytes, bool sync) {
   char *path = bc__scratch_crc_path(scratch);
   int rc = path ? bc__buf_reserve(crcs, BC__CRC_HEADER + 4 * records)
                 : bc__error(BC_ENOMEM, "out of memory");
@@ -360,7 +399,7 @@ static int write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
     goto cleanup;
   }
   rc = bc__write_all(fd, crcs->data, crcs->size, path);
-  if (rc == 0) rc = bc__fsync(fd, path);
+  if (rc == 0 && sync) rc = bc__fsync(fd, path);
 cleanup:
   if (fd >= 0) close(fd);
   free(path);
@@ -405,8 +444,10 @@ static int pass_find_end(bc_cache *c, bc__pass *p, uint64_t start, bc_buf *buf,
   return rc;
 }
 
-int bc__fill_open_scratch(bc_cache *c, uint64_t shard, uint64_t token,
-                          char **path, bc_writer **writer) {
+/* bc__fill_open_scratch; `nosync`: the writer's close does not fsync
+ * (publish-behind: the publisher does, later). */
+static int open_scratch(bc_cache *c, uint64_t shard, uint64_t token,
+                        bool nosync, char **path, bc_writer **writer) {
   bc_writer *w = NULL;
   int rc = 0;
   /* SHARD-PID-START.TOKEN.EXT: the owner for bc__clean_scratch, the token
@@ -430,6 +471,7 @@ int bc__fill_open_scratch(bc_cache *c, uint64_t shard, uint64_t token,
   /* scratch/ is never fsynced: the publish renames the file into shards/
    * and fsyncs that (doc/cache.md, "The sync budget of a miss"). */
   if ((rc = bc__writer_scratch(w)) != 0) goto cleanup;
+  if (nosync && (rc = bc__writer_nosync(w)) != 0) goto cleanup;
   *path = name;
   *writer = w;
   name = NULL;
@@ -440,8 +482,96 @@ cleanup:
   return rc;
 }
 
-/* Fills shard f->shard, which this process has claimed (claim f->token). */
-static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
+int bc__fill_open_scratch(bc_cache *c, uint64_t shard, uint64_t token,
+                          char **path, bc_writer **writer) {
+  return open_scratch(c, shard, token, false, path, writer);
+}
+
+/* fsync of a file this process wrote without one. */
+static int fsync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return bc__error_errno(errno, "%s: open", path);
+  int rc = bc__fsync(fd, path);
+  close(fd);
+  return rc;
+}
+
+/* Publish-behind of the complete scratch file of fill f (n records, its
+ * checksum, `ended`): checked against the state as its publish will be
+ * (claim, determinism checksum, length), made readable to this process
+ * (f->readable) and queued for the publisher.  *queued: it was; else
+ * (the claim reserved less room than the file needs, or the queue is
+ * full or closed) the caller publishes it synchronously.  A failed check
+ * is returned as it would be by the publish. */
+static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
+                          uint64_t n, uint64_t sum, bool ended,
+                          const char *note, bool *queued, bc_bag **bag) {
+  *queued = false;
+  struct stat st;
+  if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
+  uint64_t size = (uint64_t)st.st_size;
+  note_shard_bytes(c, size);
+  if (size > f->room) return 0;
+  bc__publish_req q = {
+      .shard = f->shard, .token = f->token, .scratch = scratch, .records = n,
+      .size = size, .checksum = sum, .ended = ended, .zstd = c->zstd,
+      .note = note, .default_limit = c->opts.disk_limit};
+  q.need = bc__limit_shards(&c->opts, &q.prefetched);
+  int rc = bc__store_check(&c->store, &q);
+  /* The filler's reader, opened before the publisher may touch the file:
+   * its records are served even if the publish fails. */
+  bc_bag *mine = NULL;
+  if (rc == 0 && bag != NULL) rc = bc__cache_open_scratch(c, scratch, &mine);
+  bc__pub_entry *e = rc == 0 ? calloc(1, sizeof *e) : NULL;
+  char *path = e ? strdup(scratch) : NULL;
+  if (rc == 0 && path == NULL) rc = bc__error(BC_ENOMEM, "out of memory");
+  if (rc != 0) {
+    free(e);
+    bc_bag_close(mine);
+    return rc;
+  }
+  e->f = f;
+  e->checksum = sum;
+  e->ended = ended;
+  snprintf(e->note, sizeof e->note, "%s", note);
+  /* Readable first (a reference for the entry), then queued; a queue that
+   * refuses it makes it unreadable again (a thread that opened the file
+   * meanwhile keeps a good reader: the synchronous publish renames it). */
+  bc__fill_registry *reg = bc__env_fills(c->env);
+  pthread_mutex_lock(&reg->lock);
+  f->scratch = path;
+  f->rec = (bc__shard_rec){.state = SHARD_PRESENT, .zstd = c->zstd,
+                           .records = n, .bytes = size};
+  f->readable = true;
+  f->refs++;
+  pthread_cond_broadcast(&reg->cond); /* waiters of this fill read it now */
+  pthread_mutex_unlock(&reg->lock);
+  if (bc__publisher_enqueue(c, e) == 0) {
+    /* The records exist (and the source ends after them when `ended`: it
+     * is deterministic), published or not. */
+    uint64_t end = f->shard * c->R + n;
+    if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
+    if (ended) atomic_store(&c->final, true);
+    *queued = true;
+    if (bag != NULL) *bag = mine;
+    return 0;
+  }
+  bc_bag_close(mine);
+  free(e);
+  pthread_mutex_lock(&reg->lock);
+  f->readable = false;
+  filling_put(reg, f); /* (the filler's reference remains) */
+  pthread_mutex_unlock(&reg->lock);
+  return 0;
+}
+
+/* Fills shard f->shard, which this process has claimed (claim f->token).
+ * *queued: its publish was queued (publish-behind): the shard is readable
+ * from its scratch file (f->readable) and the claim stays until the
+ * publisher is done with it. */
+static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
+                bc_bag **bag) {
+  *queued = false;
   uint64_t shard = f->shard;
   uint64_t start = shard * c->R;
   size_t slot = 0;
@@ -465,7 +595,10 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
                      c->root, (unsigned long long)p->pos);
     goto cleanup;
   }
-  if ((rc = bc__fill_open_scratch(c, shard, f->token, &scratch, &w)) != 0)
+  /* Publish-behind: nothing is fsynced on this path (the publisher does
+   * it, or the synchronous fallback below). */
+  bool behind = f->room > 0;
+  if ((rc = open_scratch(c, shard, f->token, behind, &scratch, &w)) != 0)
     goto cleanup;
   uint64_t sum = BC__SUM_INIT;
   while (n < c->R) {
@@ -515,13 +648,32 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode) {
   /* The last record may have been the one stuck in the source. */
   if ((rc = check_abandoned(c, f)) != 0) goto cleanup;
   if ((rc = bc_writer_close(w)) != 0) goto cleanup;
-  if (c->crc &&
-      (rc = write_sidecar(c, scratch, &crcs, n, bc_writer_records_bytes(w))) != 0)
+  if (c->crc && (rc = write_sidecar(c, scratch, &crcs, n,
+                                    bc_writer_records_bytes(w), !behind)) != 0)
     goto cleanup;
-  bool regenerated = false;
-  rc = publish(c, shard, f->token, scratch, n, sum, ended, note, &regenerated);
-  if (rc == 0)
-    atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
+  if (behind) {
+    if ((rc = publish_behind(c, f, scratch, n, sum, ended, note, queued, bag)) != 0)
+      goto cleanup;
+    if (!*queued) {
+      /* Synchronously after all: the data first, as the writer would
+       * have; and this process's queued shards published, so that their
+       * room (reserved, not yet evictable) is evictable again. */
+      rc = fsync_path(scratch);
+      if (rc == 0 && c->crc) {
+        char *crc = bc__scratch_crc_path(scratch);
+        rc = crc ? fsync_path(crc) : bc__error(BC_ENOMEM, "out of memory");
+        free(crc);
+      }
+      if (rc == 0 && f->room != UINT64_MAX) bc__publisher_wait(c, false);
+      if (rc != 0) goto cleanup;
+    }
+  }
+  if (!*queued) {
+    bool regenerated = false;
+    rc = publish(c, shard, f->token, scratch, n, sum, ended, note, &regenerated);
+    if (rc == 0)
+      atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
+  }
   keep = rc == 0 && !ended;
 cleanup:
   atomic_fetch_add(&c->stats.records_written, n);
@@ -552,8 +704,60 @@ static int try_claim(bc_cache *c, uint64_t shard, uint64_t token,
   return bc__store_claim(&c->store, shard, token, rec, claimed);
 }
 
+/* try_claim for a fill that may publish behind (publish_behind on, the
+ * publisher accepting): under a disk limit the claim reserves the largest
+ * shard size this process has seen (none seen yet, or a shard not known
+ * to exist: no room, so the fill publishes synchronously).  *room: what
+ * the fill may queue (UINT64_MAX without a limit). */
+static int claim_with_room(bc_cache *c, uint64_t shard, uint64_t token,
+                           bc__shard_rec *rec, bool *claimed, uint64_t *room) {
+  *room = 0;
+  uint64_t estimate = atomic_load(&c->shard_bytes_seen);
+  /* A shard past the records known to exist may be the source's end: no
+   * room is reserved (nor evicted for) then, so under a limit it
+   * publishes synchronously (a first pass, a drain). */
+  if (shard * c->R >= atomic_load(&c->known_length)) estimate = 0;
+  if (!c->opts.publish_behind || atomic_load(&c->publisher.closed))
+    return try_claim(c, shard, token, rec, claimed);
+  uint64_t passes[256];
+  bc__publish_req q = {
+      .shard = shard, .token = token, .size = estimate,
+      .records = c->R, .default_limit = c->opts.disk_limit,
+      .passes = passes, .npasses = bc__pass_positions(c, passes, 256),
+      .seekable = c->src.open_at != NULL, .bump = bc__access_bump,
+      .bump_arg = c};
+  q.need = bc__limit_shards(&c->opts, &q.prefetched);
+  bc__victims victims = {0};
+  int rc = bc__store_claim_room(&c->store, &q, rec, claimed, room, &victims);
+  atomic_fetch_add(&c->stats.evictions, victims.n);
+  bc__readers_forget(c, victims.shards, victims.n);
+  bc__victims_free(&victims);
+  return rc;
+}
+
 int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *out) {
+  return bc__obtain_scratch(c, shard, mode, out, NULL, NULL);
+}
+
+/* A fill record that is readable: the shard is obtained (*scratch: a copy
+ * of its file's name, when wanted).  Registry lock held. */
+static int obtained_behind(const bc__filling *f, bc__shard_rec *out,
+                           char **scratch) {
+  if (scratch != NULL && (*scratch = strdup(f->scratch)) == NULL)
+    return bc__error(BC_ENOMEM, "out of memory");
+  *out = f->rec;
+  return 0;
+}
+
+int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
+                       bc__shard_rec *out, char **scratch, bc_bag **bag) {
   double backoff = 0.001;
+  if (scratch != NULL) *scratch = NULL;
+  if (bag != NULL) *bag = NULL;
+  /* A publish that failed since the last look (publish-behind): the
+   * records served were right, their durability failed: say so. */
+  int prc = mode == BC__PREFETCH ? 0 : bc__publisher_take_error(c);
+  if (prc != 0) return prc;
   for (;;) {
     bc__shard_rec rec;
     bool found = false, final = false;
@@ -566,6 +770,7 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
     if (!known && length > 0) atomic_store(&c->known_length, length);
     if (!known && final) atomic_store(&c->final, true);
     if (found && rec.state == SHARD_PRESENT) {
+      note_shard_bytes(c, rec.bytes);
       *out = rec;
       return 0;
     }
@@ -574,17 +779,25 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
       return bc__error(BC_ERANGE, "%s: index %llu out of range [0, %llu)",
                        c->root, (unsigned long long)start,
                        (unsigned long long)atomic_load(&c->known_length));
-    if (!c->has_source)
+    /* A thread of this process filling it (through any cache object on
+     * this root): wait for that fill, or read it from its scratch file
+     * while its publish is queued (any cache object, with a source or
+     * not). */
+    bc__fill_registry *reg = bc__env_fills(c->env);
+    pthread_mutex_lock(&reg->lock);
+    bc__filling *f = filling_find(reg, shard);
+    if (f != NULL && f->readable) { /* queued for its publish: read it */
+      rc = obtained_behind(f, out, scratch);
+      pthread_mutex_unlock(&reg->lock);
+      return rc;
+    }
+    if (!c->has_source) {
+      pthread_mutex_unlock(&reg->lock);
       return bc__error(BC_ENOTCACHED,
                        "%s: records %llu..%llu are not cached and the cache "
                        "has no source", c->root, (unsigned long long)start,
                        (unsigned long long)(start + c->R));
-
-    /* A thread of this process filling it (through any cache object on
-     * this root): wait for that fill. */
-    bc__fill_registry *reg = bc__env_fills(c->env);
-    pthread_mutex_lock(&reg->lock);
-    bc__filling *f = filling_find(reg, shard);
+    }
     if (f != NULL) {
       if (mode != BC__WAIT) {
         pthread_mutex_unlock(&reg->lock);
@@ -594,7 +807,13 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
       }
       f->refs++;
       rc = 0;
-      while (!f->done && rc == 0) rc = bc__cond_wait(&reg->cond, &reg->lock);
+      while (!f->done && !f->readable && rc == 0)
+        rc = bc__cond_wait(&reg->cond, &reg->lock);
+      if (rc == 0 && !f->done) { /* readable: looked up again above */
+        filling_put(reg, f);
+        pthread_mutex_unlock(&reg->lock);
+        continue;
+      }
       /* Interrupted: the fill goes on without us. */
       int frc = rc != 0 ? rc : bc_error_restore(&f->err);
       filling_put(reg, f);
@@ -625,14 +844,20 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
     reg->list = f;
     pthread_mutex_unlock(&reg->lock);
 
-    bool claimed = false;
-    rc = try_claim(c, shard, f->token, &rec, &claimed);
+    bool claimed = false, queued = false;
+    uint64_t room = 0;
+    rc = claim_with_room(c, shard, f->token, &rec, &claimed, &room);
     if (rc == 0 && claimed) {
-      rc = fill(c, f, mode);
+      f->room = room; /* (only this thread reads it) */
+      rc = fill(c, f, mode, &queued, bag);
       if (rc != 0) release_claim(c, shard, f->token, rc);
     }
+    bc__shard_rec behind = queued ? f->rec : rec; /* (reg lock not needed:
+                                                      set by this thread) */
     pthread_mutex_lock(&reg->lock);
-    if (!f->done) { /* (an abandoned fill was reported done already) */
+    /* Queued: the publisher marks it done.  (An abandoned fill was
+     * reported done already.) */
+    if (!queued && !f->done) {
       f->done = true;
       if (rc != 0) bc_error_save(&f->err, rc); /* the payload too */
     }
@@ -643,6 +868,10 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *o
      * when this call waits): filled again with a new pass. */
     if (rc == BC_EAGAIN && mode == BC__WAIT) continue;
     if (rc != 0) return rc;
+    if (queued && (bag == NULL || *bag != NULL)) { /* served from scratch */
+      *out = behind;
+      return 0;
+    }
     if (claimed) continue; /* published: read its state */
     if (rec.state == SHARD_PRESENT) {
       *out = rec;
@@ -793,6 +1022,9 @@ int bc__drain(bc_cache *c, bool from_start) {
   if (rc != 0) return rc;
   uint64_t end_shard = (atomic_load(&c->known_length) + c->R - 1) / c->R;
   if ((rc = wait_fills_below(c, end_shard)) != 0) return rc;
+  /* Shards queued by the drain are published by now (their fill records
+   * were done at their publish): a failure among them is the drain's. */
+  if ((rc = bc__publisher_take_error(c)) != 0) return rc;
   /* Shards a worker took but failed to fill: retry them here, so their
    * error (if it persists) reaches the caller. */
   pthread_mutex_lock(&c->prefetch.lock);
@@ -819,7 +1051,8 @@ int bc__drain(bc_cache *c, bool from_start) {
 /* True when a fill of cache object `c` is in progress (registry lock). */
 static bool fills_of(bc__fill_registry *reg, const bc_cache *c) {
   for (bc__filling *f = reg->list; f != NULL; f = f->next)
-    if (f->cache == c && !f->done && !atomic_load(&f->abandoned)) return true;
+    if (f->cache == c && !f->done && !f->readable && !atomic_load(&f->abandoned))
+      return true;
   return false;
 }
 
@@ -857,7 +1090,9 @@ int bc_cache_abandon_fills(bc_cache *c, int wait_ms) {
     n = 0;
     pthread_mutex_lock(&reg->lock);
     for (bc__filling *f = reg->list; f != NULL && n < 64; f = f->next) {
-      if (f->cache != c || f->done || atomic_load(&f->abandoned)) continue;
+      /* (A readable fill waits for its publish, not for the source.) */
+      if (f->cache != c || f->done || f->readable || atomic_load(&f->abandoned))
+        continue;
       atomic_store(&f->abandoned, true);
       f->refs++;
       mine[n++] = f;
@@ -892,6 +1127,19 @@ int bc_cache_abandon_fills(bc_cache *c, int wait_ms) {
   pthread_cond_broadcast(&c->prefetch.cond);
   pthread_mutex_unlock(&c->prefetch.lock);
   return (int)total;
+}
+
+void bc__fill_done(bc_cache *c, bc__filling *f, int rc) {
+  bc__fill_registry *reg = bc__env_fills(c->env);
+  pthread_mutex_lock(&reg->lock);
+  f->readable = false; /* this process reads shards/ now (or refills) */
+  if (!f->done) {
+    f->done = true;
+    if (rc != 0) bc_error_save(&f->err, rc);
+  }
+  pthread_cond_broadcast(&reg->cond);
+  filling_put(reg, f);
+  pthread_mutex_unlock(&reg->lock);
 }
 
 /* ---- the appender's entry points (append.c) --------------------------------------- */
@@ -978,5 +1226,5 @@ int bc__fill_crc_append(bc_buf *crcs, const void *data, size_t size) {
 
 int bc__fill_write_sidecar(bc_cache *c, const char *scratch, bc_buf *crcs,
                            uint64_t records, uint64_t records_bytes) {
-  return write_sidecar(c, scratch, crcs, records, records_bytes);
+  return write_sidecar(c, scratch, crcs, records, records_bytes, true);
 }

@@ -19,6 +19,8 @@
 
 #include "bagcache/error.h" /* bc_error_state */
 
+/* (included by internal.h after the shard record) */
+
 struct bc_cache;
 
 /* A shard this process is filling, so its other threads wait for it.
@@ -33,6 +35,13 @@ typedef struct bc__filling {
   atomic_bool abandoned;  /* set by bc_cache_abandon_fills: the filler stops
                              at its next record and publishes nothing */
   bool done;
+  /* Publish-behind: the scratch file is complete and checked, and queued
+   * for its publish (publisher.h); until `done`, this process reads the
+   * shard from `scratch` (rec: its size and records). */
+  bool readable;
+  char *scratch;
+  bc__shard_rec rec;
+  uint64_t room; /* bytes its claim reserved (UINT64_MAX: no limit) */
   bc_error_state err; /* the fill's result for its waiters: err.code 0, or
                          the failure (message, errno, payload) */
   int refs; /* the filler + waiters (registry lock) */

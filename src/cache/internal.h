@@ -29,7 +29,6 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#include "cache/fills.h"
 #include "cache/lmdb_guard.h"
 #include "cache/passes.h"
 #include "cache/prefetch.h"
@@ -80,7 +79,9 @@ enum { SHARD_FILLING = 1, SHARD_PRESENT = 2 };
 typedef struct {
   uint32_t state;
   uint32_t zstd;        /* the file is .bagz */
-  uint64_t records;     /* end - start */
+  uint64_t records;     /* PRESENT: end - start; FILLING: the bytes the
+                           claim reserves under the disk limit for its
+                           scratch file (publish-behind), 0 for none */
   uint64_t bytes;       /* PRESENT: file size; FILLING: the fill's token
                            (bc__filling.token), so a claim names one fill */
   uint64_t last_access; /* access clock value */
@@ -88,6 +89,8 @@ typedef struct {
 } bc__shard_rec;
 
 #include "cache/store.h" /* the typed store over this state */
+#include "cache/fills.h"   /* (its fill records name a shard record) */
+#include "cache/publisher.h"
 
 /* One LMDB environment per root per process (LMDB forbids opening an
  * environment twice in a process); shared by reference count and reopened
@@ -205,10 +208,15 @@ struct bc_cache {
   bc__prefetch_queue prefetch; /* prefetch.h */
   bc__reader_list readers;     /* readers.h */
   bc__access_log access;
+  bc__publisher publisher; /* publisher.h (publish_behind) */
+  /* The largest shard file this process has seen (published, queued or
+   * opened): what a claim reserves for publish-behind under a limit. */
+  _Atomic uint64_t shard_bytes_seen;
 
   struct {
     atomic_uint_fast64_t shard_opens, fills, regenerations, evictions,
-        passes_opened, records_skipped, records_written, waits;
+        passes_opened, records_skipped, records_written, waits,
+        miss_ns;
   } stats;
 };
 
@@ -289,6 +297,24 @@ void bc__access_flush(bc_cache *c);
  * the source ends before the shard's first record; BC_EAGAIN as `mode`
  * says. */
 int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *rec);
+/* bc__obtain for a reader: *scratch (malloc'd) names the file to open
+ * when the shard is readable from its scratch file while its publish is
+ * queued (publish-behind), NULL when it is PRESENT (open its shard file);
+ * *bag (when bag is not NULL) is a reader of that file already open when
+ * this very call filled the shard (then *scratch is NULL).
+ * Returns a publish failure not reported yet first (publisher.h). */
+int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
+                       bc__shard_rec *rec, char **scratch, bc_bag **bag);
+/* The publisher's side of a fill record: its publish ended with rc (0, or
+ * a failure whose message is the thread's); drops the publisher's
+ * reference. */
+void bc__fill_done(bc_cache *c, bc__filling *f, int rc);
+/* Ascending positions of this process's idle passes (eviction's cost
+ * model; none for a seekable source), at most max. */
+size_t bc__pass_positions(bc_cache *c, uint64_t *pos, size_t max);
+/* The pending access-clock bumps, as a publish request's `bump`. */
+int bc__access_bump(void *cache, const bc__store *s, bc__store_txn *t,
+                    uint64_t *clock);
 /* Forgets a damaged shard (unlinks it, drops its state) so it is refilled. */
 int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *rec);
 /* Forgets shard `shard` if its file is still the one with device `dev` and

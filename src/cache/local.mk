@@ -25,4 +25,6 @@ BC_CACHE_SOURCES = \
 	src/cache/append_ring.c \
 	src/cache/append.c \
 	src/cache/maint.c \
-	src/cache/prefetch.c
+	src/cache/prefetch.c \
+	src/cache/publisher.h \
+	src/cache/publisher.c

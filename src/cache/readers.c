@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "bag/internal.h"
 #include "cache/internal.h"
@@ -149,6 +150,13 @@ static bc__treg *my_reg(bc_cache *c) {
   return g;
 }
 
+/* True when `rec` is a claim of this process: a shard read from its
+ * scratch file while its publish is queued (publish-behind) is not gone. */
+static bool queued_here(const bc_cache *c, const bc__shard_rec *rec) {
+  return rec->state == SHARD_FILLING && rec->owner.pid == c->self.pid &&
+         rec->owner.start_time == c->self.start_time;
+}
+
 /* Bumps the shard's access clock in the shared state, with the pending
  * bumps of opens (access.c) first.  Returns false when the shard is no
  * longer PRESENT (evicted by someone). */
@@ -171,17 +179,28 @@ static bool touch(bc_cache *c, uint64_t shard) {
       return true;
     }
   }
-  bool present = found && rec.state == SHARD_PRESENT;
+  bool present = found && (rec.state == SHARD_PRESENT || queued_here(c, &rec));
   st->ops->abort(t);
   return present;
 }
 
-/* Opens shard `shard` as described by `rec` and checks it. */
+/* Opens shard `shard` as described by `rec` and checks it: its file in
+ * shards/, or `scratch` when not NULL (publish-behind). */
 static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
-                        bc_bag **out) {
-  char *path = bc__cache_shard_path(c, shard, rec->records, rec->zstd);
+                        const char *scratch, bc_bag **out) {
+  char *path = scratch ? strdup(scratch)
+                       : bc__cache_shard_path(c, shard, rec->records, rec->zstd);
   if (path == NULL) return bc__error(BC_ENOMEM, "out of memory");
-  int rc = bc__cache_open_shard(c, path, out);
+  int rc = scratch ? bc__cache_open_scratch(c, path, out)
+                   : bc__cache_open_shard(c, path, out);
+  if (scratch && rc == BC_ENOTFOUND) {
+    /* Renamed into shards/ by its publish meanwhile (the same file, its
+     * records complete, its commit maybe still to come). */
+    free(path);
+    path = bc__cache_shard_path(c, shard, rec->records, rec->zstd);
+    rc = path ? bc__cache_open_shard(c, path, out)
+              : bc__error(BC_ENOMEM, "out of memory");
+  }
   if (rc != 0) goto cleanup;
   bc_shard_info info;
   bc_bag_shard_info(*out, 0, &info);
@@ -222,7 +241,7 @@ static void sweep_evicted(bc_cache *c) {
     bc__shard_rec rec;
     bool found = false;
     if (bc__rec_get(t, bc__dbi_shard(c->env), idle[i], &rec, &found) == 0 &&
-        !(found && rec.state == SHARD_PRESENT))
+        !(found && (rec.state == SHARD_PRESENT || queued_here(c, &rec))))
       gone[ngone++] = idle[i];
   }
   mdb_txn_abort(t);
@@ -279,12 +298,28 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
 
   bc_bag *bag = NULL;
   int rc = 0;
+  double t0 = bc__now(); /* the time a miss waits (stats' miss_ns) */
+  int behind_misses = 0;
   for (int attempt = 0;; attempt++) {
     bc__shard_rec rec;
-    if ((rc = bc__obtain(c, shard, mode, &rec)) != 0) return rc;
-    rc = open_checked(c, shard, &rec, &bag);
+    char *scratch = NULL;
+    if ((rc = bc__obtain_scratch(c, shard, mode, &rec, &scratch, &bag)) != 0)
+      return rc;
+    if (bag != NULL) break; /* filled here: its scratch file, open */
+    rc = open_checked(c, shard, &rec, scratch, &bag);
+    bool behind = scratch != NULL;
+    free(scratch);
     if (rc == 0) break;
-    if (attempt >= 8) return rc;
+    /* Between the renames of its publish (the sidecar goes first), or its
+     * publish failed meanwhile: look again (obtain returns the failure),
+     * for a while. */
+    if (behind && rc == BC_ENOTFOUND && behind_misses++ < 2000) {
+      attempt--;
+      struct timespec ts = {0, 500000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    if (attempt >= 8 || behind) return rc;
     if (rc == BC_ENOTFOUND) {
       /* Evicted by another process meanwhile (its state is gone: obtain
        * refills), or lost (its state remains: drop it, then refill). */
@@ -307,6 +342,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
     if ((rc = bc__forget_shard(c, shard, &rec)) != 0) return rc;
   }
   atomic_fetch_add(&c->stats.shard_opens, 1);
+  atomic_fetch_add(&c->stats.miss_ns, (uint64_t)((bc__now() - t0) * 1e9));
   bc__access_note(c, shard); /* no disk sync here: committed in a batch */
 
   bc__slot *closing[TRIM_BATCH];

@@ -77,15 +77,63 @@ static bool claim_is(const bc__store *s, const bc__shard_rec *rec, uint64_t toke
          rec->owner.start_time == s->self.start_time && rec->bytes == token;
 }
 
+/* Forward: the limit, reaping and eviction of a publish (below). */
+typedef struct {
+  uint64_t bytes, clock, length, limit;
+  bool final, have_sum;
+} pub_state;
+static int read_limit(const bc__store *s, bc__store_txn *t,
+                      const bc__publish_req *q, pub_state *st);
+static int make_room(const bc__store *s, bc__store_txn *t,
+                     const bc__publish_req *q, size_t nkeep, pub_state *st,
+                     uint64_t size, bc__victims *victims, bool *full);
+
 int bc__store_claim(const bc__store *s, uint64_t shard, uint64_t token,
                     bc__shard_rec *rec, bool *claimed) {
+  bc__publish_req q = {.shard = shard, .token = token};
+  uint64_t room = 0;
+  return bc__store_claim_room(s, &q, rec, claimed, &room, NULL);
+}
+
+/* Reserves q->size bytes for the claim being made in t (see
+ * bc__store_claim_room): *room the bytes reserved, UINT64_MAX without a
+ * limit, 0 when the limit cannot make room (nothing is evicted then). */
+static int claim_reserve(const bc__store *s, bc__store_txn *t,
+                         const bc__publish_req *q, uint64_t *room,
+                         bc__victims *victims) {
+  pub_state st = {0};
+  bool f = false, full = false;
+  int rc = read_limit(s, t, q, &st);
+  *room = 0;
+  if (rc == 0 && st.limit == 0) {
+    *room = UINT64_MAX;
+    return 0;
+  }
+  if (q->size == 0) return rc; /* no size known: nothing to reserve */
+  /* A limit too small for the shard: the synchronous publish reports it. */
+  if (rc == 0 && (q->size > st.limit ||
+                  (q->need > 0 && st.limit / q->need < q->size)))
+    return 0;
+  if (rc == 0) rc = s->ops->u64_get(t, BC__KEY_BYTES, &st.bytes, &f);
+  if (rc == 0) rc = s->ops->u64_get(t, BC__KEY_CLOCK, &st.clock, &f);
+  if (rc == 0) rc = make_room(s, t, q, 1, &st, q->size, victims, &full);
+  if (rc == 0 && !full) *room = q->size;
+  if (rc == 0) rc = s->ops->u64_put(t, BC__KEY_BYTES, st.bytes);
+  if (rc == 0) rc = s->ops->u64_put(t, BC__KEY_CLOCK, st.clock);
+  return rc;
+}
+
+int bc__store_claim_room(const bc__store *s, const bc__publish_req *q,
+                         bc__shard_rec *rec, bool *claimed, uint64_t *room,
+                         bc__victims *victims) {
   const bc__store_ops *o = s->ops;
   bc__store_txn *t;
   int rc = o->begin(s->impl, true, &t);
   if (rc != 0) return rc;
   bool found = false;
   *claimed = false;
-  rc = o->get(t, shard, rec, &found);
+  *room = 0;
+  rc = o->get(t, q->shard, rec, &found);
   bool ours = found && rec->owner.pid == s->self.pid &&
               rec->owner.start_time == s->self.start_time;
   bool free_to_take =
@@ -97,11 +145,25 @@ int bc__store_claim(const bc__store *s, uint64_t shard, uint64_t token,
   }
   /* A dead claimant may have left its file in shards/ (a crash between
    * install and commit): it is unknown to the state, so it goes. */
-  if (found) o->purge(s->impl, shard);
-  bc__shard_rec mine = {.state = SHARD_FILLING, .bytes = token, .owner = s->self};
-  rc = o->put(t, shard, &mine);
+  if (found) o->purge(s->impl, q->shard);
+  bc__shard_rec mine = {.state = SHARD_FILLING, .bytes = q->token, .owner = s->self};
+  rc = o->put(t, q->shard, &mine); /* first: make_room counts it as ours */
+  uint64_t got = 0;
+  size_t before = victims ? victims->n : 0;
+  if (rc == 0 && victims != NULL) rc = claim_reserve(s, t, q, &got, victims);
+  if (rc == 0 && got != UINT64_MAX && got > 0) {
+    mine.records = got;
+    rc = o->put(t, q->shard, &mine);
+  }
+  /* A failure after evictions leaves the victims listed with their files
+   * gone: a read finds them missing and refills them (as after a crash
+   * inside a publish). */
+  (void)before;
   rc = finish(s, t, rc);
-  if (rc == 0) *claimed = true;
+  if (rc == 0) {
+    *claimed = true;
+    *room = got;
+  }
   return rc;
 }
 
@@ -272,12 +334,6 @@ int bc__store_pick_victim(const bc__store *s, bc__store_txn *t,
 
 /* ---- publishing ------------------------------------------------------------------ */
 
-/* The counters a publish reads and writes, and what it found. */
-typedef struct {
-  uint64_t bytes, clock, length, limit;
-  bool final, have_sum;
-} pub_state;
-
 /* Steps 1 to 3: the claim, the checksum, the length. */
 static int publish_checks(const bc__store *s, bc__store_txn *t,
                           const bc__publish_req *q, pub_state *st) {
@@ -316,14 +372,21 @@ static int publish_checks(const bc__store *s, bc__store_txn *t,
   return rc;
 }
 
-/* Step 4: the limit is shared (the one last stored by any process opening
- * the root with a limit); one that cannot hold the shards at work would
- * thrash, and is refused. */
-static int publish_limit(const bc__store *s, bc__store_txn *t,
-                         const bc__publish_req *q, pub_state *st) {
+/* The limit in force: the one last stored by any process opening the
+ * root with a limit, else the opener's. */
+static int read_limit(const bc__store *s, bc__store_txn *t,
+                      const bc__publish_req *q, pub_state *st) {
   bool stored = false;
   int rc = s->ops->u64_get(t, BC__KEY_LIMIT, &st->limit, &stored);
   if (rc == 0 && !stored) st->limit = q->default_limit;
+  return rc;
+}
+
+/* Step 4: a limit that cannot hold the shards at work would thrash, and
+ * is refused. */
+static int publish_limit(const bc__store *s, bc__store_txn *t,
+                         const bc__publish_req *q, pub_state *st) {
+  int rc = read_limit(s, t, q, st);
   if (rc == 0 && st->limit != 0 &&
       (q->size > st->limit ||
        (q->records == s->R && st->limit / q->need < q->size)))
@@ -334,16 +397,18 @@ static int publish_limit(const bc__store *s, bc__store_txn *t,
 
 typedef struct {
   const bc__store *s;
-  uint64_t keep;
+  const bc__publish_req *keep;
+  size_t nkeep;
   bc__victims dead;
   int rc;
 } dead_walk;
 
 static int note_dead(void *arg, uint64_t shard, const bc__shard_rec *r) {
   dead_walk *w = arg;
-  if (r->state != SHARD_FILLING || shard == w->keep ||
-      w->s->ops->owner_alive(w->s->impl, r->owner))
+  if (r->state != SHARD_FILLING || w->s->ops->owner_alive(w->s->impl, r->owner))
     return 0;
+  for (size_t i = 0; i < w->nkeep; i++)
+    if (w->keep[i].shard == shard) return 0;
   int rc = victims_reserve(&w->dead);
   if (rc == 0) w->dead.shards[w->dead.n++] = shard;
   return rc;
@@ -353,8 +418,9 @@ static int note_dead(void *arg, uint64_t shard, const bc__shard_rec *r) {
  * between its install and its commit leaves a complete file that the
  * state does not count.  Before the eviction decisions, so the limit also
  * covers such files. */
-static int reap_dead_claims(const bc__store *s, bc__store_txn *t, uint64_t keep) {
-  dead_walk w = {.s = s, .keep = keep};
+static int reap_dead_claims(const bc__store *s, bc__store_txn *t,
+                            const bc__publish_req *keep, size_t nkeep) {
+  dead_walk w = {.s = s, .keep = keep, .nkeep = nkeep};
   int rc = s->ops->each(t, note_dead, &w);
   for (size_t i = 0; rc == 0 && i < w.dead.n; i++) {
     s->ops->purge(s->impl, w.dead.shards[i]);
@@ -364,25 +430,60 @@ static int reap_dead_claims(const bc__store *s, bc__store_txn *t, uint64_t keep)
   return rc;
 }
 
-/* Step 5: evicts until the new shard fits under the limit.  Victims' files
- * go before the new file appears, so the bytes in shards/ never exceed
- * the limit, at any instant, across processes. */
-static int publish_evict(const bc__store *s, bc__store_txn *t,
-                         const bc__publish_req *q, pub_state *st,
-                         bc__victims *victims) {
+/* The bytes reserved by claims (FILLING records' `records`), except
+ * those of the shards q[0..nkeep) (whose reservations become their
+ * files). */
+typedef struct {
+  const bc__publish_req *q;
+  size_t nkeep;
+  uint64_t reserved;
+} reserve_walk;
+
+static int note_reserved(void *arg, uint64_t shard, const bc__shard_rec *r) {
+  reserve_walk *w = arg;
+  if (r->state != SHARD_FILLING) return 0;
+  for (size_t i = 0; i < w->nkeep; i++)
+    if (w->q[i].shard == shard) return 0;
+  w->reserved += r->records;
+  return 0;
+}
+
+/* Step 5: evicts until `size` more bytes fit under the limit, counting
+ * the reservations of claims other than q[0..nkeep)'s:
+ *   bytes + reserved + size <= limit.
+ * Victims' files go before any new file appears, so the bytes in shards/
+ * and in the scratch files reserved for never exceed the limit, at any
+ * instant, across processes.  *full (when non-NULL): nothing left to
+ * evict, and the room is not there (else that is BC_ENOSPC). */
+static int make_room(const bc__store *s, bc__store_txn *t,
+                     const bc__publish_req *q, size_t nkeep, pub_state *st,
+                     uint64_t size, bc__victims *victims, bool *full) {
   if (st->limit == 0) return 0;
-  int rc = reap_dead_claims(s, t, q->shard);
+  int rc = reap_dead_claims(s, t, q, nkeep);
   /* This process's recent opens count before victims are picked. */
   if (rc == 0 && q->bump != NULL) rc = q->bump(q->bump_arg, s, t, &st->clock);
-  while (rc == 0 && st->bytes + q->size > st->limit) {
+  reserve_walk rw = {.q = q, .nkeep = nkeep};
+  if (rc == 0) rc = s->ops->each(t, note_reserved, &rw);
+  while (rc == 0 && st->bytes + rw.reserved + size > st->limit) {
     uint64_t victim = 0;
     bc__shard_rec vrec = {0};
     bool any = false;
     rc = bc__store_pick_victim(s, t, q, &victim, &vrec, &any);
+    if (rc == 0 && !any && full != NULL) {
+      *full = true;
+      break;
+    }
+    /* Room reserved by claims in progress comes back when they publish
+     * (their shards become evictable) or end: BC_EAGAIN, for the caller
+     * to wait and try again. */
     if (rc == 0 && !any)
-      rc = bc__error(BC_ENOSPC, "%s: %llu bytes in use and nothing left to "
-                     "evict under the disk limit %llu", s->root,
-                     (unsigned long long)st->bytes, (unsigned long long)st->limit);
+      rc = bc__error(rw.reserved > 0 ? BC_EAGAIN : BC_ENOSPC,
+                     "%s: %llu bytes in use (%llu of them reserved by shards "
+                     "being filled or published) and nothing left to evict "
+                     "under the disk limit %llu", s->root,
+                     (unsigned long long)(st->bytes + rw.reserved),
+                     (unsigned long long)rw.reserved,
+                     (unsigned long long)st->limit);
     if (rc == 0) rc = victims_reserve(victims);
     if (rc == 0) rc = s->ops->evict(s->impl, victim, &vrec);
     if (rc != 0) break;
@@ -393,10 +494,17 @@ static int publish_evict(const bc__store *s, bc__store_txn *t,
   return rc;
 }
 
+static int publish_evict(const bc__store *s, bc__store_txn *t,
+                         const bc__publish_req *q, pub_state *st,
+                         bc__victims *victims) {
+  return make_room(s, t, q, 1, st, q->size, victims, NULL);
+}
+
 /* Step 6, in a nested transaction: if it fails only it is rolled back (and
  * the file taken back out), so the evictions can still be committed. */
 static int publish_install(const bc__store *s, bc__store_txn *parent,
-                           const bc__publish_req *q, const pub_state *st) {
+                           const bc__publish_req *q, const pub_state *st,
+                           bool sync_dirs) {
   const bc__store_ops *o = s->ops;
   bc__store_txn *t;
   int rc = o->nest(parent, &t);
@@ -407,7 +515,7 @@ static int publish_install(const bc__store *s, bc__store_txn *parent,
   bc__shard_rec rec = {.state = SHARD_PRESENT, .zstd = q->zstd,
                        .records = q->records, .bytes = q->size,
                        .last_access = st->clock};
-  rc = o->install(s->impl, q->scratch, q->shard, q->records);
+  if (!q->installed) rc = o->install(s->impl, q->scratch, q->shard, q->records, sync_dirs);
   bool installed = rc == 0;
   if (rc == 0) rc = o->put(t, q->shard, &rec);
   if (rc == 0) rc = o->u64_put(t, BC__KEY_BYTES, st->bytes + q->size);
@@ -473,11 +581,150 @@ int bc__store_publish(const bc__store *s, const bc__publish_req *q,
   size_t evicted = victims->n - before;
   if (rc != 0) return keep_evictions(s, t, &st, evicted > 0, evicted, rc);
   st.clock++; /* the new shard is the most recently used */
-  rc = publish_install(s, t, q, &st);
+  rc = publish_install(s, t, q, &st, true);
   /* Its failure keeps the evictions and the bumps applied above. */
   if (rc != 0) return keep_evictions(s, t, &st, true, evicted, rc);
   rc = s->ops->commit(t);
   if (rc != 0) s->ops->uninstall(s->impl, q->shard, q->records);
   if (rc == 0) *regenerated = st.have_sum;
+  return rc;
+}
+
+int bc__store_check(const bc__store *s, const bc__publish_req *q) {
+  bc__store_txn *t;
+  int rc = s->ops->begin(s->impl, false, &t);
+  if (rc != 0) return rc;
+  pub_state st = {0};
+  rc = publish_checks(s, t, q, &st);
+  if (rc == 0) rc = publish_limit(s, t, q, &st);
+  s->ops->abort(t);
+  return rc;
+}
+
+/* ---- group commit ---------------------------------------------------------------- */
+
+/* Fails shard i of a batch with the thread's error rc. */
+static void batch_fail(bc_error_state *errs, bool *ok, size_t i, int rc) {
+  bc_error_state_clear(&errs[i]);
+  bc_error_save(&errs[i], rc);
+  ok[i] = false;
+}
+
+int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
+                            size_t n, bc__victims *victims,
+                            bc_error_state *errs, bool *regenerated) {
+  const bc__store_ops *o = s->ops;
+  bool *ok = calloc(n ? n : 1, 2 * sizeof *ok), *installed = ok + n;
+  bc__store_txn *t = NULL, *all = NULL;
+  pub_state st = {0};
+  size_t before = victims->n, passed = 0;
+  uint64_t total = 0;
+  int rc = ok ? 0 : bc__error(BC_ENOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    bc_error_state_clear(&errs[i]);
+    regenerated[i] = false;
+  }
+  if (rc == 0) rc = o->begin(s->impl, true, &t);
+  if (rc != 0) goto fail_all;
+  /* 1. The checks of each shard against the state before the batch (they
+   * run again below, against the state each earlier shard left). */
+  for (size_t i = 0; i < n; i++) {
+    pub_state one = {0};
+    int irc = publish_checks(s, t, &q[i], &one);
+    if (irc == 0) irc = publish_limit(s, t, &q[i], &one);
+    if (irc != 0) {
+      batch_fail(errs, ok, i, irc);
+      if (q[i].installed) o->uninstall(s->impl, q[i].shard, q[i].records);
+      continue;
+    }
+    ok[i] = true;
+    passed++;
+    total += q[i].size;
+    if (passed == 1) st = one;
+  }
+  if (passed == 0) {
+    o->abort(t);
+    free(ok);
+    return 0;
+  }
+  /* 2. Room for all of them (their reservations, made at their claims,
+   * usually hold it already). */
+  rc = make_room(s, t, q, n, &st, total, victims, NULL);
+  if (rc == BC_EAGAIN) /* (the publisher does not wait: see fill.c) */
+    rc = bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg());
+  if (rc != 0) {
+    rc = keep_evictions(s, t, &st, victims->n > before, victims->n - before, rc);
+    t = NULL;
+    goto fail_all;
+  }
+  /* 3. Every shard that passes is installed (renamed, no directory
+   * fsync) in a transaction of its own inside `all`, so that one failing
+   * is rolled back alone. */
+  rc = o->nest(t, &all);
+  if (rc != 0) {
+    rc = keep_evictions(s, t, &st, true, victims->n - before, rc);
+    t = NULL;
+    goto fail_all;
+  }
+  size_t ninstalled = 0;
+  const pub_state before_installs = st; /* what a failure below commits */
+  for (size_t i = 0; i < n; i++) {
+    if (!ok[i]) continue;
+    pub_state one = {0};
+    bool have_sum = false;
+    int irc = publish_checks(s, all, &q[i], &one); /* after the earlier ones */
+    have_sum = one.have_sum;
+    one.clock = ++st.clock; /* the newest, in batch order */
+    one.bytes = st.bytes;
+    if (irc == 0) irc = publish_install(s, all, &q[i], &one, false);
+    if (irc != 0) {
+      batch_fail(errs, ok, i, irc);
+      if (q[i].installed) o->uninstall(s->impl, q[i].shard, q[i].records);
+      continue;
+    }
+    st.bytes += q[i].size;
+    installed[i] = true;
+    regenerated[i] = have_sum;
+    ninstalled += !q[i].installed;
+  }
+  /* 4. The new names made durable, once per directory, before the state
+   * says PRESENT (done already for files installed before the batch). */
+  rc = ninstalled > 0 ? o->sync_dirs(s->impl) : 0;
+  if (rc == 0) {
+    rc = o->commit(all); /* into t */
+    all = NULL;
+  }
+  if (rc != 0) {
+    if (all != NULL) o->abort(all);
+    for (size_t i = 0; i < n; i++)
+      if (installed[i]) o->uninstall(s->impl, q[i].shard, q[i].records);
+    memset(installed, 0, n * sizeof *installed);
+    st = before_installs; /* the evictions and bumps only */
+    rc = keep_evictions(s, t, &st, true, victims->n - before, rc);
+    t = NULL;
+    goto fail_all;
+  }
+  rc = o->commit(t);
+  t = NULL;
+  if (rc != 0) {
+    for (size_t i = 0; i < n; i++)
+      if (installed[i]) o->uninstall(s->impl, q[i].shard, q[i].records);
+    goto fail_all;
+  }
+  free(ok);
+  return 0;
+fail_all:
+  /* Every shard of the batch fails with rc (its message); files installed
+   * before the batch are taken back out (those that failed alone were). */
+  if (t != NULL) o->abort(t);
+  for (size_t i = 0; i < n; i++) /* (again for some: nobody else puts a
+                                     file under a name we hold the claim of) */
+    if (q[i].installed) o->uninstall(s->impl, q[i].shard, q[i].records);
+  for (size_t i = 0; i < n; i++) {
+    bc_error_state_clear(&errs[i]);
+    bc_error_save(&errs[i], rc);
+    regenerated[i] = false;
+  }
+  free(ok);
   return rc;
 }

@@ -70,13 +70,16 @@ typedef struct bc__store_ops {
    * a file already gone is fine.  purge: removes whatever files shard
    * `shard` has, of any length (a dead claimant's).  install: moves the
    * finished file `scratch` (and its checksums) in as shard `shard` of
-   * `records` records, durably.  uninstall: takes an installed file back
-   * out (its state was not committed).  end: records the source's end
-   * (`length`) in the root's human-readable metadata. */
+   * `records` records (its data is durable already): renamed, and with
+   * `sync_dirs` the directories fsynced (sums/ first), else left to one
+   * sync_dirs call for a whole batch.  uninstall: takes an installed file
+   * back out (its state was not committed).  end: records the source's
+   * end (`length`) in the root's human-readable metadata. */
   int (*evict)(void *impl, uint64_t shard, const bc__shard_rec *rec);
   void (*purge)(void *impl, uint64_t shard);
   int (*install)(void *impl, const char *scratch, uint64_t shard,
-                 uint64_t records);
+                 uint64_t records, bool sync_dirs);
+  int (*sync_dirs)(void *impl);
   void (*uninstall)(void *impl, uint64_t shard, uint64_t records);
   int (*end)(void *impl, uint64_t length);
 } bc__store_ops;
@@ -88,6 +91,9 @@ typedef struct bc__store {
   uint64_t R;       /* records per shard */
   bc__owner self;   /* this process, as its claims name it */
 } bc__store;
+
+typedef struct bc__publish_req bc__publish_req;
+typedef struct bc__victims bc__victims;
 
 /* The store of cache c, over LMDB (store_lmdb.c). */
 void bc__store_lmdb_init(bc__store *s, bc_cache *c);
@@ -107,6 +113,20 @@ int bc__store_read(const bc__store *s, uint64_t shard, bc__shard_rec *rec,
 int bc__store_claim(const bc__store *s, uint64_t shard, uint64_t token,
                     bc__shard_rec *rec, bool *claimed);
 
+/* bc__store_claim that also reserves room for the claim's scratch file
+ * (publish-behind, doc/cache.md "Publish-behind"): under a disk limit,
+ * q->size bytes are reserved in the claim (its FILLING record's
+ * `records`), evicting first as a publish does (q as for a publish: the
+ * limit, the cost model, the bumps) until
+ *   bytes of PRESENT shards + reservations of all claims <= limit.
+ * *room: the bytes the claim may publish behind it (UINT64_MAX without a
+ * limit; 0 when nothing could be reserved: the fill publishes
+ * synchronously, evicting at its publish as before).  Victims are
+ * appended to *victims (the caller drops its readers of them). */
+int bc__store_claim_room(const bc__store *s, const bc__publish_req *q,
+                         bc__shard_rec *rec, bool *claimed, uint64_t *room,
+                         bc__victims *victims);
+
 /* Drops fill `token`'s claim on `shard` (a newer claim is left alone).
  * Best effort: may set the thread's error (a caller reporting a failure
  * saves it around the call, bc_error_save/restore). */
@@ -125,14 +145,14 @@ int bc__store_finalize(const bc__store *s, uint64_t *length);
 int bc__store_forget(const bc__store *s, uint64_t shard, const bc__shard_rec *seen);
 
 /* Shards evicted by one publish: any number. */
-typedef struct {
+struct bc__victims {
   uint64_t *shards;
   size_t n, cap;
-} bc__victims;
+};
 void bc__victims_free(bc__victims *v);
 
 /* What a publish needs to know besides the state. */
-typedef struct {
+struct bc__publish_req {
   uint64_t shard, token;
   const char *scratch;  /* the finished file */
   uint64_t records;     /* in it (R, or fewer when the source ended) */
@@ -141,6 +161,9 @@ typedef struct {
   bool ended;           /* the source ended after them */
   bool zstd;            /* the file is .bagz */
   const char *note;     /* appended to determinism errors ("" for none) */
+  bool installed;       /* the file is in shards/ (and sums/) already,
+                           the directories fsynced: publish-behind renames
+                           outside the write lock, in the claim's room */
   /* The disk limit when none is stored, and the smallest workable one in
    * shards (bc__limit_shards) with the prefetched ones among them. */
   uint64_t default_limit;
@@ -155,7 +178,7 @@ typedef struct {
    * pending access-clock bumps), NULL for none. */
   int (*bump)(void *arg, const bc__store *s, bc__store_txn *t, uint64_t *clock);
   void *bump_arg;
-} bc__publish_req;
+};
 
 /* Publishes the claimed, finished shard q->shard in one write transaction
  * (fill.c's header comment has the steps).  Every shard evicted is
@@ -164,6 +187,26 @@ typedef struct {
  * *regenerated: a checksum was recorded before (a shard refilled). */
 int bc__store_publish(const bc__store *s, const bc__publish_req *q,
                       bc__victims *victims, bool *regenerated);
+
+/* The checks a publish of q makes (the claim, the determinism checksum,
+ * the length, the limit), in a read transaction: publish-behind makes
+ * them before a shard is served from its scratch file. */
+int bc__store_check(const bc__store *s, const bc__publish_req *q);
+
+/* Publishes the claimed, finished shards q[0..n) (their data fsynced
+ * already) in ONE write transaction with one fsync of sums/ and one of
+ * shards/ (group commit, publish-behind): each passes the checks of
+ * bc__store_publish or fails alone (its error saved in errs[i], its files
+ * left in scratch/); victims are evicted for those that pass, then all of
+ * them are renamed into place, the directories fsynced once and the state
+ * committed.  A failure of the directories' fsync or of the commit fails
+ * every shard of the batch (taken back out of shards/; evictions stay
+ * committed).  Returns 0 when the transaction ran (each shard's outcome in
+ * errs[i].code, regenerated[i]), or the error that failed all of them
+ * (then also in each errs[i]). */
+int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
+                            size_t n, bc__victims *victims,
+                            bc_error_state *errs, bool *regenerated);
 
 /* The victim a limit evicts next among the PRESENT shards other than
  * `keep` (eviction's policy, doc/cache.md "Eviction"): *found false when

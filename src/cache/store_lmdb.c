@@ -10,6 +10,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -136,10 +137,13 @@ static int s_evict(void *impl, uint64_t shard, const bc__shard_rec *rec) {
 
 static void s_purge(void *impl, uint64_t shard) {
   bc__unlink_shard_files(impl, shard);
+  /* A dead claimant's scratch files go too: its reservation under the
+   * limit goes with its claim. */
+  bc__clean_scratch(impl);
 }
 
 static int s_install(void *impl, const char *scratch, uint64_t shard,
-                     uint64_t records) {
+                     uint64_t records, bool sync_dirs) {
   bc_cache *c = impl;
   char *final_path = bc__cache_shard_path(c, shard, records, c->zstd);
   char *final_crc = final_path ? bc__cache_crc_path(c, final_path) : NULL;
@@ -155,16 +159,35 @@ static int s_install(void *impl, const char *scratch, uint64_t shard,
       rc = bc__error_errno(errno, "%s: rename from %s", final_crc, scratch_crc);
     else
       crc_renamed = true;
-    if (rc == 0) rc = bc__fsync_parent_dir(final_crc);
+    if (rc == 0 && sync_dirs) rc = bc__fsync_parent_dir(final_crc);
   }
   if (rc == 0 && rename(scratch, final_path) != 0)
     rc = bc__error_errno(errno, "%s: rename from %s", final_path, scratch);
-  else if (rc == 0 && (rc = bc__fsync_parent_dir(final_path)) != 0)
+  else if (rc == 0 && sync_dirs && (rc = bc__fsync_parent_dir(final_path)) != 0)
     unlink(final_path);
   if (rc != 0 && crc_renamed) unlink(final_crc);
   free(scratch_crc);
   free(final_crc);
   free(final_path);
+  return rc;
+}
+
+/* fsync of directory `dir`. */
+static int fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return bc__error_errno(errno, "%s: open directory", dir);
+  int rc = bc__fsync(fd, dir);
+  close(fd);
+  return rc;
+}
+
+/* A batch's renames made durable: sums/ first (never a shard under its
+ * name without its checksums), then shards/. */
+static int s_sync_dirs(void *impl) {
+  bc_cache *c = impl;
+  int rc = 0;
+  if (c->crc) rc = fsync_dir(c->sums_dir);
+  if (rc == 0) rc = fsync_dir(c->shards_dir);
   return rc;
 }
 
@@ -210,6 +233,7 @@ static const bc__store_ops lmdb_ops = {
     .evict = s_evict,
     .purge = s_purge,
     .install = s_install,
+    .sync_dirs = s_sync_dirs,
     .uninstall = s_uninstall,
     .end = s_end,
 };

@@ -97,6 +97,9 @@ static const char fill_usage[] =
     "                            that index + 1 (e.g. -- tail -n +{start1}\n"
     "                            data.txt), so resuming and rebuilding start\n"
     "                            there instead of at the first record\n"
+    "      --no-publish-behind   publish each shard before filling the next\n"
+    "                            (by default a thread publishes them, several\n"
+    "                            per transaction, while the fill goes on)\n"
     "      --progress            show progress on standard error even when\n"
     "                            it is not a terminal\n"
     "      --no-progress         never show progress\n"
@@ -123,6 +126,7 @@ static const struct option fill_options[] = {
     {"no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS},
     {"seek-arg", no_argument, NULL, CLI_OPT_SEEK_ARG},
     {"tee", no_argument, NULL, CLI_OPT_TEE},
+    {"no-publish-behind", no_argument, NULL, CLI_OPT_NO_PUBLISH_BEHIND},
     {NULL, 0, NULL, 0},
 };
 
@@ -198,6 +202,9 @@ static int fill_option(void *ctx, int option, const char *arg) {
       return CLI_OK;
     case CLI_OPT_TEE:
       cmd->tee = true;
+      return CLI_OK;
+    case CLI_OPT_NO_PUBLISH_BEHIND:
+      cmd->opts.publish_behind = false;
       return CLI_OK;
     default:
       return CLI_USAGE; /* getopt_long only returns values from the table */

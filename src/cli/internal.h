@@ -110,7 +110,8 @@ enum {
   CLI_OPT_PROGRESS,
   CLI_OPT_NO_PROGRESS,
   CLI_OPT_SEEK_ARG,
-  CLI_OPT_TEE
+  CLI_OPT_TEE,
+  CLI_OPT_NO_PUBLISH_BEHIND
 };
 
 /* The reader options every reading command accepts, for splicing into a

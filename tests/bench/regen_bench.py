@@ -41,6 +41,15 @@ alone).  `of floor` is the row's reads/s over that ceiling; what it lacks
 is the cache's own work per miss (pickling, checksums, the state's
 transactions, syncs on a disk, opening the shard).
 
+The floor with the serializer: the default serializer (pickle, as
+loadit's) is work any cache of Python items does, so before each repeat
+the bench also measures pickle.dumps (D) and pickle.loads (L) of the
+workload's items, per item.  A LoadIt row that writes w records per read
+(its records_written) is then at most 1 / (r / G + w x D + L + m x W)
+reads/s (loadit's row: r / G + L, its writes uncounted); `of floor+ser`
+says what the cache's own work costs beyond producing, pickling and
+storing: checksums, the state's transactions, syncs, opening shards.
+
 Rows:
   restart from 0   the baseline: a bare loop keeping the shards the limit
                    holds (the limit over B x shard bytes) in memory, least
@@ -52,12 +61,19 @@ Rows:
   LoadIt passes=1  max_passes=1: one pass, restarted from 0 whenever the
                    target is behind it (what bagcache did before parked
                    passes), for information.
+  LoadIt, publish_behind=False
+                   the defaults, but each read that fills a shard waits
+                   for its publish (its fsyncs and commit): the engine
+                   before publish-behind, in the same run (skipped with a
+                   build that has no publish_behind).
   loadit           (with --loadit) loadit.LoadIt with the same arguments.
 """
 
 import argparse
 import collections
+import inspect
 import os
+import pickle
 import random
 import shutil
 import statistics
@@ -156,6 +172,8 @@ def loadit_run(a, LoadIt, root, src, indices, limit, kind):
     kw = {}
     if kind == "passes1":
         kw["max_passes"] = 1
+    if kind == "sync":
+        kw["publish_behind"] = False
     create = src.seekable() if kind == "seekable" else src.plain()
     loader = LoadIt(create, root_dir=root, max_shard_length=a.shard, max_cache_size=4,
                     memory_limit=limit, **kw)
@@ -177,6 +195,23 @@ def bare_rate(a):
     return src.produced / (time.perf_counter() - t)
 
 
+def serializer_cost(a):
+    """Seconds per item of pickle.dumps and of pickle.loads (the default
+    serializer) for the workload's items: medians of 5 runs over 2,000."""
+    src = Source(a.records, a.record_bytes)
+    items = [src.item(i) for i in range(min(2000, a.records))]
+    dumps, loads = [], []
+    for _ in range(5):
+        t = time.perf_counter()
+        packed = [pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL) for x in items]
+        dumps.append((time.perf_counter() - t) / len(items))
+        t = time.perf_counter()
+        for x in packed:
+            pickle.loads(x)
+        loads.append((time.perf_counter() - t) / len(items))
+    return statistics.median(dumps), statistics.median(loads)
+
+
 def store_cost(a, d):
     """Seconds to create, write and unlink a file of one shard's bytes in d
     (median of 20, no sync): the least a miss pays to store a shard."""
@@ -193,7 +228,7 @@ def store_cost(a, d):
     return statistics.median(times)
 
 
-def run_dir(a, d, kinds, LoadIt, real, indices, limit, capacity, rates):
+def run_dir(a, d, kinds, LoadIt, real, indices, limit, capacity, rates, sers):
     """Runs every row R times with its roots under d (None: a new
     temporary directory); the floor's loop runs before each repeat."""
     tmp = d or tempfile.mkdtemp(prefix="bagcache-regen-")
@@ -204,6 +239,7 @@ def run_dir(a, d, kinds, LoadIt, real, indices, limit, capacity, rates):
     try:
         for r in range(a.repeat):
             rates.append(bare_rate(a))
+            sers.append(serializer_cost(a))
             stores.append(store_cost(a, tmp))
             for k in kinds:
                 src = Source(a.records, a.record_bytes)
@@ -240,14 +276,15 @@ def fs_type(path):
     return kind
 
 
-def print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate):
+def print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate, ser):
     names = {"base": "restart from 0 (loop)", "default": "LoadIt (defaults)",
              "seekable": "LoadIt, create_iter(start)", "passes1": "LoadIt, max_passes=1",
-             "loadit": "loadit (its own)"}
+             "sync": "LoadIt, publish_behind=False", "loadit": "loadit (its own)"}
     head = ["row", "records/read", "reads/s", "records vs base", "reads/s vs base"]
     if "loadit" in kinds:
         head += ["records vs loadit", "reads/s vs loadit"]
-    head += ["floor reads/s", "of floor", "misses", "passes opened", "records/miss"]
+    head += ["floor reads/s", "of floor", "floor+ser reads/s", "of floor+ser", "ms/miss",
+             "batches", "largest", "misses", "passes opened", "records/miss"]
     print(f"roots in {tmp} ({fs_type(tmp)}); storing a shard costs at least "
           f"{store * 1e3:.3f} ms here (W)")
     rows = [head]
@@ -266,7 +303,16 @@ def print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate):
                     f"{rps / lrps:.1f}x" if k != "loadit" else "-"]
         misses = st["misses"] / a.reads if st else 0.0
         floor = 1.0 / (rec / rate + misses * store)
-        row += [f"{floor:,.0f}", f"{rps / floor:.0%}",
+        dumps, loads = ser
+        written = st["records_written"] / a.reads if st else 0.0
+        floor_ser = (floor if k == "base"
+                     else 1.0 / (rec / rate + written * dumps + loads + misses * store))
+        opens = st.get("shard_opens", 0) if st else 0
+        row += [f"{floor:,.0f}", f"{rps / floor:.0%}", f"{floor_ser:,.0f}",
+                f"{rps / floor_ser:.0%}",
+                f"{st['miss_ns'] / opens / 1e6:.3f}" if st and "miss_ns" in st and opens else "-",
+                f"{st['publish_batches']:,}" if st and "publish_batches" in st else "-",
+                f"{st['publish_largest']:,}" if st and "publish_largest" in st else "-",
                 f"{st['misses']:,}" if st else f"(capacity {capacity})" if k == "base" else "-",
                 f"{st['passes_opened']:,}" if st else "-",
                 f"{st['records_per_miss']:,.1f}" if st else "-"]
@@ -290,16 +336,20 @@ def main():
     limit = int(data * a.limit_percent / 100)
     capacity = max(1, limit // (a.shard * (a.record_bytes + 8)))
     kinds = ["base", "default", "seekable", "passes1"]
+    if "publish_behind" in inspect.signature(LoadIt.__init__).parameters:
+        kinds.append("sync")  # a build with publish-behind: its synchronous path too
     real = None
     if a.loadit:
         sys.path.insert(0, os.path.abspath(a.loadit))
         import loadit as real
 
         kinds.append("loadit")
-    results, rates = [], []
+    results, rates, sers = [], [], []
     for d in a.dir or [None]:
-        results.append(run_dir(a, d, kinds, LoadIt, real, indices, limit, capacity, rates))
+        results.append(run_dir(a, d, kinds, LoadIt, real, indices, limit, capacity, rates,
+                               sers))
     rate = statistics.median(rates)
+    ser = (statistics.median(x[0] for x in sers), statistics.median(x[1] for x in sers))
     print(f"workload: {a.records:,} records of {a.record_bytes:,} bytes, shards of "
           f"{a.shard:,}, disk limit {limit:,} bytes ({a.limit_percent:g}% of the data), "
           f"max_cache_size=4, {a.reads:,} uniformly random loader[i] (seed {a.seed}); "
@@ -307,9 +357,12 @@ def main():
     print(f"floor: the bare generator loop makes G = {rate:,.0f} records/s (median "
           f"of {len(rates)}); a row of r records and m misses per read is at most "
           f"1 / (r / G + m x W) reads/s")
+    print(f"floor+ser: pickle.dumps D = {ser[0] * 1e6:.3f} us and pickle.loads L = "
+          f"{ser[1] * 1e6:.3f} us per item (medians); a row writing w records per read "
+          f"is at most 1 / (r / G + w x D + L + m x W) reads/s")
     for tmp, times, produced, stats, store in results:
         print()
-        print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate)
+        print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate, ser)
     return 0
 
 

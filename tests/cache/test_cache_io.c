@@ -10,13 +10,18 @@
  * A failure is aimed at one kind of file by the path of the descriptor
  * (/proc/self/fd) or of the rename's target.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/internal.h"
@@ -75,10 +80,25 @@ int __wrap_fsync(int fd);
 int __real_rename(const char *from, const char *to);
 int __wrap_rename(const char *from, const char *to);
 
-/* fsyncs counted by what they sync, while `counting` (the sync budget). */
+/* fsyncs counted by what they sync, while `counting` (the sync budget):
+ * synced[] by every thread, synced_main[] by the test's own thread (the
+ * read path), synced_bg[] by the others (the publisher). */
 enum { S_SCRATCH_FILE, S_SCRATCH_DIR, S_SUMS_DIR, S_SHARDS_DIR, S_OTHER, S_KINDS };
-static bool counting;
-static int synced[S_KINDS];
+static atomic_bool counting;
+static atomic_int synced[S_KINDS], synced_main[S_KINDS], synced_bg[S_KINDS];
+static pthread_t main_thread;
+
+static void count_reset(void) {
+  for (int k = 0; k < S_KINDS; k++) {
+    atomic_store(&synced[k], 0);
+    atomic_store(&synced_main[k], 0);
+    atomic_store(&synced_bg[k], 0);
+  }
+}
+
+/* Publish-behind's publisher held: while `hold`, an fsync of a scratch
+ * file by a thread other than the test's waits (`held` says one does). */
+static atomic_bool hold, held;
 
 static bool ends_with(const char *s, const char *tail) {
   size_t n = strlen(s), k = strlen(tail);
@@ -88,15 +108,31 @@ static bool ends_with(const char *s, const char *tail) {
 static void count_sync(int fd) {
   char path[PATH_MAX];
   fd_path(fd, path);
-  synced[strstr(path, "/scratch/") != NULL ? S_SCRATCH_FILE
-         : ends_with(path, "/scratch")    ? S_SCRATCH_DIR
-         : ends_with(path, "/sums")       ? S_SUMS_DIR
-         : ends_with(path, "/shards")     ? S_SHARDS_DIR
-                                          : S_OTHER]++;
+  int k = strstr(path, "/scratch/") != NULL ? S_SCRATCH_FILE
+          : ends_with(path, "/scratch")    ? S_SCRATCH_DIR
+          : ends_with(path, "/sums")       ? S_SUMS_DIR
+          : ends_with(path, "/shards")     ? S_SHARDS_DIR
+                                           : S_OTHER;
+  atomic_fetch_add(&synced[k], 1);
+  atomic_fetch_add(pthread_equal(pthread_self(), main_thread) ? &synced_main[k]
+                                                              : &synced_bg[k], 1);
+}
+
+static void hold_here(int fd) {
+  if (!atomic_load(&hold) || pthread_equal(pthread_self(), main_thread)) return;
+  char path[PATH_MAX];
+  fd_path(fd, path);
+  if (strstr(path, "/scratch/") == NULL) return;
+  atomic_store(&held, true);
+  while (atomic_load(&hold)) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 int __wrap_fsync(int fd) {
-  if (counting) count_sync(fd);
+  hold_here(fd);
+  if (atomic_load(&counting)) count_sync(fd);
   if (fail_target == T_SCRATCH || fail_target == T_SHARDS_DIR) {
     char path[PATH_MAX];
     fd_path(fd, path);
@@ -144,6 +180,9 @@ static int setup(void **state) {
   f->shards = cu_path(f->root, "shards");
   f->scratch = cu_path(f->root, "scratch");
   inject(T_NONE, 0);
+  atomic_store(&hold, false);
+  atomic_store(&held, false);
+  main_thread = pthread_self();
   cu_watchdog(60);
   *state = f;
   return 0;
@@ -152,6 +191,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   fixture *f = *state;
   inject(T_NONE, 0);
+  atomic_store(&hold, false);
   bc__write_hook = NULL;
   bc_buf_release(&f->buf);
   free(f->sizes);
@@ -328,7 +368,7 @@ static void test_sync_budget_of_a_fill(void **state) {
   open_with(f, 2 * sizes[0] + sizes[0] / 2); /* two shards */
   bc_buf *b = &f->buf;
   for (int64_t i = 0; i < 60; i += 10) {
-    memset(synced, 0, sizeof synced);
+    count_reset();
     counting = true;
     int rc = cu_get_cmp(f->c, i, true, b);
     counting = false;
@@ -356,7 +396,7 @@ static void test_sync_budget_of_an_appender(void **state) {
   bc_appender *a = NULL;
   CU_OK(bc_cache_appender_open(&a, f->c, NULL));
   unsigned char rec[TS_MAX_RECORD];
-  memset(synced, 0, sizeof synced);
+  count_reset();
   counting = true;
   for (uint64_t i = 0; i < 25; i++) { /* two shards and half of one */
     size_t n = ts_record(i, true, 0, rec);
@@ -436,6 +476,280 @@ static void test_crash_between_rename_and_commit(void **state) {
   check_consistent(f);
 }
 
+
+/* ---- publish-behind ------------------------------------------------------------ */
+
+/* A cache of 100 records in 10-record shards with publish_behind on (its
+ * default; util.h starts these tests' options with it off). */
+static void open_behind(fixture *f, uint64_t limit) {
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  f->sh = ts_shared_new(&cfg);
+  assert_non_null(f->sh);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 10;
+  o.prefetch_shards = -1;
+  o.max_open_shards = 1;
+  o.disk_limit = limit;
+  o.publish_behind = true;
+  CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
+}
+
+/* Waits until the publisher is held in its first fsync of a scratch file. */
+static void wait_held(void) {
+  for (int i = 0; !atomic_load(&held); i++) {
+    if (i > 20000) fail_msg("the publisher never reached its fsync");
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void *release_later(void *arg) {
+  struct timespec ts = {0, (long)(intptr_t)arg * 1000000L};
+  nanosleep(&ts, NULL);
+  atomic_store(&hold, false);
+  return NULL;
+}
+
+/* Bytes of shard files (not sidecars) in dir: what the disk limit counts. */
+static uint64_t shard_file_bytes(const char *dir) {
+  DIR *d = opendir(dir);
+  uint64_t total = 0;
+  struct dirent *e;
+  while (d != NULL && (e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    if (e->d_name[0] == '.' || (n > 4 && strcmp(e->d_name + n - 4, ".crc") == 0))
+      continue;
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (stat(path, &st) == 0) total += (uint64_t)st.st_size;
+  }
+  if (d != NULL) closedir(d);
+  return total;
+}
+
+/* The sync budget of a miss with publish-behind: the read path fsyncs
+ * nothing (its one sync is the claim's LMDB commit, whose fdatasync is
+ * LMDB's own and not wrapped here); the publisher fsyncs each shard's
+ * data and sidecar, and sums/ and shards/ once per batch: shard 0 alone
+ * (it was taken while the others were not read yet), then 1, 2 and 3 in
+ * one batch, one transaction. */
+static void test_sync_budget_behind(void **state) {
+  fixture *f = *state;
+  open_behind(f, 0);
+  bc_buf *b = &f->buf;
+  count_reset();
+  counting = true;
+  atomic_store(&hold, true);
+  assert_int_equal(cu_get_cmp(f->c, 5, true, b), 0);
+  wait_held(); /* the publisher took shard 0 alone and is in its fsync */
+  for (int64_t i = 15; i < 40; i += 10) assert_int_equal(cu_get_cmp(f->c, i, true, b), 0);
+  for (int k = 0; k < S_KINDS; k++)
+    if (synced_main[k] != 0) fail_msg("the read path fsynced (kind %d: %d)", k, (int)synced_main[k]);
+  size_t files = 0;
+  cu_dir_bytes(f->shards, &files);
+  assert_int_equal(files, 0);                    /* nothing published yet */
+  assert_int_equal(cu_dir_count(f->scratch), 8); /* 4 shards, 4 sidecars */
+  atomic_store(&hold, false);
+  CU_OK(bc_cache_sync(f->c));
+  counting = false;
+  if (synced_bg[S_SCRATCH_FILE] != 8 || synced_bg[S_SCRATCH_DIR] != 0 ||
+      synced_bg[S_SUMS_DIR] != 2 || synced_bg[S_SHARDS_DIR] != 2 || synced_bg[S_OTHER] != 0)
+    fail_msg("publisher: fsyncs of scratch files %d, scratch/ %d, sums/ %d, "
+             "shards/ %d, others %d; expected 8, 0, 2, 2, 0",
+             (int)synced_bg[S_SCRATCH_FILE], (int)synced_bg[S_SCRATCH_DIR],
+             (int)synced_bg[S_SUMS_DIR], (int)synced_bg[S_SHARDS_DIR],
+             (int)synced_bg[S_OTHER]);
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  assert_int_equal(st.publishes_queued, 4);
+  assert_int_equal(st.publish_batches, 2);
+  assert_int_equal(st.publish_largest, 3);
+  assert_int_equal(st.publish_failures, 0);
+  assert_int_equal(st.fills, 4);
+  assert_int_equal(st.shards_present, 4);
+  check_consistent(f);
+  cu_check_all(f->c, 100, true);
+}
+
+/* Under a limit of three and a half shards, with the publisher held and
+ * running by turns: at every point the shard files in shards/ plus the
+ * complete scratch files waiting for their publish hold at most the
+ * limit; every record read is the model's. */
+static void test_behind_limit_holds(void **state) {
+  fixture *f = *state;
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  uint64_t limit = 3 * sizes[0] + sizes[0] / 2;
+  open_behind(f, limit);
+  bc_buf *b = &f->buf;
+  /* A size is known, and the length: regenerations reserve room. */
+  CU_OK(bc_cache_fill_all(f->c));
+  CU_OK(bc_cache_sync(f->c));
+  uint64_t seed = 7;
+  for (int round = 0; round < 6; round++) {
+    atomic_store(&held, false);
+    atomic_store(&hold, true);
+    pthread_t t;
+    /* Released from a thread: a fill that finds no room waits for it. */
+    assert_int_equal(pthread_create(&t, NULL, release_later, (void *)(intptr_t)30), 0);
+    for (int i = 0; i < 6; i++) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      int64_t index = (int64_t)((seed >> 33) % 100);
+      assert_int_equal(cu_get_cmp(f->c, index, true, b), 0);
+      uint64_t on_disk = shard_file_bytes(f->shards) + shard_file_bytes(f->scratch);
+      if (on_disk > limit)
+        fail_msg("round %d read %d: %llu bytes in shards/ and scratch/, limit %llu",
+                 round, i, (unsigned long long)on_disk, (unsigned long long)limit);
+    }
+    pthread_join(t, NULL);
+  }
+  CU_OK(bc_cache_sync(f->c));
+  check_consistent(f);
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  assert_true(st.publishes_queued > 0);
+  assert_int_equal(st.publish_failures, 0);
+}
+
+/* A publish that fails (EIO at the fsync of the scratch file, then ENOSPC
+ * at the rename into shards/): the records served were right; the shard
+ * is not published, its claim is released and its scratch files deleted;
+ * the failure counts in the stats and is returned once, by bc_cache_sync
+ * or by the next read that misses; reading the shard again fills it. */
+static void test_behind_publish_fails(void **state) {
+  fixture *f = *state;
+  open_behind(f, 0);
+  bc_buf *b = &f->buf;
+  inject(T_SCRATCH, EIO);
+  assert_int_equal(cu_get_cmp(f->c, 5, true, b), 0); /* served all the same */
+  CU_RC(bc_cache_sync(f->c), BC_EIO);
+  assert_true(failures > 0);
+  CU_OK(bc_cache_sync(f->c)); /* once */
+  inject(T_SHARDS, ENOSPC);
+  assert_int_equal(cu_get_cmp(f->c, 15, true, b), 0);
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st)); /* waits for it, reports nothing */
+  inject(T_NONE, 0);
+  assert_int_equal(st.publish_failures, 2);
+  assert_int_equal(st.fills, 0);
+  assert_int_equal(st.shards_present, 0);
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  /* The next miss returns it (its own shard is not read then). */
+  CU_RC(bc_cache_get(f->c, 25, b), BC_ENOSPC);
+  assert_int_equal(cu_get_cmp(f->c, 25, true, b), 0);
+  assert_int_equal(cu_get_cmp(f->c, 5, true, b), 0);
+  assert_int_equal(cu_get_cmp(f->c, 15, true, b), 0);
+  CU_OK(bc_cache_sync(f->c));
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  assert_int_equal(st.fills, 3);
+  assert_int_equal(st.shards_present, 3);
+  check_consistent(f);
+}
+
+/* bc_cache_close publishes what is queued. */
+static void test_behind_close_publishes(void **state) {
+  fixture *f = *state;
+  open_behind(f, 0);
+  bc_buf *b = &f->buf;
+  atomic_store(&hold, true);
+  for (int64_t i = 5; i < 40; i += 10) assert_int_equal(cu_get_cmp(f->c, i, true, b), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, release_later, (void *)(intptr_t)50), 0);
+  bc_cache_close(f->c);
+  f->c = NULL;
+  pthread_join(t, NULL);
+  size_t files = 0;
+  cu_dir_bytes(f->shards, &files);
+  assert_int_equal(files, 4);
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  cu_check_shards(f->root, true, false);
+}
+
+/* kill -9 between "served" and "published": shards published before are
+ * intact; the shard served from its scratch file was not published; the
+ * next open takes its claim over and regenerates it. */
+static void test_behind_killed_before_publish(void **state) {
+  fixture *f = *state;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    open_behind(f, 0);
+    bc_buf *b = &f->buf;
+    for (int64_t i = 5; i < 30; i += 10)
+      if (cu_get_cmp(f->c, i, true, b) != 0) _exit(2);
+    if (bc_cache_sync(f->c) != 0) _exit(3); /* shards 0..2 published */
+    atomic_store(&hold, true);
+    if (cu_get_cmp(f->c, 35, true, b) != 0) _exit(4); /* served */
+    for (int i = 0; !atomic_load(&held); i++) {
+      if (i > 20000) _exit(5);
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+    raise(SIGKILL);
+    _exit(6);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+    fail_msg("the child did not die as planned (status %#x)", (unsigned)status);
+  size_t files = 0;
+  cu_dir_bytes(f->shards, &files);
+  assert_int_equal(files, 3);
+  assert_true(cu_dir_count(f->scratch) > 0); /* shard 3's, unpublished */
+  open_behind(f, 0);
+  assert_int_equal(cu_dir_count(f->scratch), 0); /* the dead one's, gone */
+  bc_buf *b = &f->buf;
+  assert_int_equal(cu_get_cmp(f->c, 35, true, b), 0); /* taken over */
+  for (int64_t i = 5; i < 30; i += 10) assert_int_equal(cu_get_cmp(f->c, i, true, b), 0);
+  CU_OK(bc_cache_sync(f->c));
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  assert_int_equal(st.fills, 1); /* shard 3 only: nothing published lost */
+  assert_int_equal(st.shards_present, 4);
+  check_consistent(f);
+}
+
+/* Another process that wants a shard served here from its scratch file
+ * waits on the claim, and gets the shard once it is published: it fills
+ * nothing itself. */
+static void test_behind_other_process_waits(void **state) {
+  fixture *f = *state;
+  open_behind(f, 0);
+  bc_buf *b = &f->buf;
+  atomic_store(&hold, true);
+  assert_int_equal(cu_get_cmp(f->c, 25, true, b), 0);
+  wait_held();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    bc_cache *c = NULL;
+    ts_config cfg = ts_config_default(100);
+    cfg.fixed = true;
+    bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+    o.shard_records = 10;
+    o.prefetch_shards = -1;
+    if (cu_open(&c, f->root, &cfg, f->sh, &o) != 0) _exit(2);
+    bc_buf cb = BC_BUF_INIT;
+    if (cu_get_cmp(c, 25, true, &cb) != 0) _exit(3);
+    bc_cache_stats st;
+    if (bc_cache_stats_get(c, &st) != 0) _exit(4);
+    _exit(st.fills == 0 && st.regenerations == 0 && st.waits > 0 ? 0 : 5);
+  }
+  struct timespec ts = {0, 200000000}; /* the child polls the claim */
+  nanosleep(&ts, NULL);
+  size_t files = 0;
+  cu_dir_bytes(f->shards, &files);
+  assert_int_equal(files, 0); /* still not published */
+  atomic_store(&hold, false);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("the other process: status %#x", (unsigned)status);
+  CU_OK(bc_cache_sync(f->c));
+  check_consistent(f);
+}
+
 int main(void) {
   bc_set_notice_handler(NULL, NULL);
   const struct CMUnitTest tests[] = {
@@ -457,6 +771,14 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_crash_between_rename_and_commit,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sync_budget_behind, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_behind_limit_holds, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_behind_publish_fails, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_behind_close_publishes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_behind_killed_before_publish, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_behind_other_process_waits, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests_name("cache I/O failures", tests, NULL, NULL);
 }

@@ -45,6 +45,8 @@ typedef struct {
   int commits;        /* top-level commits attempted */
   int fail_commit;    /* the commit with this number fails (0: none) */
   bool fail_install;
+  bool fail_sync;     /* the batch's directory fsync fails */
+  int dir_syncs;      /* installs that synced, plus batch syncs */
   uint64_t end;       /* the last length `end` recorded, +1 (0: none) */
   int purges;
 } fake;
@@ -180,12 +182,20 @@ static void f_purge(void *impl, uint64_t shard) {
 }
 
 static int f_install(void *impl, const char *scratch, uint64_t shard,
-                     uint64_t records) {
+                     uint64_t records, bool sync_dirs) {
   (void)scratch;
   (void)records;
   fake *f = impl;
   if (f->fail_install) return bc_set_errmsg(BC_ENOSPC, "fake install failed");
   f->file[shard] = true;
+  f->dir_syncs += sync_dirs;
+  return 0;
+}
+
+static int f_sync_dirs(void *impl) {
+  fake *f = impl;
+  if (f->fail_sync) return bc_set_errmsg(BC_EIO, "fake directory fsync failed");
+  f->dir_syncs++;
   return 0;
 }
 
@@ -202,7 +212,8 @@ static int f_end(void *impl, uint64_t length) {
 static const bc__store_ops fake_ops = {
     f_begin,   f_nest,    f_commit,  f_abort,     f_get,         f_put,
     f_del,     f_each,    f_sum_get, f_sum_put,   f_u64_get,     f_u64_put,
-    f_owner_alive, f_evict, f_purge, f_install,   f_uninstall,   f_end};
+    f_owner_alive, f_evict, f_purge, f_install,   f_sync_dirs,   f_uninstall,
+    f_end};
 
 /* ---- helpers --------------------------------------------------------------------- */
 
@@ -673,9 +684,127 @@ static void test_obtain(void **state) {
   obtain_teardown(&x);
 }
 
+
+/* ---- publish-behind ------------------------------------------------------------------ */
+
+/* Claims that reserve room (bc__store_claim_room) under a limit of 350
+ * with three shards of 100 present: each reserves 100 bytes, evicting the
+ * least recently used while PRESENT bytes + all rooms + 100 > 350; when
+ * nothing is left to evict the claim is made without room (0), nothing
+ * fails.  Releasing a claim gives its room back; publishing turns it into
+ * the shard's bytes. */
+static void test_claim_reserves_room(void **state) {
+  (void)state;
+  fake f = {0};
+  bc__store me = store_of(&f, ME);
+  present(&f, 0, 100, 3);
+  present(&f, 1, 100, 1);
+  present(&f, 2, 100, 2);
+  set_key(&f, BC__KEY_LIMIT, 350);
+  bc__shard_rec rec;
+  bool claimed, found;
+  uint64_t room;
+  bc__victims v = {0};
+  const uint64_t evicted[3] = {1, 2, 0}; /* LRU order */
+  for (uint64_t k = 0; k < 3; k++) {
+    bc__publish_req q = req_of(5 + k, 70 + k, 100);
+    assert_int_equal(bc__store_claim_room(&me, &q, &rec, &claimed, &room, &v), 0);
+    assert_true(claimed);
+    assert_int_equal(room, 100);
+    assert_int_equal(v.n, k + 1);
+    assert_int_equal(v.shards[k], evicted[k]);
+    assert_false(f.file[evicted[k]]);
+    bc__shard_rec mine = rec_of(&f, 5 + k, &found);
+    assert_true(found && mine.state == SHARD_FILLING && mine.records == 100);
+    assert_int_equal(f.state.key[BC__KEY_BYTES], 200 - 100 * k);
+  }
+  /* 0 present + 300 reserved + 100 > 350, nothing to evict: no room. */
+  bc__publish_req q = req_of(9, 80, 100);
+  assert_int_equal(bc__store_claim_room(&me, &q, &rec, &claimed, &room, &v), 0);
+  assert_true(claimed);
+  assert_int_equal(room, 0);
+  assert_int_equal(rec_of(&f, 9, &found).records, 0);
+  assert_int_equal(v.n, 3);
+  /* Its synchronous publish: the room is held by claims in progress,
+   * BC_EAGAIN (the caller waits for them). */
+  bool regen = false;
+  bc__victims v2 = {0};
+  assert_int_equal(bc__store_publish(&me, &q, &v2, &regen), BC_EAGAIN);
+  /* A claim released gives its room back: now it fits. */
+  bc__store_release(&me, 5, 70);
+  assert_int_equal(bc__store_publish(&me, &q, &v2, &regen), 0);
+  assert_int_equal(v2.n, 0);
+  assert_int_equal(f.state.key[BC__KEY_BYTES], 100);
+  /* Without a limit: unlimited room, nothing evicted. */
+  fake g = {0};
+  bc__store me2 = store_of(&g, ME);
+  present(&g, 0, 100, 1);
+  bc__publish_req q2 = req_of(3, 5, 100);
+  assert_int_equal(bc__store_claim_room(&me2, &q2, &rec, &claimed, &room, &v2), 0);
+  assert_true(claimed);
+  assert_int_equal(room, UINT64_MAX);
+  assert_int_equal(rec_of(&g, 3, &found).records, 0);
+  bc__victims_free(&v);
+  bc__victims_free(&v2);
+}
+
+/* A batch of three claimed shards (bc__store_publish_batch): one write
+ * transaction (one commit) with one directory sync for all of them; a
+ * shard that fails its checks (a checksum other than the one recorded)
+ * fails alone and is not installed.  A failing directory sync fails the
+ * whole batch: nothing becomes PRESENT, no file stays. */
+static void test_publish_batch(void **state) {
+  (void)state;
+  fake f = {0};
+  bc__store me = store_of(&f, ME);
+  bc__shard_rec rec;
+  bool claimed, found;
+  for (uint64_t s = 0; s < 3; s++) {
+    assert_int_equal(bc__store_claim(&me, s, 10 + s, &rec, &claimed), 0);
+    assert_true(claimed);
+  }
+  /* Shard 1 was published before with another checksum. */
+  bc__store_txn t = {.f = &f, .st = f.state};
+  f_sum_put(&t, 1, 999);
+  f.state = t.st;
+  bc__publish_req q[3] = {req_of(0, 10, 100), req_of(1, 11, 100), req_of(2, 12, 100)};
+  bc_error_state errs[3] = {BC_ERROR_STATE_INIT, BC_ERROR_STATE_INIT, BC_ERROR_STATE_INIT};
+  bool regen[3];
+  bc__victims v = {0};
+  int commits = f.commits;
+  assert_int_equal(bc__store_publish_batch(&me, q, 3, &v, errs, regen), 0);
+  assert_int_equal(f.commits, commits + 1);
+  assert_int_equal(f.dir_syncs, 1);
+  assert_int_equal(errs[0].code, 0);
+  assert_int_equal(errs[1].code, BC_ENONDET);
+  assert_int_equal(errs[2].code, 0);
+  assert_int_equal(rec_of(&f, 0, &found).state, SHARD_PRESENT);
+  assert_int_equal(rec_of(&f, 1, &found).state, SHARD_FILLING); /* its claim */
+  assert_int_equal(rec_of(&f, 2, &found).state, SHARD_PRESENT);
+  assert_true(f.file[0] && !f.file[1] && f.file[2]);
+  assert_int_equal(f.state.key[BC__KEY_BYTES], 200);
+  assert_int_equal(f.state.key[BC__KEY_LENGTH], 3 * SR);
+  /* The directory sync fails: every shard of the batch fails. */
+  for (uint64_t s = 3; s < 5; s++)
+    assert_int_equal(bc__store_claim(&me, s, 10 + s, &rec, &claimed), 0);
+  bc__publish_req r[2] = {req_of(3, 13, 100), req_of(4, 14, 100)};
+  f.fail_sync = true;
+  assert_int_equal(bc__store_publish_batch(&me, r, 2, &v, errs, regen), BC_EIO);
+  assert_int_equal(errs[0].code, BC_EIO);
+  assert_int_equal(errs[1].code, BC_EIO);
+  assert_int_equal(rec_of(&f, 3, &found).state, SHARD_FILLING);
+  assert_int_equal(rec_of(&f, 4, &found).state, SHARD_FILLING);
+  assert_true(!f.file[3] && !f.file[4]);
+  assert_int_equal(f.state.key[BC__KEY_BYTES], 200);
+  for (int i = 0; i < 3; i++) bc_error_state_clear(&errs[i]);
+  bc__victims_free(&v);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_claims),
+      cmocka_unit_test(test_claim_reserves_room),
+      cmocka_unit_test(test_publish_batch),
       cmocka_unit_test(test_publish_evicts_lru),
       cmocka_unit_test(test_publish_evicts_by_cost),
       cmocka_unit_test(test_publish_returns_every_victim),

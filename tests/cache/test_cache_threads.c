@@ -134,8 +134,10 @@ static void test_threads_one_pass(void **state) {
   cu_check_shards(f->root, false, false);
 }
 
-static void test_threads_workers_under_limit(void **state) {
-  fixture *f = *state;
+/* Threads reading at random, two fill workers prefetching, under a limit
+ * of six and a half shards; `behind`: with publish-behind (its publisher
+ * thread, queued shards read from their scratch files by every thread). */
+static void workers_under_limit(fixture *f, bool behind) {
   uint64_t *sizes = cu_shard_sizes(300, 10, true);
   ts_config cfg = ts_config_default(300);
   cfg.fixed = true;
@@ -149,6 +151,7 @@ static void test_threads_workers_under_limit(void **state) {
   o.prefetch_shards = 2;
   o.max_open_shards = 3;
   o.disk_limit = 6 * sizes[0] + sizes[0] / 2;
+  o.publish_behind = behind;
   CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
   job jobs[NTHREADS];
   for (int k = 0; k < NTHREADS; k++)
@@ -160,6 +163,10 @@ static void test_threads_workers_under_limit(void **state) {
     if (jobs[k].rc != 0) fail_msg("thread %d: %s", k, jobs[k].error);
     assert_true(jobs[k].max_bytes <= o.disk_limit);
   }
+  bc_cache_stats before;
+  CU_OK(bc_cache_stats_get(f->c, &before));
+  if (behind) assert_true(before.publishes_queued > 0);
+  assert_int_equal(before.publish_failures, 0);
   bc_cache_close(f->c); /* stops the workers: nothing changes after this */
   f->c = NULL;
   assert_true(cu_dir_bytes(f->shards, NULL) <= o.disk_limit);
@@ -174,6 +181,14 @@ static void test_threads_workers_under_limit(void **state) {
   uint64_t bad = 0;
   CU_OK(bc_cache_verify(f->c, &bad));
   free(sizes);
+}
+
+static void test_threads_workers_under_limit(void **state) {
+  workers_under_limit(*state, false);
+}
+
+static void test_threads_publish_behind(void **state) {
+  workers_under_limit(*state, true);
 }
 
 static void test_threads_share_a_failure(void **state) {
@@ -417,6 +432,7 @@ int main(void) {
   bc_set_notice_handler(NULL, NULL);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_threads_one_pass, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_threads_publish_behind, setup, teardown),
       cmocka_unit_test_setup_teardown(test_threads_workers_under_limit, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_threads_share_a_failure, setup,

@@ -23,6 +23,16 @@
 #include "bagcache.h"
 #include "source.h"
 
+/* These tests check the synchronous protocol step by step (a read that
+ * misses returns with its shard published: the state, shards/ and the
+ * counters are as the model says right after it), so their options start
+ * with publish_behind off.  The tests of publish-behind
+ * (test_cache_publisher.c) turn it on: its default. */
+#undef BC_CACHE_OPTIONS_INIT
+#define BC_CACHE_OPTIONS_INIT                                               \
+  {BC_CACHE_OPTIONS_VERSION, 0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, \
+   NULL, 0, false, NULL, -1, 0, false, 0, false}
+
 /* Fails the test unless expr returns want, naming both codes and the
  * library's message. */
 #define CU_RC(expr, want)                                                  \

@@ -343,6 +343,19 @@ want_rc 1
 want_err 'bagcache: invalid argument: plainfile: exists and is not a directory'
 check [ ! -e plainfile/sub ]
 
+t "--no-publish-behind: each shard published before the next, the same shards"
+bc cache fill --shard-records 100 --limit 3000 behind -- seq 1 1000
+want_rc 0
+bc cache fill --no-publish-behind --shard-records 100 --limit 3000 sync -- seq 1 1000
+want_rc 0
+want_quiet_err
+check [ "$(ls behind/shards)" = "$(ls sync/shards)" ]
+for f in sync/shards/*; do check cmp -s "$f" "behind/shards/${f##*/}"; done
+check [ -z "$(ls -A behind/scratch)" ]
+check [ -z "$(ls -A sync/scratch)" ]
+bc cache count behind
+want_out '1000\n'
+
 t "a full disk is an error, not a crash (LMDB's lock file is allocated first)"
 # A 2 MiB tmpfs of a private mount namespace, filled up; needs root (CI runs
 # as root).  Where mounting is refused, the check is skipped with a notice.

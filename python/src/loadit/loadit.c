@@ -330,7 +330,8 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                            "shard_bytes", "max_open_shards", "fill_workers",
                            "thread_safe", "disk_limit", "zstd_level", "preload_all",
                            "info_json", "known_length", "file_mode", "make_parents",
-                           "progress", "seekable", "max_passes", "prefetch_shards", NULL};
+                           "progress", "seekable", "max_passes", "prefetch_shards",
+                           "publish_behind", NULL};
   PyObject *root, *create_iter, *dumps = Py_None, *dumps_args = Py_None, *loads = Py_None;
   PyObject *level = Py_None;
   unsigned long long shard_records = 0, shard_bytes = 0, disk_limit = 0;
@@ -340,14 +341,15 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   unsigned int file_mode = 0;
   int make_parents = 0;
   PyObject *progress = Py_None;
-  int seekable = 0, max_passes = 0, prefetch_shards = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpOpii:_CacheCore", kwlist,
+  int seekable = 0, max_passes = 0, prefetch_shards = 0, publish_behind = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpOpiip:_CacheCore", kwlist,
                                    &root, &create_iter, &dumps, &dumps_args, &loads,
                                    &shard_records,
                                    &shard_bytes, &max_open, &workers, &thread_safe,
                                    &disk_limit, &level, &preload_all, &info,
                                    &known_length, &file_mode, &make_parents, &progress,
-                                   &seekable, &max_passes, &prefetch_shards))
+                                   &seekable, &max_passes, &prefetch_shards,
+                                   &publish_behind))
     return NULL;
   /* (bagcache/loadit.py checks the options; a callable that is not one
    * raises TypeError when called.) */
@@ -378,6 +380,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   o.file_mode = file_mode;
   o.make_parents = make_parents;
   o.max_passes = max_passes;
+  o.publish_behind = publish_behind;
   /* The depth of the Python policy (set after the open): the smallest
    * workable disk limit counts it. */
   o.prefetch_shards = prefetch_shards < -1 ? -1 : prefetch_shards;
@@ -513,7 +516,8 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
   Py_END_ALLOW_THREADS
   if (rc != 0) return bcpy_raise(rc, NULL);
   return Py_BuildValue(
-      "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "length",
+      "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,"
+      "s:K,s:K,s:K,s:K,s:K}", "length",
       (unsigned long long)st.length, "length_final", st.length_final ? Py_True : Py_False,
       "shard_records", (unsigned long long)st.shard_records, "shards_present",
       (unsigned long long)st.shards_present, "bytes_on_disk",
@@ -524,7 +528,12 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
       "passes_opened", (unsigned long long)st.passes_opened, "records_skipped",
       (unsigned long long)st.records_skipped, "records_written",
       (unsigned long long)st.records_written, "waits", (unsigned long long)st.waits,
-      "open_shards", (unsigned long long)st.open_shards);
+      "open_shards", (unsigned long long)st.open_shards,
+      "miss_ns", (unsigned long long)st.miss_ns,
+      "publishes_queued", (unsigned long long)st.publishes_queued,
+      "publish_batches", (unsigned long long)st.publish_batches,
+      "publish_largest", (unsigned long long)st.publish_largest,
+      "publish_failures", (unsigned long long)st.publish_failures);
 }
 
 static PyObject *core_shards(bcpy_core *self, PyObject *unused) {

@@ -1,0 +1,321 @@
+/*
+ * Publish-behind (publisher.h): a cache's background publisher thread and
+ * its queue.
+ *
+ * A batch is everything queued when the thread looks: for each shard its
+ * scratch file's data and sidecar are fsynced (outside any lock), then
+ * bc__store_publish_batch publishes all of them in one write transaction
+ * with one fsync per directory.  Afterwards, for each shard: published
+ * (counted as a fill or regeneration), or failed (its claim released, its
+ * scratch files deleted, the failure kept for the next call that can
+ * return it); its fill record is marked done either way, so this process
+ * reads it from shards/ (or fills it again) from then on.
+ *
+ * Locks: the publisher's lock alone; the fill registry's lock alone, after
+ * it is released.  Never one across the fsyncs or the transaction.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bag/internal.h"
+#include "cache/internal.h"
+
+void bc__publisher_init(bc__publisher *p) {
+  memset(p, 0, sizeof *p);
+  pthread_mutex_init(&p->lock, NULL);
+  pthread_cond_init(&p->work, NULL);
+  pthread_cond_init(&p->idle, NULL);
+  atomic_init(&p->abandon, false);
+  atomic_init(&p->failed, false);
+}
+
+void bc__publisher_destroy(bc__publisher *p) {
+  bc_error_state_clear(&p->err);
+  pthread_cond_destroy(&p->idle);
+  pthread_cond_destroy(&p->work);
+  pthread_mutex_destroy(&p->lock);
+}
+
+int bc__cache_open_scratch(bc_cache *c, const char *scratch, bc_bag **out) {
+  bc_reader_options o = BC_READER_OPTIONS_INIT;
+  o.max_parallelism = 1;
+  bc_bag *bag = NULL;
+  char *crc = NULL;
+  int rc = bc__bag_open_file(&bag, scratch, &o);
+  if (rc == 0 && c->crc && !c->zstd) {
+    crc = bc__scratch_crc_path(scratch);
+    rc = crc ? bc__bag_attach_crcs(bag, crc) : bc__error(BC_ENOMEM, "out of memory");
+  }
+  free(crc);
+  if (rc != 0) {
+    bc_bag_close(bag);
+    return rc;
+  }
+  *out = bag;
+  return 0;
+}
+
+/* fsync of the file at `path` (written by this process without one). */
+static int fsync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return bc__error_errno(errno, "%s: open", path);
+  int rc = bc__fsync(fd, path);
+  close(fd);
+  return rc;
+}
+
+/* The data of a scratch file and its sidecar made durable. */
+static int sync_scratch(bc_cache *c, const char *scratch) {
+  int rc = fsync_path(scratch);
+  if (rc == 0 && c->crc && !c->zstd) {
+    char *crc = bc__scratch_crc_path(scratch);
+    rc = crc ? fsync_path(crc) : bc__error(BC_ENOMEM, "out of memory");
+    free(crc);
+  }
+  return rc;
+}
+
+/* Keeps the first failure not returned yet (the thread's message for rc). */
+static void keep_failure(bc_cache *c, int rc) {
+  bc__publisher *p = &c->publisher;
+  atomic_fetch_add(&p->failures, 1);
+  pthread_mutex_lock(&p->lock);
+  if (!atomic_load(&p->failed)) {
+    bc_error_state_clear(&p->err);
+    bc_error_save(&p->err, rc);
+    atomic_store(&p->failed, true);
+  }
+  pthread_mutex_unlock(&p->lock);
+}
+
+/* Shard e failed to publish with errs (its claim goes, its files too) or
+ * was published (errs->code 0); either way its fill record is done. */
+static void finish_entry(bc_cache *c, bc__pub_entry *e, bc_error_state *err) {
+  bc__filling *f = e->f;
+  if (err->code != 0) {
+    bc_error_restore(err);
+    bc__store_release(&c->store, f->shard, f->token);
+    char *crc = bc__scratch_crc_path(f->scratch);
+    unlink(f->scratch);
+    if (crc != NULL) unlink(crc);
+    free(crc);
+    bc_error_restore(err); /* (the release may have set another) */
+    keep_failure(c, err->code);
+  }
+  bc__fill_done(c, f, err->code); /* (the thread's message is err's) */
+  free(e);
+}
+
+/* Publishes one batch: the entries of list (n of them). */
+static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
+  bc__pub_entry **es = calloc(n, sizeof *es);
+  bc__publish_req *q = calloc(n, sizeof *q);
+  bc_error_state *errs = calloc(n, sizeof *errs);
+  bool *regen = calloc(n, sizeof *regen);
+  uint64_t passes[256];
+  size_t npasses = bc__pass_positions(c, passes, 256);
+  if (es == NULL || q == NULL || errs == NULL || regen == NULL) {
+    bc_error_state oom = BC_ERROR_STATE_INIT;
+    bc_error_save(&oom, bc__error(BC_ENOMEM, "out of memory"));
+    for (bc__pub_entry *e = list, *next; e != NULL; e = next) {
+      next = e->next;
+      finish_entry(c, e, &oom);
+    }
+    bc_error_state_clear(&oom);
+    goto cleanup;
+  }
+  size_t m = 0; /* entries whose data is durable */
+  for (bc__pub_entry *e = list, *next; e != NULL; e = next) {
+    next = e->next;
+    bc__filling *f = e->f;
+    int rc = atomic_load(&c->publisher.abandon)
+                 ? bc__error(BC_ECLOSED, "%s: shard %llu: its publish was "
+                             "abandoned (the cache was closed)", c->root,
+                             (unsigned long long)f->shard)
+                 : sync_scratch(c, f->scratch);
+    if (rc != 0) {
+      bc_error_state err = BC_ERROR_STATE_INIT;
+      bc_error_save(&err, rc);
+      finish_entry(c, e, &err);
+      bc_error_state_clear(&err);
+      continue;
+    }
+    /* Renamed into place outside the write lock (the claim's room holds
+     * it: the limit already counts it), so that a claim of another miss
+     * never waits for these renames and fsyncs. */
+    rc = c->store.ops->install(c->store.impl, f->scratch, f->shard,
+                               f->rec.records, false);
+    if (rc != 0) {
+      bc_error_state err = BC_ERROR_STATE_INIT;
+      bc_error_save(&err, rc);
+      finish_entry(c, e, &err);
+      bc_error_state_clear(&err);
+      continue;
+    }
+    es[m] = e;
+    q[m] = (bc__publish_req){
+        .shard = f->shard, .token = f->token, .scratch = f->scratch,
+        .records = f->rec.records, .size = f->rec.bytes,
+        .checksum = e->checksum, .ended = e->ended, .zstd = c->zstd,
+        .note = e->note, .default_limit = c->opts.disk_limit,
+        .passes = passes, .npasses = npasses,
+        .seekable = c->src.open_at != NULL,
+        .bump = bc__access_bump, .bump_arg = c};
+    q[m].need = bc__limit_shards(&c->opts, &q[m].prefetched);
+    q[m].installed = true;
+    m++;
+  }
+  /* The new names durable, once per directory for the batch. */
+  int drc = m > 0 ? c->store.ops->sync_dirs(c->store.impl) : 0;
+  if (drc != 0) {
+    bc_error_state err = BC_ERROR_STATE_INIT;
+    bc_error_save(&err, drc);
+    for (size_t i = 0; i < m; i++) {
+      c->store.ops->uninstall(c->store.impl, es[i]->f->shard, es[i]->f->rec.records);
+      finish_entry(c, es[i], &err);
+    }
+    bc_error_state_clear(&err);
+    m = 0;
+  }
+  if (m > 0) {
+    bc__victims victims = {0};
+    bc__store_publish_batch(&c->store, q, m, &victims, errs, regen);
+    atomic_fetch_add(&c->stats.evictions, victims.n);
+    bc__readers_forget(c, victims.shards, victims.n);
+    bc__victims_free(&victims);
+    for (size_t i = 0; i < m; i++) {
+      if (errs[i].code == 0) {
+        bc__filling *f = es[i]->f;
+        uint64_t end = f->shard * c->R + f->rec.records;
+        if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
+        if (es[i]->ended) atomic_store(&c->final, true);
+        atomic_fetch_add(regen[i] ? &c->stats.regenerations : &c->stats.fills, 1);
+      }
+      finish_entry(c, es[i], &errs[i]);
+      bc_error_state_clear(&errs[i]);
+    }
+  }
+  atomic_fetch_add(&c->publisher.batches, 1);
+  uint64_t big = atomic_load(&c->publisher.largest);
+  while (n > big && !atomic_compare_exchange_weak(&c->publisher.largest, &big, n)) {
+  }
+cleanup:
+  free(es);
+  free(q);
+  free(errs);
+  free(regen);
+}
+
+static void *publisher_main(void *arg) {
+  bc_cache *c = arg;
+  bc__publisher *p = &c->publisher;
+  pthread_mutex_lock(&p->lock);
+  for (;;) {
+    while (p->head == NULL && !p->stop) pthread_cond_wait(&p->work, &p->lock);
+    if (p->head == NULL) break; /* stopping, nothing left */
+    bc__pub_entry *list = p->head;
+    size_t n = p->queued;
+    p->head = p->tail = NULL;
+    p->queued = 0;
+    p->inflight = n;
+    pthread_mutex_unlock(&p->lock);
+    publish_batch(c, list, n);
+    pthread_mutex_lock(&p->lock);
+    p->inflight = 0;
+    pthread_cond_broadcast(&p->idle);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return NULL;
+}
+
+int bc__publisher_enqueue(bc_cache *c, bc__pub_entry *e) {
+  bc__publisher *p = &c->publisher;
+  int rc = 0;
+  pthread_mutex_lock(&p->lock);
+  if (p->closed || p->queued >= BC__PUBLISH_QUEUE_MAX) {
+    rc = BC_EAGAIN;
+  } else if (!p->running) {
+    if (pthread_create(&p->thread, NULL, publisher_main, c) != 0)
+      rc = BC_EAGAIN;
+    else
+      p->running = true;
+  }
+  if (rc == 0) {
+    e->next = NULL;
+    if (p->tail) p->tail->next = e;
+    else p->head = e;
+    p->tail = e;
+    p->queued++;
+    atomic_fetch_add(&p->queued_total, 1);
+    pthread_cond_signal(&p->work);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return rc;
+}
+
+int bc__publisher_take_error(bc_cache *c) {
+  bc__publisher *p = &c->publisher;
+  /* The common case takes no lock (a failure is seen by the next call
+   * that looks after it was kept). */
+  if (!atomic_load(&p->failed)) return 0;
+  int rc = 0;
+  pthread_mutex_lock(&p->lock);
+  if (atomic_load(&p->failed)) {
+    rc = bc_error_restore(&p->err);
+    bc_error_state_clear(&p->err);
+    atomic_store(&p->failed, false);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return rc;
+}
+
+int bc__publisher_wait(bc_cache *c, bool report) {
+  bc__publisher *p = &c->publisher;
+  int rc = 0;
+  pthread_mutex_lock(&p->lock);
+  while (rc == 0 && p->running && (p->queued > 0 || p->inflight > 0))
+    rc = bc__cond_wait(&p->idle, &p->lock);
+  pthread_mutex_unlock(&p->lock);
+  if (rc == 0 && report) rc = bc__publisher_take_error(c);
+  return rc;
+}
+
+void bc__publisher_stop(bc_cache *c) {
+  bc__publisher *p = &c->publisher;
+  /* Publish what is queued; interrupted: abandon the rest. */
+  if (bc__publisher_wait(c, false) != 0) atomic_store(&p->abandon, true);
+  pthread_mutex_lock(&p->lock);
+  p->closed = true;
+  p->stop = true;
+  bool running = p->running;
+  p->running = false;
+  pthread_cond_broadcast(&p->work);
+  pthread_mutex_unlock(&p->lock);
+  if (running) pthread_join(p->thread, NULL);
+  if (bc__publisher_take_error(c) != 0)
+    bc__notice("%s: closing: a shard could not be published: %s", c->root,
+               bc_errmsg());
+  /* Later fills (views outliving the handle) publish synchronously. */
+}
+
+void bc__publisher_after_fork_child(bc__publisher *p) {
+  /* The parent's entries and thread are the parent's (its claims): the
+   * child forgets them (the entries leak, as the fill records do). */
+  p->head = p->tail = NULL;
+  p->queued = p->inflight = 0;
+  p->running = false;
+  p->stop = false;
+  p->closed = false;
+  atomic_store(&p->failed, false);
+  bc_error_state_clear(&p->err);
+  pthread_cond_init(&p->work, NULL);
+  pthread_cond_init(&p->idle, NULL);
+  pthread_mutex_unlock(&p->lock);
+}
