@@ -271,7 +271,8 @@ static int read_damaged(bc_cache *c, uint64_t shard, bc__reader *r,
     return bc__error(BC_ECORRUPT, "%s (the shard was regenerated twice and "
                      "read damaged again)", detail);
   bc__notice("%s; regenerating the shard", detail);
-  return bc__forget_file(c, shard, dev, ino);
+  bc__file_id bad = {dev, ino};
+  return bc__forget_shard(c, shard, &bad);
 }
 
 /* Record `index` into out; `mode` says whether to wait for work done by

@@ -893,46 +893,8 @@ int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
   }
 }
 
-int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *seen) {
-  return bc__store_forget(&c->store, shard, seen);
-}
-
-int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino) {
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, true, &t); /* publishes wait: the file
-                                               cannot change under us */
-  if (rc != 0) return rc;
-  bc__shard_rec rec;
-  bool found;
-  rc = bc__rec_get(t, bc__dbi_shard(c->env), shard, &rec, &found);
-  bool drop = false;
-  if (rc == 0 && found && rec.state == SHARD_PRESENT) {
-    char *path = bc__cache_shard_path(c, shard, rec.records, rec.zstd);
-    char *crc = path ? bc__cache_crc_path(c, path) : NULL;
-    struct stat st;
-    if (crc == NULL) {
-      rc = bc__error(BC_ENOMEM, "out of memory");
-    } else {
-      bool lost = stat(path, &st) != 0; /* its state goes too */
-      drop = lost || ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino);
-      if (drop && !lost) unlink(path);
-      if (drop && !rec.zstd) unlink(crc); /* the shard first, as evictions do */
-    }
-    free(crc);
-    free(path);
-  }
-  if (rc == 0 && drop) {
-    uint64_t bytes = 0;
-    bool f;
-    rc = bc__u64_get(t, bc__dbi_meta(c->env), "bytes", &bytes, &f);
-    if (rc == 0)
-      rc = bc__u64_put(t, bc__dbi_meta(c->env), "bytes",
-                       bytes > rec.bytes ? bytes - rec.bytes : 0);
-    if (rc == 0) rc = bc__rec_del(t, bc__dbi_shard(c->env), shard);
-  }
-  if (rc == 0 && drop) return bc__txn_commit(t);
-  mdb_txn_abort(t);
-  return rc;
+int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__file_id *bad) {
+  return bc__store_forget(&c->store, shard, bad);
 }
 
 /* Takes shards from the shared drain counter until the source's end.  The

@@ -315,12 +315,11 @@ size_t bc__pass_positions(bc_cache *c, uint64_t *pos, size_t max);
 /* The pending access-clock bumps, as a publish request's `bump`. */
 int bc__access_bump(void *cache, const bc__store *s, bc__store_txn *t,
                     uint64_t *clock);
-/* Forgets a damaged shard (unlinks it, drops its state) so it is refilled. */
-int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__shard_rec *rec);
-/* Forgets shard `shard` if its file is still the one with device `dev` and
- * inode `ino` (a read found it damaged), or is gone; a file published since
- * (another thread or process regenerated it already) is kept. */
-int bc__forget_file(bc_cache *c, uint64_t shard, uint64_t dev, uint64_t ino);
+/* Forgets shard `shard` (unlinks it, drops its state) so it is refilled, if
+ * its file is still `bad` (a read found that file damaged, unreadable, or,
+ * with {0, 0}, missing) or is gone; a file published since (another thread
+ * or process regenerated the shard already) is kept. */
+int bc__forget_shard(bc_cache *c, uint64_t shard, const bc__file_id *bad);
 /* Drains the source to its end (known_length becomes final), with the fill
  * workers joining in when there are several.  `from_start`: also fill every
  * missing shard before the known length (fill_all); otherwise start at the

@@ -184,21 +184,34 @@ static bool touch(bc_cache *c, uint64_t shard) {
   return present;
 }
 
+/* Opens the shard file `path`; *id: the file's identity, taken before the
+ * open, so that an open that fails names the file it failed on (or {0, 0}:
+ * there was none), whatever a publish puts at `path` afterwards. */
+static int open_shard_file(bc_cache *c, const char *path, bc_bag **out,
+                           bc__file_id *id) {
+  struct stat st;
+  *id = stat(path, &st) == 0 ? (bc__file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino}
+                             : (bc__file_id){0, 0};
+  return bc__cache_open_shard(c, path, out);
+}
+
 /* Opens shard `shard` as described by `rec` and checks it: its file in
- * shards/, or `scratch` when not NULL (publish-behind). */
+ * shards/ (*id: which file, for bc__forget_shard when it is bad), or
+ * `scratch` when not NULL (publish-behind). */
 static int open_checked(bc_cache *c, uint64_t shard, const bc__shard_rec *rec,
-                        const char *scratch, bc_bag **out) {
+                        const char *scratch, bc_bag **out, bc__file_id *id) {
   char *path = scratch ? strdup(scratch)
                        : bc__cache_shard_path(c, shard, rec->records, rec->zstd);
+  *id = (bc__file_id){0, 0};
   if (path == NULL) return bc__error(BC_ENOMEM, "out of memory");
   int rc = scratch ? bc__cache_open_scratch(c, path, out)
-                   : bc__cache_open_shard(c, path, out);
+                   : open_shard_file(c, path, out, id);
   if (scratch && rc == BC_ENOTFOUND) {
     /* Renamed into shards/ by its publish meanwhile (the same file, its
      * records complete, its commit maybe still to come). */
     free(path);
     path = bc__cache_shard_path(c, shard, rec->records, rec->zstd);
-    rc = path ? bc__cache_open_shard(c, path, out)
+    rc = path ? open_shard_file(c, path, out, id)
               : bc__error(BC_ENOMEM, "out of memory");
   }
   if (rc != 0) goto cleanup;
@@ -306,7 +319,8 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
     if ((rc = bc__obtain_scratch(c, shard, mode, &rec, &scratch, &bag)) != 0)
       return rc;
     if (bag != NULL) break; /* filled here: its scratch file, open */
-    rc = open_checked(c, shard, &rec, scratch, &bag);
+    bc__file_id id;
+    rc = open_checked(c, shard, &rec, scratch, &bag, &id);
     bool behind = scratch != NULL;
     free(scratch);
     if (rc == 0) break;
@@ -323,7 +337,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
     if (rc == BC_ENOTFOUND) {
       /* Evicted by another process meanwhile (its state is gone: obtain
        * refills), or lost (its state remains: drop it, then refill). */
-      if ((rc = bc__forget_shard(c, shard, &rec)) != 0) return rc;
+      if ((rc = bc__forget_shard(c, shard, &id)) != 0) return rc;
       continue;
     }
     if (rc == BC_EPERM && c->has_source) {
@@ -331,7 +345,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
        * made anew.  Replacing it needs only the directory's permission;
        * without that the refill fails with BC_EPERM itself. */
       bc__notice("%s; regenerating it", bc_errmsg());
-      if ((rc = bc__forget_shard(c, shard, &rec)) != 0) return rc;
+      if ((rc = bc__forget_shard(c, shard, &id)) != 0) return rc;
       continue;
     }
     if (rc != BC_ECORRUPT) return rc;
@@ -339,7 +353,7 @@ int bc__reader_acquire(bc_cache *c, uint64_t shard, bc__wait_mode mode,
       return bc__error_wrap(BC_ECORRUPT, "%s (and the cache has no source to "
                             "regenerate it)", bc_errmsg());
     bc__notice("%s; regenerating it", bc_errmsg());
-    if ((rc = bc__forget_shard(c, shard, &rec)) != 0) return rc;
+    if ((rc = bc__forget_shard(c, shard, &id)) != 0) return rc;
   }
   atomic_fetch_add(&c->stats.shard_opens, 1);
   atomic_fetch_add(&c->stats.miss_ns, (uint64_t)((bc__now() - t0) * 1e9));

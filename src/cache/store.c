@@ -250,7 +250,7 @@ static int bytes_less(const bc__store *s, bc__store_txn *t, uint64_t bytes) {
   return rc;
 }
 
-int bc__store_forget(const bc__store *s, uint64_t shard, const bc__shard_rec *seen) {
+int bc__store_forget(const bc__store *s, uint64_t shard, const bc__file_id *bad) {
   const bc__store_ops *o = s->ops;
   bc__store_txn *t;
   int rc = o->begin(s->impl, true, &t);
@@ -259,7 +259,7 @@ int bc__store_forget(const bc__store *s, uint64_t shard, const bc__shard_rec *se
   bool found = false;
   rc = o->get(t, shard, &rec, &found);
   if (rc == 0 && found && rec.state == SHARD_PRESENT &&
-      rec.bytes == seen->bytes && rec.records == seen->records) {
+      o->same_file(s->impl, shard, &rec, bad)) {
     /* The file is damaged or gone: its state goes whether or not it can be
      * removed (a file left behind is replaced by the refill's). */
     (void)o->evict(s->impl, shard, &rec);

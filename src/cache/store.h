@@ -49,6 +49,15 @@ typedef enum {
  * nonzero stops the walk and is returned. */
 typedef int (*bc__store_visit)(void *arg, uint64_t shard, const bc__shard_rec *rec);
 
+/* Which file a reader found bad: its device and inode numbers, both 0
+ * when there was no file at the shard's path.  A PRESENT shard's file is
+ * replaced only by a forget and a later publish (write transactions), and a
+ * regenerated shard has the same records and bytes as the one it replaces,
+ * so the identity of the file, not the state, tells them apart. */
+typedef struct {
+  uint64_t dev, ino;
+} bc__file_id;
+
 typedef struct bc__store_ops {
   int (*begin)(void *impl, bool write, bc__store_txn **t);
   int (*nest)(bc__store_txn *parent, bc__store_txn **t); /* write only */
@@ -76,6 +85,10 @@ typedef struct bc__store_ops {
    * back out (its state was not committed).  end: records the source's
    * end (`length`) in the root's human-readable metadata. */
   int (*evict)(void *impl, uint64_t shard, const bc__shard_rec *rec);
+  /* same_file: true when PRESENT shard `rec`'s file is the file `id`, or
+   * is missing (a lost file is as bad as a damaged one). */
+  bool (*same_file)(void *impl, uint64_t shard, const bc__shard_rec *rec,
+                    const bc__file_id *id);
   void (*purge)(void *impl, uint64_t shard);
   int (*install)(void *impl, const char *scratch, uint64_t shard,
                  uint64_t records, bool sync_dirs);
@@ -140,9 +153,11 @@ int bc__store_record_end(const bc__store *s, uint64_t shard, uint64_t end);
  * is final already.  *length: the final length. */
 int bc__store_finalize(const bc__store *s, uint64_t *length);
 
-/* Forgets damaged shard `shard` (its file goes, its state and bytes too)
- * if its state is still `seen`. */
-int bc__store_forget(const bc__store *s, uint64_t shard, const bc__shard_rec *seen);
+/* Forgets damaged or lost shard `shard` (its file goes, its state and bytes
+ * too) if it is still PRESENT with the file `bad` (or none at all): a
+ * reader that found a file bad never drops the good one a regeneration
+ * published meanwhile. */
+int bc__store_forget(const bc__store *s, uint64_t shard, const bc__file_id *bad);
 
 /* Shards evicted by one publish: any number. */
 struct bc__victims {

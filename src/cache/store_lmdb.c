@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache/internal.h"
@@ -135,6 +136,17 @@ static int s_evict(void *impl, uint64_t shard, const bc__shard_rec *rec) {
   return rc;
 }
 
+static bool s_same_file(void *impl, uint64_t shard, const bc__shard_rec *rec,
+                        const bc__file_id *id) {
+  char *path = bc__cache_shard_path(impl, shard, rec->records, rec->zstd);
+  struct stat st;
+  bool same = path != NULL && /* (out of memory: kept, the reader gives up) */
+              (stat(path, &st) != 0 || /* lost */
+               ((uint64_t)st.st_dev == id->dev && (uint64_t)st.st_ino == id->ino));
+  free(path);
+  return same;
+}
+
 static void s_purge(void *impl, uint64_t shard) {
   bc__unlink_shard_files(impl, shard);
   /* A dead claimant's scratch files go too: its reservation under the
@@ -231,6 +243,7 @@ static const bc__store_ops lmdb_ops = {
     .u64_put = s_u64_put,
     .owner_alive = s_owner_alive,
     .evict = s_evict,
+    .same_file = s_same_file,
     .purge = s_purge,
     .install = s_install,
     .sync_dirs = s_sync_dirs,

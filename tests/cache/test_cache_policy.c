@@ -41,6 +41,8 @@ typedef struct {
 typedef struct {
   fake_state state;
   bool file[MAXN];    /* shard s has a file in shards/ */
+  uint64_t ino[MAXN]; /* and its inode number (each file gets a new one) */
+  uint64_t inos;      /* the last inode number given */
   int32_t dead_pid;   /* owners with this pid are dead */
   int commits;        /* top-level commits attempted */
   int fail_commit;    /* the commit with this number fails (0: none) */
@@ -175,6 +177,19 @@ static int f_evict(void *impl, uint64_t shard, const bc__shard_rec *rec) {
   return 0;
 }
 
+static bool f_same_file(void *impl, uint64_t shard, const bc__shard_rec *rec,
+                        const bc__file_id *id) {
+  (void)rec;
+  fake *f = impl;
+  return !f->file[shard] || (id->dev == 1 && id->ino == f->ino[shard]);
+}
+
+/* Shard `shard` gets a new file. */
+static void new_file(fake *f, uint64_t shard) {
+  f->file[shard] = true;
+  f->ino[shard] = ++f->inos;
+}
+
 static void f_purge(void *impl, uint64_t shard) {
   fake *f = impl;
   f->file[shard] = false;
@@ -187,7 +202,7 @@ static int f_install(void *impl, const char *scratch, uint64_t shard,
   (void)records;
   fake *f = impl;
   if (f->fail_install) return bc_set_errmsg(BC_ENOSPC, "fake install failed");
-  f->file[shard] = true;
+  new_file(f, shard);
   f->dir_syncs += sync_dirs;
   return 0;
 }
@@ -212,7 +227,7 @@ static int f_end(void *impl, uint64_t length) {
 static const bc__store_ops fake_ops = {
     f_begin,   f_nest,    f_commit,  f_abort,     f_get,         f_put,
     f_del,     f_each,    f_sum_get, f_sum_put,   f_u64_get,     f_u64_put,
-    f_owner_alive, f_evict, f_purge, f_install,   f_sync_dirs,   f_uninstall,
+    f_owner_alive, f_evict, f_same_file, f_purge, f_install, f_sync_dirs, f_uninstall,
     f_end};
 
 /* ---- helpers --------------------------------------------------------------------- */
@@ -240,7 +255,7 @@ static void present(fake *f, uint64_t shard, uint64_t bytes, uint64_t access) {
   if ((shard + 1) * SR > t.st.key[BC__KEY_LENGTH]) t.st.key[BC__KEY_LENGTH] = (shard + 1) * SR;
   t.st.have[BC__KEY_LENGTH] = true;
   f->state = t.st;
-  f->file[shard] = true;
+  new_file(f, shard);
 }
 
 static void set_key(fake *f, bc__store_key k, uint64_t v) {
@@ -423,6 +438,42 @@ static void test_publish_nothing_to_evict(void **state) {
 
 /* ---- checks ------------------------------------------------------------------------- */
 
+/* A forget names the file found bad: a regeneration published meanwhile
+ * (same records, same bytes, another file) is kept; a file still there, or
+ * one gone, is dropped with its state and bytes. */
+static void test_forget_names_its_file(void **state) {
+  (void)state;
+  fake f = {0};
+  bc__store me = store_of(&f, ME);
+  bool found;
+  present(&f, 3, 50, 1);
+  bc__file_id damaged = {1, f.ino[3]}, missing = {0, 0};
+  /* Another thread forgot and regenerated it: a new file, the same state. */
+  f_evict(&f, 3, NULL);
+  new_file(&f, 3);
+  assert_int_equal(bc__store_forget(&me, 3, &damaged), 0);
+  assert_true(f.file[3]);
+  assert_int_equal(rec_of(&f, 3, &found).state, SHARD_PRESENT);
+  assert_int_equal(f.state.key[BC__KEY_BYTES], 50);
+  /* A reader that found no file, while the new one is there: kept. */
+  assert_int_equal(bc__store_forget(&me, 3, &missing), 0);
+  assert_true(f.file[3]);
+  /* The file it found damaged is still the shard's: dropped. */
+  bc__file_id now = {1, f.ino[3]};
+  assert_int_equal(bc__store_forget(&me, 3, &now), 0);
+  assert_false(f.file[3]);
+  rec_of(&f, 3, &found);
+  assert_false(found);
+  assert_int_equal(f.state.key[BC__KEY_BYTES], 0);
+  /* A PRESENT shard whose file is gone (lost): dropped whatever it names. */
+  present(&f, 4, 70, 1);
+  f.file[4] = false;
+  assert_int_equal(bc__store_forget(&me, 4, &damaged), 0);
+  rec_of(&f, 4, &found);
+  assert_false(found);
+  assert_int_equal(f.state.key[BC__KEY_BYTES], 0);
+}
+
 static void test_publish_checks(void **state) {
   (void)state;
   fake f = {0};
@@ -442,8 +493,8 @@ static void test_publish_checks(void **state) {
   /* A regenerated shard with another checksum: BC_ENONDET. */
   present(&f, 3, 50, 1);
   bc__store forget = me;
-  rec = rec_of(&f, 3, &claimed);
-  assert_int_equal(bc__store_forget(&forget, 3, &rec), 0);
+  bc__file_id bad = {1, f.ino[3]};
+  assert_int_equal(bc__store_forget(&forget, 3, &bad), 0);
   assert_false(f.file[3]);
   assert_int_equal(f.state.key[BC__KEY_BYTES], 0);
   assert_int_equal(bc__store_claim(&me, 3, 2, &rec, &claimed), 0);
@@ -810,6 +861,7 @@ int main(void) {
       cmocka_unit_test(test_publish_returns_every_victim),
       cmocka_unit_test(test_publish_nothing_to_evict),
       cmocka_unit_test(test_publish_checks),
+      cmocka_unit_test(test_forget_names_its_file),
       cmocka_unit_test(test_publish_install_fails),
       cmocka_unit_test(test_publish_commit_fails_after_install),
       cmocka_unit_test(test_publish_commit_fails_after_evicting),
