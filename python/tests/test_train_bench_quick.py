@@ -1,11 +1,15 @@
 """tests/bench/train_bench.py keeps working: on tiny sizes (--quick, without
 torch's row, whose import and worker processes take seconds) it must
 finish, print every row in order, and find every loader's first batch
-equal to numpy's X[idx] (it exits 1 otherwise).  Its timings are not
+equal to numpy's X[idx] (it exits 1 otherwise), on both kinds of data:
+the default synthetic images, which zstd compresses (the header's ratio
+below 1: every .bagz record goes through zstd's decoder), and uniform
+random bytes, which it stores (ratio at least 1).  Its timings are not
 checked here; that is what the program is for (doc/performance.md,
 "Training loops")."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -52,7 +56,8 @@ ROWS = (
 TORCH = 22  # the torch row: not measured with --no-torch
 
 
-def test_train_bench_runs_on_tiny_sizes(tmp_path):
+@pytest.mark.parametrize("data", [None, "images", "random"])
+def test_train_bench_runs_on_tiny_sizes(tmp_path, data):
     pytest.importorskip("numpy")
     srcdir, builddir = os.environ.get("BC_SRCDIR"), os.environ.get("BC_BUILDDIR")
     if srcdir is None or builddir is None:
@@ -60,9 +65,19 @@ def test_train_bench_runs_on_tiny_sizes(tmp_path):
     bench = os.path.join(srcdir, "tests", "bench", "train_bench.py")
     proc = subprocess.run(
         [sys.executable, bench, "--build", builddir, "--quick", "--no-torch",
-         "--dir", str(tmp_path)],
+         "--dir", str(tmp_path)] + (["--data", data] if data else []),
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The header names the data and the zstd ratio of the .bagz records.
+    m = re.search(r"; data (\w+), zstd ratio (\d+\.\d+) \(\.bagz records / raw bytes\)$",
+                  proc.stdout.splitlines()[0])
+    assert m, proc.stdout
+    assert m.group(1) == (data or "images")
+    ratio = float(m.group(2))
+    if m.group(1) == "images":  # compressible as small natural images are
+        assert 0.6 < ratio < 0.9, ratio
+    else:  # stored blocks: a frame header each
+        assert 1.0 <= ratio < 1.01, ratio
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     cells = [[c.strip() for c in line[2:-2].split(" | ")] for line in table]
     assert cells[0] == ["row", "batches/s", "MB/s", "baseline", "batches/s", "MB/s", "ratio",

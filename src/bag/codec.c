@@ -17,6 +17,7 @@
  */
 #include "config.h"
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,13 @@
  * so this over-estimates), and the frame header takes at least 6 bytes. */
 static uint64_t expansion_bound(size_t size) {
   return ((uint64_t)size / 3 + 1) * ZSTD_BLOCKSIZE_MAX;
+}
+
+/* want <= min(cap, expansion_bound(size)) without the division when want
+ * fits in one block (expansion_bound is never below a block's maximum). */
+static inline bool within_bound(size_t want, size_t size, uint64_t max) {
+  return want <= max &&
+         (want <= ZSTD_BLOCKSIZE_MAX || want <= expansion_bound(size));
 }
 
 /* ---- decoder ------------------------------------------------------------ */
@@ -218,8 +226,9 @@ void bc__decoder_give(bc__decoder *d, bc__dctx *c) {
  * walks the blocks through zstd's general code: together most of a row's
  * cost above the decompression itself).  True when src[0..size) is exactly
  * one complete zstd frame whose header states a content size of exactly
- * `want` bytes, at most `cap`: then frame_content would accept it with
- * that content size.  False for anything else (a skippable frame, a
+ * `want` bytes, at most the cap of decode_into (max_record_size and
+ * expansion_bound(size)): then frame_content would accept it with that
+ * content size.  False for anything else (a skippable frame, a
  * reserved bit, no content size, another size, a short or long input),
  * when frame_content decides and words the error.
  *
@@ -235,10 +244,11 @@ void bc__decoder_give(bc__decoder *d, bc__dctx *c) {
  * block stores 1 byte, type 3 is reserved; then 4 bytes of checksum when
  * the descriptor says so. */
 static bool one_frame_of(const void *src, size_t size, size_t want,
-                         uint64_t cap, size_t *stored_at, size_t *sum_at) {
+                         uint64_t max_record_size, size_t *stored_at,
+                         size_t *sum_at) {
   const unsigned char *p = src;
   *stored_at = *sum_at = 0;
-  if (size < 6 || want > cap) return false;
+  if (size < 6 || !within_bound(want, size, max_record_size)) return false;
   uint32_t magic = (uint32_t)p[0] | (uint32_t)p[1] << 8 |
                    (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
   unsigned desc = p[4];
@@ -253,10 +263,15 @@ static bool one_frame_of(const void *src, size_t size, size_t want,
   if (fcs_size == 0) return false; /* no content size: frame_content's */
   size_t at = 5 + !single + did_bytes[desc & 3];
   if (size < at + fcs_size) return false;
-  uint64_t content = 0;
-  for (size_t k = 0; k < fcs_size; k++)
-    content |= (uint64_t)p[at + k] << (8 * k);
-  if (fcs_code == 1) content += 256;
+  const unsigned char *f = p + at; /* fcs_size bytes, little-endian */
+  uint64_t content;
+  switch (fcs_code) {
+  case 0: content = f[0]; break;
+  case 1: content = ((uint64_t)f[0] | (uint64_t)f[1] << 8) + 256; break;
+  case 2: content = (uint64_t)f[0] | (uint64_t)f[1] << 8 |
+                    (uint64_t)f[2] << 16 | (uint64_t)f[3] << 24; break;
+  default: content = bc__load_u64le(f); break;
+  }
   if (content != want) return false;
   at += fcs_size;
   size_t first = at; /* the first block's header */
@@ -289,27 +304,39 @@ static bool one_frame_of(const void *src, size_t size, size_t want,
   return true;
 }
 
+/* The error of record `record` of `path`: "PATH: record N: " and the
+ * message.  Out of line and cold, so that decode_into, called per row,
+ * holds no message buffer. */
+__attribute__((cold, noinline)) BC__PRINTF(3, 4) static int
+record_error(const char *path, uint64_t record, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return bc__error(BC_ECORRUPT, "%s: record %llu: %s", path,
+                   (unsigned long long)record, msg);
+}
+
 int bc__decoder_decode_into(bc__decoder *d, bc__dctx *ctx, const void *src,
                             size_t size, void *dst, size_t want,
                             bc_buf *scratch, uint64_t *actual,
                             const char *path, uint64_t record) {
-  char what[4200];
-#define WHAT() (snprintf(what, sizeof what, "%s: record %llu", path, \
-                         (unsigned long long)record), what)
   if (size == 0) { /* an empty record */
     *actual = 0;
     return want == 0 ? 0 : 1;
   }
-  uint64_t cap = expansion_bound(size);
-  if (cap > d->max_record_size) cap = d->max_record_size;
-  unsigned long long content;
+  unsigned long long content = want;
   int rc = 0;
   size_t stored_at, sum_at;
-  if (!one_frame_of(src, size, want, cap, &stored_at, &sum_at)) /* else: content == want */
+  if (!one_frame_of(src, size, want, d->max_record_size, &stored_at, &sum_at)) {
+    /* Anything but one frame of `want` bytes: frame_content decides (and
+     * words the error) with the cap that decode uses. */
+    uint64_t cap = expansion_bound(size);
+    if (cap > d->max_record_size) cap = d->max_record_size;
     rc = frame_content(src, size, cap, &content, path, record);
-  else
-    content = want;
-  if (rc != 0) return rc;
+    if (rc != 0) return rc;
+  }
   if (stored_at != 0) {
     /* One raw block: zstd would copy it and check the checksum (the low 32
      * bits of XXH64 of the content), so this does, without its per-frame
@@ -323,8 +350,8 @@ int bc__decoder_decode_into(bc__decoder *d, bc__dctx *ctx, const void *src,
       uint32_t sum = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
                      (uint32_t)q[3] << 24;
       if ((uint32_t)bc__xxh64(dst, want, 0) != sum)
-        return bc__error(BC_ECORRUPT, "%s: invalid zstd data: %s", WHAT(),
-                         ZSTD_getErrorString(ZSTD_error_checksum_wrong));
+        return record_error(path, record, "invalid zstd data: %s",
+                            ZSTD_getErrorString(ZSTD_error_checksum_wrong));
     }
     return 0;
   }
@@ -342,18 +369,19 @@ int bc__decoder_decode_into(bc__decoder *d, bc__dctx *ctx, const void *src,
   if (content != want) return 1; /* nothing written */
   ZSTD_DCtx *c = ctx != NULL ? (ZSTD_DCtx *)ctx : dctx_take(d);
   if (c == NULL) return bc__error(BC_ENOMEM, "cannot create a zstd context");
-  /* dst holds exactly `want` bytes: zstd never writes past its capacity. */
+  /* dst holds exactly `want` bytes: zstd never writes past its capacity.
+   * Success is r == want (an error code is never a size this small). */
   size_t r = ZSTD_decompressDCtx(c, dst, want, src, size);
-  if (ZSTD_isError(r))
-    rc = bc__error(BC_ECORRUPT, "%s: invalid zstd data: %s", WHAT(),
-                   ZSTD_getErrorName(r));
-  else if (r != content)
-    rc = bc__error(BC_ECORRUPT,
-                   "%s: zstd frame holds %zu bytes, header says %llu", WHAT(),
-                   r, content);
+  if (r != want) {
+    if (ZSTD_isError(r))
+      rc = record_error(path, record, "invalid zstd data: %s",
+                        ZSTD_getErrorName(r));
+    else
+      rc = record_error(path, record, "zstd frame holds %zu bytes, header says %llu",
+                        r, content);
+  }
   if (ctx == NULL) dctx_give(d, c);
   return rc;
-#undef WHAT
 }
 
 /* ---- encoder ------------------------------------------------------------ */

@@ -602,6 +602,138 @@ static void test_frame_shapes(void **state) {
   free(z);
 }
 
+/* ---- decoding errors and limits ---------------------------------------- */
+
+/* The checks around zstd's own decoder on the compressed path: rows larger
+ * than a block (up to 300 KiB) read byte for byte, bagcache writing them
+ * (its bagz CDict) and a reader with the default limits; a damaged
+ * compressed block and a frame whose header says more bytes than its
+ * blocks hold are BC_ECORRUPT with the general decoder's words ("invalid
+ * zstd data: ..."), the row untouched; and a row above the reader's
+ * max_record_size is refused before decoding with "claims N bytes (limit
+ * M)", as bc_bag_get says it. */
+static void test_decode_errors_and_limits(void **state) {
+  fixture *f = *state;
+  enum { BIG = 300 * 1024, SMALL = 3072 };
+  unsigned char *row = malloc(BIG), *z = malloc(ZSTD_compressBound(BIG));
+  assert_non_null(row);
+  assert_non_null(z);
+  for (size_t j = 0; j < BIG; j++) row[j] = (unsigned char)(j / 97 + (j % 7 == 0 ? j : 0));
+  /* Rows of BIG bytes, written compressed by bagcache. */
+  tu_records big = {0};
+  for (size_t i = 0; i < 3; i++) {
+    row[i] ^= 0x5A;
+    tu_records_add(&big, row, BIG);
+    row[i] ^= 0x5A;
+  }
+  bc_writer_options wo = BC_WRITER_OPTIONS_INIT;
+  wo.compression = BC_COMPRESSION_ZSTD;
+  char *path = tu_join(f->dir, "big.bagz");
+  tu_write_bag(path, &wo, &big);
+  bc_bag *bag = open_bag(path, NULL);
+  dest d = dest_new(2, BIG);
+  uint64_t idx[2] = {2, 0};
+  TU_OK(bc_bag_read_into(bag, idx, 2, d.rows, BIG));
+  for (size_t k = 0; k < 2; k++) {
+    row[idx[k]] ^= 0x5A;
+    assert_memory_equal(d.rows + k * BIG, row, BIG);
+    row[idx[k]] ^= 0x5A;
+  }
+  dest_check_canaries(&d);
+  bc_bag_close(bag);
+  /* The same file with a limit below the row. */
+  bc_reader_options ro = BC_READER_OPTIONS_INIT;
+  ro.max_record_size = BIG - 1;
+  bag = open_bag(path, &ro);
+  bc_buf got = BC_BUF_INIT;
+  TU_RC(bc_bag_get(bag, 1, &got), BC_ECORRUPT);
+  char *want = tu_format("record 1: zstd frame claims %d bytes (limit %d)", BIG, BIG - 1);
+  if (strstr(bc_errmsg(), want) == NULL) fail_msg("get: %s", bc_errmsg());
+  memset(d.rows, FILL, 2 * (size_t)BIG);
+  idx[0] = 1;
+  TU_RC(bc_bag_read_into(bag, idx, 1, d.rows, BIG), BC_ECORRUPT);
+  if (strstr(bc_errmsg(), want) == NULL || strstr(bc_errmsg(), "indices[0] = 1") == NULL)
+    fail_msg("read_into: %s", bc_errmsg());
+  dest_check_untouched(&d, 0);
+  dest_check_canaries(&d);
+  free(want);
+  bc_bag_close(bag);
+  dest_free(&d);
+  free(path);
+  tu_records_free(&big);
+
+  /* Rows of SMALL bytes: 0 valid, 1 a damaged block, 2 a header saying
+   * one byte more than the blocks hold (raw blocks, so zstd decodes it). */
+  tu_records recs = {0};
+  size_t n = ZSTD_compress(z, ZSTD_compressBound(SMALL), row, SMALL, 3);
+  assert_false(ZSTD_isError(n));
+  assert_true(n < SMALL / 2); /* compressed blocks, not one raw block */
+  tu_records_add(&recs, z, n);
+  unsigned char *bad = malloc(n);
+  assert_non_null(bad);
+  memcpy(bad, z, n);
+  for (size_t k = n / 2; k < n - 2; k++) bad[k] ^= 0xFF;
+  tu_records_add(&recs, bad, n);
+  free(bad);
+  /* Single segment, 2-byte content size SMALL + 1, one raw last block of
+   * SMALL bytes. */
+  unsigned char h[10 + SMALL];
+  size_t m = 0;
+  for (int b = 0; b < 4; b++) h[m++] = (unsigned char)(ZSTD_MAGICNUMBER >> (8 * b));
+  h[m++] = 0x40 | 0x20;
+  h[m++] = (unsigned char)((SMALL + 1 - 256) & 0xFF);
+  h[m++] = (unsigned char)((SMALL + 1 - 256) >> 8);
+  uint32_t bh = (uint32_t)SMALL << 3 | 1;
+  for (int b = 0; b < 3; b++) h[m++] = (unsigned char)(bh >> (8 * b));
+  memcpy(h + m, row, SMALL);
+  tu_records_add(&recs, h, m + SMALL);
+  wo.compression = BC_COMPRESSION_NONE; /* the frames as they are */
+  path = tu_join(f->dir, "damaged.bagz");
+  tu_write_bag(path, &wo, &recs);
+  bag = open_bag(path, NULL);
+  d = dest_new(2, SMALL);
+  idx[0] = 0;
+  idx[1] = 0;
+  TU_OK(bc_bag_read_into(bag, idx, 2, d.rows, SMALL));
+  assert_memory_equal(d.rows, row, SMALL);
+  assert_memory_equal(d.rows + SMALL, row, SMALL);
+  uint64_t bad_idx[2] = {1, 2};
+  size_t bad_size[2] = {SMALL, SMALL + 1};
+  for (size_t k = 0; k < 2; k++) {
+    TU_RC(bc_bag_get(bag, bad_idx[k], &got), BC_ECORRUPT);
+    const char *detail = strstr(bc_errmsg(), "record");
+    assert_non_null(detail);
+    char *get_msg = tu_format("%s", detail);
+    assert_non_null(strstr(get_msg, "invalid zstd data: "));
+    dest e = dest_new(2, bad_size[k]);
+    uint64_t two[2] = {0, bad_idx[k]};
+    int rc = bc_bag_read_into(bag, two, 2, e.rows, bad_size[k]);
+    if (k == 0) {
+      TU_RC(rc, BC_ECORRUPT);
+      if (strstr(bc_errmsg(), get_msg) == NULL || strstr(bc_errmsg(), "indices[1]") == NULL)
+        fail_msg("read_into says \"%s\", get \"%s\"", bc_errmsg(), get_msg);
+    } else { /* record 0 has SMALL bytes, not SMALL + 1: the first failure */
+      TU_RC(rc, BC_EINVAL);
+      assert_non_null(strstr(bc_errmsg(), "indices[0]"));
+      uint64_t one = bad_idx[k];
+      TU_RC(bc_bag_read_into(bag, &one, 1, e.rows, bad_size[k]), BC_ECORRUPT);
+      if (strstr(bc_errmsg(), get_msg) == NULL)
+        fail_msg("read_into says \"%s\", get \"%s\"", bc_errmsg(), get_msg);
+    }
+    dest_check_canaries(&e);
+    free(get_msg);
+    dest_free(&e);
+    bc_error_clear();
+  }
+  bc_buf_release(&got);
+  bc_bag_close(bag);
+  dest_free(&d);
+  free(path);
+  tu_records_free(&recs);
+  free(row);
+  free(z);
+}
+
 /* ---- bad indices and arguments ----------------------------------------- */
 
 static void test_out_of_range(void **state) {
@@ -999,6 +1131,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_frames_without_content_size, setup, teardown),
       cmocka_unit_test_setup_teardown(test_frame_shapes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stored_frames, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_decode_errors_and_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_out_of_range, setup, teardown),
       cmocka_unit_test_setup_teardown(test_arguments, setup, teardown),
       cmocka_unit_test_setup_teardown(test_checksums, setup, teardown),
