@@ -42,7 +42,7 @@ BC_CACHE_TEST_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 BC_CACHE_TEST_LDADD = libbagcache_core.la $(CMOCKA_LIBS) $(BC_DEP_LIBS)
 
 tests_cache_test_cache_read_into_SOURCES = tests/cache/test_cache_read_into.c \
-	$(BC_CACHE_TEST_UTIL)
+	$(BC_CACHE_TEST_FIXTURE) $(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_read_into_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_read_into_LDADD = $(BC_CACHE_TEST_LDADD)
 

@@ -16,58 +16,24 @@
 #include <unistd.h>
 
 #include "seq/internal.h"
-#include "util.h"
+#include "fixture.h"
 
 #define N 95 /* shards of 10: the last one (90..95) is short */
 #define R 10
 #define ROW 32 /* a fixed record of the model: "rec-%08llu" + 20 bytes */
 
-typedef struct fixture {
-  char *dir, *root;
-  ts_shared *sh;
-  ts_config cfg;
-  bc_cache_options o;
-  bc_cache *c;
-} fixture;
-
-static int setup_with(void **state, bc_compression compression) {
-  fixture *f = calloc(1, sizeof *f);
-  if (f == NULL) return -1;
-  f->dir = cu_tmp_dir();
-  f->root = cu_path(f->dir, "c");
-  f->cfg = ts_config_default(N);
-  f->cfg.fixed = true;
-  f->sh = ts_shared_new(&f->cfg);
-  if (f->sh == NULL) return -1;
-  f->o = (bc_cache_options)BC_CACHE_OPTIONS_INIT;
-  f->o.shard_records = R;
-  f->o.prefetch_shards = -1; /* every fill in the reading thread */
-  f->o.compression = compression;
-  cu_notices_capture();
-  cu_notices_reset();
-  cu_watchdog(120);
-  *state = f;
-  return 0;
+/* The model's fixed-size records, N of them. */
+static ts_config model(void) {
+  ts_config cfg = ts_config_default(N);
+  cfg.fixed = true;
+  return cfg;
 }
 
-static int setup(void **state) { return setup_with(state, BC_COMPRESSION_NONE); }
-static int setup_zstd(void **state) { return setup_with(state, BC_COMPRESSION_ZSTD); }
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  bc_cache_close(f->c);
-  ts_shared_free(f->sh);
-  cu_rm_rf(f->dir);
-  free(f->root);
-  free(f->dir);
-  free(f);
-  bc_set_notice_handler(NULL, NULL);
-  cu_watchdog(0);
-  return 0;
-}
-
-static void open_cache(fixture *f) {
-  CU_OK(cu_open(&f->c, f->root, &f->cfg, f->sh, &f->o));
+/* Shards of R records, every fill in the reading thread. */
+static bc_cache_options options(bc_compression compression) {
+  bc_cache_options o = fx_quiet_options(R);
+  o.compression = compression;
+  return o;
 }
 
 /* Fails unless rows[k] is model record idx[k] (indices counted from the
@@ -85,8 +51,10 @@ static void check_rows(const unsigned char *rows, const int64_t *idx, size_t n) 
 /* The cache leaf has a read_into of its own, and it reads rows exactly:
  * shards filled by the read itself, repeats, any order, the short last
  * shard, negative indices, at parallelism 1 and 4. */
-static void rows_exact(fixture *f) {
-  open_cache(f);
+static void rows_exact(fixture *f, bc_compression compression) {
+  ts_config cfg = model();
+  bc_cache_options o = options(compression);
+  fx_open(f, &cfg, &o);
   bc_seq *seq = bc_cache_seq(f->c);
   assert_non_null(bc__seq_read_into_op(seq));
   int64_t idx[] = {94, 3, 57, 3, 0, 90, 41, 42, 19, -1, 20, 88, 57, 9, 10};
@@ -112,16 +80,19 @@ static void rows_exact(fixture *f) {
   free(rows);
 }
 
-static void test_rows_exact(void **state) { rows_exact(*state); }
-static void test_rows_exact_zstd(void **state) { rows_exact(*state); }
+static void test_rows_exact(void **state) { rows_exact(*state, BC_COMPRESSION_NONE); }
+static void test_rows_exact_zstd(void **state) {
+  rows_exact(*state, BC_COMPRESSION_ZSTD);
+}
 
 /* Shards of one record: a batch spread over more shards than twice its
  * size is grouped by a comparison sort instead of a counting sort; the
  * rows are the same. */
 static void test_rows_over_many_shards(void **state) {
   fixture *f = *state;
-  f->o.shard_records = 1;
-  open_cache(f);
+  ts_config cfg = model();
+  bc_cache_options o = fx_quiet_options(1);
+  fx_open(f, &cfg, &o);
   int64_t idx[] = {94, 0, 50, 94, 1};
   unsigned char rows[5 * ROW];
   CU_OK(bc_seq_read_into(bc_cache_seq(f->c), idx, 5, rows, ROW, 1));
@@ -139,18 +110,16 @@ static void test_hits_as_single_reads(void **state) {
   int64_t idx[] = {5, 6, 15, 5, 25, 26, 27, 7, 16};
   size_t n = sizeof idx / sizeof *idx;
   unsigned char rows[sizeof idx / sizeof *idx * ROW];
-  open_cache(f);
+  ts_config cfg = model();
+  bc_cache_options o = options(BC_COMPRESSION_NONE);
+  fx_open(f, &cfg, &o);
   CU_OK(bc_cache_fill_all(f->c));
-  bc_cache_close(f->c);
-  f->c = NULL;
-  open_cache(f); /* fresh counters, every shard present */
+  fx_reopen(f, &cfg, &o); /* fresh counters, every shard present */
   CU_OK(bc_seq_read_into(bc_cache_seq(f->c), idx, n, rows, ROW, 1));
   CU_OK(bc_seq_read_into(bc_cache_seq(f->c), idx, n, rows, ROW, 1));
   bc_cache_stats batch;
   CU_OK(bc_cache_stats_get(f->c, &batch));
-  bc_cache_close(f->c);
-  f->c = NULL;
-  open_cache(f);
+  fx_reopen(f, &cfg, &o);
   bc_buf b = BC_BUF_INIT;
   for (int round = 0; round < 2; round++)
     for (size_t k = 0; k < n; k++) CU_OK(bc_cache_get(f->c, idx[k], &b));
@@ -166,7 +135,9 @@ static void test_hits_as_single_reads(void **state) {
  * them: past the end (after the source ended), a record of another size. */
 static void test_errors_as_single_reads(void **state) {
   fixture *f = *state;
-  open_cache(f);
+  ts_config cfg = model();
+  bc_cache_options o = options(BC_COMPRESSION_NONE);
+  fx_open(f, &cfg, &o);
   bc_seq *seq = bc_cache_seq(f->c);
   unsigned char rows[4 * ROW];
   int64_t past[] = {1, 94, 95, 2};
@@ -187,10 +158,12 @@ static void test_errors_as_single_reads(void **state) {
  * source's code, and succeeds once the source does. */
 static void test_source_failure(void **state) {
   fixture *f = *state;
-  f->cfg.fail_at = 33;
-  f->cfg.fail_times = 1;
-  f->cfg.fail_code = BC_EIO;
-  open_cache(f);
+  ts_config cfg = model();
+  cfg.fail_at = 33;
+  cfg.fail_times = 1;
+  cfg.fail_code = BC_EIO;
+  bc_cache_options o = options(BC_COMPRESSION_NONE);
+  fx_open(f, &cfg, &o);
   unsigned char rows[3 * ROW];
   int64_t idx[] = {2, 35, 4};
   int rc = bc_seq_read_into(bc_cache_seq(f->c), idx, 3, rows, ROW, 1);
@@ -203,12 +176,15 @@ static void test_source_failure(void **state) {
  * regenerates it, as a single read does, and serves the model's bytes. */
 static void test_damaged_shard_regenerated(void **state) {
   fixture *f = *state;
-  open_cache(f);
+  ts_config cfg = model();
+  bc_cache_options o = options(BC_COMPRESSION_NONE);
+  cu_notices_capture();
+  fx_open(f, &cfg, &o);
   CU_OK(bc_cache_fill_all(f->c));
   int64_t idx[] = {21, 3, 28, 22};
   unsigned char rows[4 * ROW];
   CU_OK(bc_seq_read_into(bc_cache_seq(f->c), idx, 4, rows, ROW, 1)); /* mapped */
-  char *shards = cu_path(f->root, "shards");
+  char *shards = fx_shards_dir(f);
   char *path = cu_path(shards, "20.30.bag");
   int fd = open(path, O_RDWR);
   assert_true(fd >= 0);
@@ -230,13 +206,13 @@ static void test_damaged_shard_regenerated(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_rows_exact, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_rows_exact_zstd, setup_zstd, teardown),
-      cmocka_unit_test_setup_teardown(test_rows_over_many_shards, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_hits_as_single_reads, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_errors_as_single_reads, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_source_failure, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_damaged_shard_regenerated, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rows_exact, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_rows_exact_zstd, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_rows_over_many_shards, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_hits_as_single_reads, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_errors_as_single_reads, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_source_failure, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_damaged_shard_regenerated, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
