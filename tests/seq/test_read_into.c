@@ -431,6 +431,54 @@ static size_t skippable_frame(unsigned char *out, const void *content, size_t si
   return 8 + size;
 }
 
+/* Record i of `bag` read both ways: bc_bag_get, and bc_bag_read_into as
+ * row 1 of two (row 0 is record 0, a valid one read alongside). */
+typedef struct {
+  bc_buf got;
+  int get_rc, rc;
+  char get_msg[512]; /* get's message when it failed */
+  dest d;
+} both_reads;
+
+static void read_both(bc_bag *bag, uint64_t i, both_reads *b) {
+  b->got = (bc_buf)BC_BUF_INIT;
+  b->get_rc = bc_bag_get(bag, i, &b->got);
+  snprintf(b->get_msg, sizeof b->get_msg, "%s", b->get_rc != 0 ? bc_errmsg() : "");
+  b->d = dest_new(2, FROW);
+  uint64_t idx[2] = {0, i};
+  b->rc = bc_bag_read_into(bag, idx, 2, b->d.rows, FROW);
+  dest_check_canaries(&b->d);
+}
+
+/* Both reads gave rows[i] (and read_into row 0 too). */
+static void expect_row(const both_reads *b, const unsigned char *rows, uint64_t i) {
+  TU_OK(b->get_rc);
+  assert_int_equal(b->got.size, FROW);
+  assert_memory_equal(b->got.data, rows + i * FROW, FROW);
+  TU_OK(b->rc);
+  assert_memory_equal(b->d.rows, rows, FROW);
+  assert_memory_equal(b->d.rows + FROW, rows + i * FROW, FROW);
+}
+
+/* Both reads failed with BC_ECORRUPT, read_into with the general decoder's
+ * words after "indices[1] = i: ".  Returns those words (in b->get_msg). */
+static const char *expect_same_corruption(const both_reads *b, uint64_t i) {
+  if (b->get_rc != BC_ECORRUPT) fail_msg("record %d: get rc %d", (int)i, b->get_rc);
+  if (b->rc != BC_ECORRUPT) fail_msg("record %d: read_into rc %d", (int)i, b->rc);
+  const char *detail = strstr(b->get_msg, "record");
+  assert_non_null(detail);
+  if (strstr(bc_errmsg(), detail) == NULL || strstr(bc_errmsg(), "indices[1]") == NULL)
+    fail_msg("record %d: read_into says \"%s\", get \"%s\"", (int)i, bc_errmsg(),
+             b->get_msg);
+  return detail;
+}
+
+static void both_reads_free(both_reads *b) {
+  bc_error_clear();
+  dest_free(&b->d);
+  bc_buf_release(&b->got);
+}
+
 /* Records of every shape a frame header and its blocks can take, each read
  * into a row alone and through bc_bag_get (the general decoder): a frame
  * that is exactly one frame of FROW bytes of content reads into its row
@@ -558,42 +606,22 @@ static void test_frame_shapes(void **state) {
   tu_write_bag(path, &wo, &recs);
   bc_bag *bag = open_bag(path, NULL);
   for (uint64_t i = 0; i < NREC; i++) {
-    bc_buf got = BC_BUF_INIT;
-    int get_rc = bc_bag_get(bag, i, &got);
-    char get_msg[512];
-    snprintf(get_msg, sizeof get_msg, "%s", get_rc != 0 ? bc_errmsg() : "");
-    dest d = dest_new(2, FROW);
-    uint64_t idx[2] = {0, i}; /* row 0: a valid record, read alongside */
-    int rc = bc_bag_read_into(bag, idx, 2, d.rows, FROW);
-    dest_check_canaries(&d);
+    both_reads b;
+    read_both(bag, i, &b);
     if (valid[i]) {
-      TU_OK(get_rc);
-      assert_int_equal(got.size, FROW);
-      assert_memory_equal(got.data, rows + i * FROW, FROW);
-      TU_OK(rc);
-      assert_memory_equal(d.rows, rows, FROW);
-      assert_memory_equal(d.rows + FROW, rows + i * FROW, FROW);
+      expect_row(&b, rows, i);
     } else if (i == says65) {
-      TU_RC(rc, BC_EINVAL);
+      TU_RC(b.rc, BC_EINVAL);
       assert_non_null(strstr(bc_errmsg(), "has 65 bytes, not the row size"));
     } else if (i == empty) {
-      TU_OK(get_rc);
-      assert_int_equal(got.size, 0);
-      TU_RC(rc, BC_EINVAL);
+      TU_OK(b.get_rc);
+      assert_int_equal(b.got.size, 0);
+      TU_RC(b.rc, BC_EINVAL);
       assert_non_null(strstr(bc_errmsg(), "has 0 bytes, not the row size"));
     } else {
-      if (get_rc != BC_ECORRUPT) fail_msg("record %d: get rc %d", (int)i, get_rc);
-      if (rc != BC_ECORRUPT) fail_msg("record %d: read_into rc %d", (int)i, rc);
-      /* The general decoder's words, after "indices[1] = i: ". */
-      const char *detail = strstr(get_msg, "record");
-      assert_non_null(detail);
-      if (strstr(bc_errmsg(), detail) == NULL || strstr(bc_errmsg(), "indices[1]") == NULL)
-        fail_msg("record %d: read_into says \"%s\", get \"%s\"", (int)i, bc_errmsg(),
-                 get_msg);
+      expect_same_corruption(&b, i);
     }
-    bc_error_clear();
-    dest_free(&d);
-    bc_buf_release(&got);
+    both_reads_free(&b);
   }
   bc_bag_close(bag);
   free(path);
@@ -882,34 +910,13 @@ static void test_stored_frames(void **state) {
   tu_write_bag(path, &wo, &recs);
   bc_bag *bag = open_bag(path, NULL);
   for (uint64_t i = 0; i < NREC; i++) {
-    bc_buf got = BC_BUF_INIT;
-    int get_rc = bc_bag_get(bag, i, &got);
-    char get_msg[512];
-    snprintf(get_msg, sizeof get_msg, "%s", get_rc != 0 ? bc_errmsg() : "");
-    dest d = dest_new(2, FROW);
-    uint64_t idx[2] = {0, i};
-    int rc = bc_bag_read_into(bag, idx, 2, d.rows, FROW);
-    dest_check_canaries(&d);
-    if (valid[i]) {
-      TU_OK(get_rc);
-      assert_int_equal(got.size, FROW);
-      assert_memory_equal(got.data, rows + i * FROW, FROW);
-      TU_OK(rc);
-      assert_memory_equal(d.rows, rows, FROW);
-      assert_memory_equal(d.rows + FROW, rows + i * FROW, FROW);
-    } else {
-      TU_RC(get_rc, BC_ECORRUPT);
-      TU_RC(rc, BC_ECORRUPT);
-      const char *detail = strstr(get_msg, "record");
-      assert_non_null(detail);
-      assert_non_null(strstr(detail, "checksum"));
-      if (strstr(bc_errmsg(), detail) == NULL || strstr(bc_errmsg(), "indices[1]") == NULL)
-        fail_msg("record %d: read_into says \"%s\", get \"%s\"", (int)i, bc_errmsg(),
-                 get_msg);
-    }
-    bc_error_clear();
-    dest_free(&d);
-    bc_buf_release(&got);
+    both_reads b;
+    read_both(bag, i, &b);
+    if (valid[i])
+      expect_row(&b, rows, i);
+    else
+      assert_non_null(strstr(expect_same_corruption(&b, i), "checksum"));
+    both_reads_free(&b);
   }
   bc_bag_close(bag);
   free(path);
