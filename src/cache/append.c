@@ -166,7 +166,7 @@ static int try_take(bc_appender *a, bool *claimed, bc__filling **other,
     int saved = rc;
     if (rc == 0) bc__error(BC_EAGAIN, "%s: shard %llu is filled elsewhere",
                            c->root, (unsigned long long)a->shard);
-    bc__fill_leave(c, mine, rc ? rc : BC_EAGAIN);
+    bc__fill_done(c, mine, rc ? rc : BC_EAGAIN);
     rc = saved;
   }
   return rc;
@@ -205,7 +205,7 @@ static int shard_begin(bc_appender *a) {
     drop_scratch(a);
     if (a->mine != NULL) {
       bc__fill_release_claim(c, a->shard, a->token, rc);
-      bc__fill_leave(c, a->mine, rc);
+      bc__fill_done(c, a->mine, rc);
       a->mine = NULL;
     }
     if (a->other != NULL) bc__fill_put(c, a->other);
@@ -279,7 +279,7 @@ static int publish_ours(bc_appender *a, bool ended) {
   } else {
     bc__fill_release_claim(c, a->shard, a->token, rc);
   }
-  bc__fill_leave(c, a->mine, rc);
+  bc__fill_done(c, a->mine, rc);
   a->mine = NULL;
   return rc;
 }
@@ -633,7 +633,7 @@ static void shard_abort(bc_appender *a) {
     bc__error(BC_EAGAIN, "%s: the appender of shard %llu was discarded", c->root,
               (unsigned long long)a->shard);
     bc__fill_release_claim(c, a->shard, a->token, BC_EAGAIN);
-    bc__fill_leave(c, a->mine, BC_EAGAIN); /* its waiters retry */
+    bc__fill_done(c, a->mine, BC_EAGAIN); /* its waiters retry */
     a->mine = NULL;
   }
   if (a->other != NULL) bc__fill_put(c, a->other);

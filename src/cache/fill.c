@@ -496,6 +496,16 @@ static int fsync_path(const char *path) {
   return rc;
 }
 
+int bc__fill_sync_scratch(bc_cache *c, const char *scratch) {
+  int rc = fsync_path(scratch);
+  if (rc == 0 && c->crc) { /* (c->crc: a .bag root, which has sidecars) */
+    char *crc = bc__scratch_crc_path(scratch);
+    rc = crc ? fsync_path(crc) : bc__error(BC_ENOMEM, "out of memory");
+    free(crc);
+  }
+  return rc;
+}
+
 /* Publish-behind of the complete scratch file of fill f (n records, its
  * checksum, `ended`): checked against the state as its publish will be
  * (claim, determinism checksum, length), made readable to this process
@@ -658,12 +668,7 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
       /* Synchronously after all: the data first, as the writer would
        * have; and this process's queued shards published, so that their
        * room (reserved, not yet evictable) is evictable again. */
-      rc = fsync_path(scratch);
-      if (rc == 0 && c->crc) {
-        char *crc = bc__scratch_crc_path(scratch);
-        rc = crc ? fsync_path(crc) : bc__error(BC_ENOMEM, "out of memory");
-        free(crc);
-      }
+      rc = bc__fill_sync_scratch(c, scratch);
       if (rc == 0 && f->room != UINT64_MAX) bc__publisher_wait(c, false);
       if (rc != 0) goto cleanup;
     }
@@ -1151,18 +1156,6 @@ int bc__fill_enter(bc_cache *c, uint64_t shard, uint64_t token,
   }
   pthread_mutex_unlock(&reg->lock);
   return rc;
-}
-
-void bc__fill_leave(bc_cache *c, bc__filling *f, int rc) {
-  bc__fill_registry *reg = bc__env_fills(c->env);
-  pthread_mutex_lock(&reg->lock);
-  if (!f->done) {
-    f->done = true;
-    if (rc != 0) bc_error_save(&f->err, rc);
-  }
-  pthread_cond_broadcast(&reg->cond);
-  filling_put(reg, f);
-  pthread_mutex_unlock(&reg->lock);
 }
 
 void bc__fill_put(bc_cache *c, bc__filling *f) {

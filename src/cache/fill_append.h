@@ -35,15 +35,14 @@ int bc__fill_record_end(bc_cache *c, uint64_t end);
 /* The root's in-process registry of fills (bc__fill_registry).  enter:
  * registers fill `token` of `shard` as *mine, unless another thread of
  * this process fills it: then *other gets a reference to that fill.
- * leave: reports *mine done with `rc` (0, or the thread's failure `rc`,
- * saved for the waiters; BC_EAGAIN makes them retry) and drops it.  wait:
+ * The appender ends *mine with bc__fill_done (internal.h): `rc` is saved
+ * for the waiters (BC_EAGAIN makes them retry).  wait:
  * waits for `other` to be done and drops the reference: 0 (whatever the
  * fill's result: the caller looks at the shard again), or BC_ECANCELED
  * when this thread's interrupt hook stopped the wait.  put: drops a
  * reference without waiting. */
 int bc__fill_enter(bc_cache *c, uint64_t shard, uint64_t token,
                    bc__filling **mine, bc__filling **other);
-void bc__fill_leave(bc_cache *c, bc__filling *f, int rc);
 int bc__fill_wait(bc_cache *c, bc__filling *other);
 void bc__fill_put(bc_cache *c, bc__filling *f);
 /* The record checksums of .bag shards (format version 2): a record's CRC

@@ -305,10 +305,14 @@ int bc__obtain(bc_cache *c, uint64_t shard, bc__wait_mode mode, bc__shard_rec *r
  * Returns a publish failure not reported yet first (publisher.h). */
 int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
                        bc__shard_rec *rec, char **scratch, bc_bag **bag);
-/* The publisher's side of a fill record: its publish ended with rc (0, or
- * a failure whose message is the thread's); drops the publisher's
- * reference. */
+/* A fill record's end, by the publisher (its publish ended) or the
+ * appender (its shard ended): done with rc (0, or a failure whose message
+ * is the thread's), no longer readable from its scratch file, waiters
+ * woken; drops the caller's reference. */
 void bc__fill_done(bc_cache *c, bc__filling *f, int rc);
+/* fsyncs the data of a scratch file written without a sync, and of its
+ * sidecar. */
+int bc__fill_sync_scratch(bc_cache *c, const char *scratch);
 /* Ascending positions of this process's idle passes (eviction's cost
  * model; none for a seekable source), at most max. */
 size_t bc__pass_positions(bc_cache *c, uint64_t *pos, size_t max);

@@ -62,26 +62,6 @@ int bc__cache_open_scratch(bc_cache *c, const char *scratch, bc_bag **out) {
   return 0;
 }
 
-/* fsync of the file at `path` (written by this process without one). */
-static int fsync_path(const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return bc__error_errno(errno, "%s: open", path);
-  int rc = bc__fsync(fd, path);
-  close(fd);
-  return rc;
-}
-
-/* The data of a scratch file and its sidecar made durable. */
-static int sync_scratch(bc_cache *c, const char *scratch) {
-  int rc = fsync_path(scratch);
-  if (rc == 0 && c->crc && !c->zstd) {
-    char *crc = bc__scratch_crc_path(scratch);
-    rc = crc ? fsync_path(crc) : bc__error(BC_ENOMEM, "out of memory");
-    free(crc);
-  }
-  return rc;
-}
-
 /* Keeps the first failure not returned yet (the thread's message for rc). */
 static void keep_failure(bc_cache *c, int rc) {
   bc__publisher *p = &c->publisher;
@@ -113,6 +93,14 @@ static void finish_entry(bc_cache *c, bc__pub_entry *e, bc_error_state *err) {
   free(e);
 }
 
+/* Shard e failed to publish with rc (the thread's message). */
+static void fail_entry(bc_cache *c, bc__pub_entry *e, int rc) {
+  bc_error_state err = BC_ERROR_STATE_INIT;
+  bc_error_save(&err, rc);
+  finish_entry(c, e, &err);
+  bc_error_state_clear(&err);
+}
+
 /* Publishes one batch: the entries of list (n of them). */
 static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
   bc__pub_entry **es = calloc(n, sizeof *es);
@@ -139,12 +127,9 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
                  ? bc__error(BC_ECLOSED, "%s: shard %llu: its publish was "
                              "abandoned (the cache was closed)", c->root,
                              (unsigned long long)f->shard)
-                 : sync_scratch(c, f->scratch);
+                 : bc__fill_sync_scratch(c, f->scratch);
     if (rc != 0) {
-      bc_error_state err = BC_ERROR_STATE_INIT;
-      bc_error_save(&err, rc);
-      finish_entry(c, e, &err);
-      bc_error_state_clear(&err);
+      fail_entry(c, e, rc);
       continue;
     }
     /* Renamed into place outside the write lock (the claim's room holds
@@ -153,10 +138,7 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
     rc = c->store.ops->install(c->store.impl, f->scratch, f->shard,
                                f->rec.records, false);
     if (rc != 0) {
-      bc_error_state err = BC_ERROR_STATE_INIT;
-      bc_error_save(&err, rc);
-      finish_entry(c, e, &err);
-      bc_error_state_clear(&err);
+      fail_entry(c, e, rc);
       continue;
     }
     es[m] = e;
