@@ -32,7 +32,8 @@ BC_THREAD_TESTS += tests/cache/test_cache_threads tests/cache/test_cache_introsp
 	tests/cache/test_cache_checksums \
 	tests/cache/test_cache_abandon tests/cache/test_cache_cancel
 BC_THREAD_TESTS += tests/cache/test_cache_root
-BC_THREAD_TESTS += tests/cache/test_cache_append tests/cache/test_cache_behind
+BC_THREAD_TESTS += tests/cache/test_cache_append tests/cache/test_cache_behind \
+	tests/cache/test_cache_io
 BC_THREAD_TESTS += tests/cache/test_cache_read_into
 
 BC_CACHE_TEST_UTIL = tests/cache/source.c tests/cache/source.h \

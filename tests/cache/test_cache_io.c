@@ -39,9 +39,10 @@ typedef enum target {
                         (a crash between the rename and the commit) */
 } target;
 
-static target fail_target;
-static int fail_errno;
-static int failures; /* injected so far */
+/* Atomics: the publisher thread's fsyncs and renames read them too. */
+static _Atomic(target) fail_target;
+static atomic_int fail_errno;
+static atomic_int failures; /* injected so far */
 
 /* The path a descriptor refers to, into out[PATH_MAX]. */
 static void fd_path(int fd, char *out) {
@@ -53,7 +54,7 @@ static void fd_path(int fd, char *out) {
 
 static bool matches(const char *path) {
   size_t n = strlen(path);
-  switch (fail_target) {
+  switch ((target)atomic_load(&fail_target)) {
   case T_SCRATCH: return strstr(path, "/scratch/") != NULL;
   case T_META: return strstr(path, "/.metadata.json.tmp") != NULL;
   case T_SHARDS_DIR: return n >= 7 && strcmp(path + n - 7, "/shards") == 0;
