@@ -58,6 +58,16 @@ class Shifted:
 
 
 def shard_bytes(root):
-    """Total size of the files in root/shards/ (what the disk limit bounds)."""
+    """Total size of the files in root/shards/ (what the disk limit bounds).
+    Background work (the publisher of publish-behind, prefetching, other
+    processes) may evict while this runs: a file listed but gone by its stat
+    was evicted meanwhile and is not counted, so the total is that of files
+    that all existed when the listing was made."""
     d = os.path.join(root, "shards")
-    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+    total = 0
+    for f in os.listdir(d):
+        try:
+            total += os.path.getsize(os.path.join(d, f))
+        except FileNotFoundError:
+            pass
+    return total

@@ -175,7 +175,7 @@ def test_disk_limit_holds(tmp_path):
     probe[0]
     one_shard = probe.shards()[0]["bytes"]
     limit = 5 * one_shard + one_shard // 2
-    # No background fills: the files are listed while nothing changes them.
+    # No background fills (the publisher may still evict: shard_bytes allows it).
     loader = LoadIt(Source(n), root_dir=root, max_shard_length=msl, memory_limit=limit,
                     max_cache_size=3, preload_fn=None)
     rng = random.Random(7)

@@ -160,20 +160,6 @@ def test_max_passes_one_restarts_from_zero(tmp_path):
 # ---- four processes under one limit --------------------------------------------------
 
 
-def live_shard_bytes(root):
-    """The bytes in root/shards/ while other processes evict: a file listed
-    but gone by its stat was evicted meanwhile and is not counted, so the
-    total is that of files that all existed when the listing was made."""
-    d = os.path.join(root, "shards")
-    total = 0
-    for f in os.listdir(d):
-        try:
-            total += os.path.getsize(os.path.join(d, f))
-        except FileNotFoundError:
-            pass
-    return total
-
-
 def _reader(root, limit, seekable, seed, queue):
     """Random reads; after each one, the bytes in shards/ against the limit."""
     try:
@@ -186,7 +172,7 @@ def _reader(root, limit, seekable, seed, queue):
             i = rng.randrange(N)
             if loader[i] != rec(i):
                 bad.append(i)
-            worst = max(worst, live_shard_bytes(root))
+            worst = max(worst, shard_bytes(root))
         loader.close()
         queue.put((seed, bad, worst))
     except Exception as e:  # reported to the parent
