@@ -511,7 +511,9 @@ def _items(ds, idx):
 class _Pipeline:
     """Builds the batches of one loader on worker threads, delivering them
     in step order.  Workers take step numbers in order under the condition
-    and never run more than ``prefetch`` steps ahead of the consumer; all
+    and never run more than ``prefetch + workers`` steps ahead of the
+    consumer (loaderx's queue of ``prefetch_size`` batches, which its
+    workers fill each building one more); all
     waits are on the one condition, so close() wakes everybody.  It holds
     no reference to the DataLoader, so an abandoned loader is collected
     (and closes it)."""
@@ -548,7 +550,7 @@ class _Pipeline:
         while True:
             if self.closed or gen != self.gen or self.end is not None:
                 return None
-            if self.handed < self.delivered + self.prefetch:
+            if self.handed < self.delivered + self.prefetch + self.workers:
                 break
             self.cond.wait()
         k = self.handed
@@ -727,7 +729,8 @@ class DataLoader:
         LoadIt, a list); ``labelset=None`` gives batches of ``'data'`` only.
       num_workers: threads building batches (0: built in ``next()``).
       batch_size: samples per batch and rank.
-      prefetch_size: batches built ahead of the consumer.
+      prefetch_size: batches kept ready ahead of the consumer, as the
+        size of loaderx's queue; each worker builds one more beyond them.
       mode: ``Sampler.Mode`` SEQUENTIAL (0), IID (1, loaderx's default) or
         EPOCH (2).
       seed: the sampler's seed.
@@ -820,8 +823,8 @@ class DataLoader:
         # returns when the user's last reference to it dies, so batches
         # reuse pages already faulted in (np.empty on the workers, freed by
         # the consumer's thread, faulted in most pages of every batch).
-        # At most prefetch + 2 batches are live in the pipeline (built
-        # ahead, plus the consumer's last); the workers bound it too.
+        # At most prefetch + workers batches are live in the pipeline
+        # (ready or being built), plus the consumer's last.
         keep = self._pipe_workers + self._prefetch + 2
         pools = {}
         for ds in (dataset, labelset):

@@ -8,6 +8,7 @@ handed to two live batches.  Run under ThreadSanitizer too
 
 import gc
 import threading
+import time
 
 import pytest
 
@@ -120,8 +121,8 @@ def test_resume_equals_uninterrupted_across_workers_and_prefetch(data, mode):
         assert head + rest == full
 
 
-def wait_until(pred):
-    for _ in range(4000):
+def wait_until(pred, timeout=20.0):
+    for _ in range(int(timeout / 0.005)):
         if pred():
             return True
         threading.Event().wait(0.005)
@@ -134,8 +135,10 @@ def test_close_stops_workers_blocked_on_a_full_queue(data):
                         prefetch_size=2)
     c = loader._pipe.loader
     next(loader)
-    # The queue fills: two batches ready, every worker waiting for room.
-    assert wait_until(lambda: c.ready == 2)
+    # The queue fills: prefetch_size + num_workers batches ready (loaderx's
+    # two queued and one held by each worker), every worker waiting for room.
+    assert wait_until(lambda: c.ready == 2 + 4)
+    assert not wait_until(lambda: c.ready > 6, timeout=0.2)
     assert c.running == 4
     loader.close()
     assert c.running == 0 and c.ready == 0
@@ -199,6 +202,42 @@ def test_close_wakes_a_consumer_whose_batch_is_stuck_in_a_read(tmp_path):
         gate.set()
         closer.join(60)
     assert not closer.is_alive() and c.running == 0
+    cache.close()
+
+
+def test_close_abandons_a_fill_a_worker_runs(tmp_path):
+    # A slow source (a record every 10 ms, 300 to the shard): the worker's
+    # read runs the shard's fill.  close() does not wait for the 3 s fill to
+    # end: the worker's interrupt handler abandons it between records, so
+    # close() returns while the source has produced a fraction of the
+    # shard, and the records read later are still right (the shard is
+    # filled again by the next read).
+    produced, started, slow = [], threading.Event(), threading.Event()
+    slow.set()
+
+    def gen():
+        for k in range(300):
+            if k == 5:
+                started.set()
+            produced.append(k)
+            if slow.is_set():  # (the refill below goes fast)
+                time.sleep(0.01)
+            yield k.to_bytes(2, "little") * 2
+
+    cache = LoadIt(gen, root_dir=str(tmp_path / "c"), serializer="raw", max_shard_length=300,
+                   length=300, preload_fn=None)
+    ds = ARDataset.from_sequence(cache, np.uint8, (4,))
+    loader = DataLoader(ds, None, num_workers=1, batch_size=25, mode=0, prefetch_size=1)
+    assert is_c(loader)
+    c = loader._pipe.loader
+    assert started.wait(60)  # the worker is in the fill
+    loader.close()
+    at_close = len(produced)
+    slow.clear()
+    assert c.running == 0
+    assert at_close < 300, "close() waited for the whole fill"
+    assert cache[299] == (299).to_bytes(2, "little") * 2
+    assert len(produced) >= at_close + 300  # filled again from record 0
     cache.close()
 
 

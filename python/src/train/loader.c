@@ -27,9 +27,11 @@
  *   .running  worker threads alive;  .ready  batches built, not returned
  *
  * The hand-off: step k (the k-th batch since start) is built into slot
- * k % prefetch.  Workers take steps in order under `lock` (the sampler's
- * state advances there), never more than `prefetch` ahead of the
- * consumer, build them without any lock, and publish them under `lock`;
+ * k % ahead, where ahead = prefetch + workers: as loaderx's queue of
+ * prefetch_size batches, which its workers fill each building one more.
+ * Workers take steps in order under `lock` (the sampler's state advances
+ * there), never more than `ahead` steps ahead of the consumer, build them
+ * without any lock, and publish them under `lock`;
  * the consumer takes slot `delivered` once it is done.  So batch k is
  * always built from the same indices and returned in order, whatever the
  * number of workers, as the Python pipeline (train.py's _Pipeline).
@@ -50,6 +52,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -81,7 +84,7 @@ typedef struct {
   bcpy_order ord;
   size_t nsrc;
   source src[MAX_SOURCES];
-  size_t workers, prefetch;
+  size_t workers, ahead;
   pthread_t *tids;
   size_t nstarted;    /* threads created by start(), joined by stop() */
   bool init;          /* lock and conds made */
@@ -94,7 +97,12 @@ typedef struct {
   uint64_t handed, delivered, end;
   bool ended;         /* end is the number of steps of this run */
   size_t running;
-  slot *slots;        /* prefetch of them */
+  slot *slots;        /* ahead of them */
+  /* Set by stop() with `stopping`, read without the lock by the workers'
+   * interrupt handler: a LoadIt's fill or wait inside bc_seq_read_into
+   * then gives up (BC_ECANCELED) instead of finishing its shard, so that
+   * close() does not wait for a slow source.  The batch is dropped. */
+  atomic_bool aborting;
 } loader;
 
 /* ---- building a batch (worker threads, no GIL, no lock) ----------------------------- */
@@ -140,13 +148,20 @@ static void build(loader *L, const bcpy_step *st, int64_t *idx, bcpy_order_cache
   out->rc = rc;
 }
 
+/* The workers' interrupt handler (bc_set_interrupt_handler). */
+static int worker_aborted(void *arg) {
+  loader *L = arg;
+  return atomic_load_explicit(&L->aborting, memory_order_relaxed);
+}
+
 static void *worker_main(void *arg) {
   loader *L = arg;
+  bc_set_interrupt_handler(worker_aborted, L); /* a new thread: none before */
   int64_t *idx = malloc(L->ord.batch_size ? L->ord.batch_size * sizeof *idx : 1);
   bcpy_order_cache cache = {0};
   pthread_mutex_lock(&L->lock);
   for (;;) {
-    while (!L->stopping && !L->ended && L->handed >= L->delivered + L->prefetch)
+    while (!L->stopping && !L->ended && L->handed >= L->delivered + L->ahead)
       pthread_cond_wait(&L->work_cv, &L->lock);
     if (L->stopping || L->ended) break;
     uint64_t k = L->handed;
@@ -154,7 +169,7 @@ static void *worker_main(void *arg) {
     int p = bcpy_order_plan(&L->ord, L->epoch, L->consumed, &st);
     if (p <= 0) { /* the end, or a state the order cannot go on from */
       if (p < 0) {
-        slot *s = &L->slots[k % L->prefetch];
+        slot *s = &L->slots[k % L->ahead];
         s->rc = p;
         bc_error_save(&s->err, p);
         s->done = true;
@@ -168,20 +183,21 @@ static void *worker_main(void *arg) {
     L->handed++;
     L->epoch = st.epoch_after;
     L->consumed = st.consumed_after;
-    /* Built without the lock: slot k % prefetch is no one else's until the
-     * consumer takes it (step k - prefetch was delivered). */
+    /* Built without the lock: slot k % ahead is no one else's until the
+     * consumer takes it (step k - ahead was delivered). */
     slot r = {.err = BC_ERROR_STATE_INIT};
     pthread_mutex_unlock(&L->lock);
     build(L, &st, idx, &cache, &r);
     pthread_mutex_lock(&L->lock);
     r.done = true;
-    L->slots[k % L->prefetch] = r;
+    L->slots[k % L->ahead] = r;
     pthread_cond_signal(&L->done_cv); /* the consumer is its only waiter */
   }
   L->running--;
   pthread_mutex_unlock(&L->lock);
   bcpy_order_cache_free(&cache);
   free(idx);
+  bc_set_interrupt_handler(NULL, NULL);
   return NULL;
 }
 
@@ -211,6 +227,7 @@ static void loader_stop_threads(loader *L) {
   Py_BEGIN_ALLOW_THREADS
   pthread_mutex_lock(&L->lock);
   L->stopping = true;
+  atomic_store(&L->aborting, true);
   pthread_cond_broadcast(&L->work_cv);
   pthread_mutex_unlock(&L->lock);
   /* With the GIL released: a worker in a LoadIt's fill may need it. */
@@ -218,7 +235,7 @@ static void loader_stop_threads(loader *L) {
   Py_END_ALLOW_THREADS
   L->nstarted = 0;
   /* No worker is left: the slots are this thread's. */
-  for (size_t i = 0; i < L->prefetch; i++) slot_drop(L, &L->slots[i]);
+  for (size_t i = 0; i < L->ahead; i++) slot_drop(L, &L->slots[i]);
 }
 
 static void loader_release_sources(loader *L) {
@@ -244,6 +261,7 @@ static void loader_dealloc(loader *L) {
      * to join them.  A leak, not a crash. */
     pthread_mutex_lock(&L->lock);
     L->stopping = true;
+    atomic_store(&L->aborting, true);
     pthread_cond_broadcast(&L->work_cv);
     pthread_mutex_unlock(&L->lock);
     for (size_t t = 0; t < L->nstarted; t++) pthread_detach(L->tids[t]);
@@ -319,7 +337,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     if (PyErr_Occurred()) goto fail;
   }
   L->workers = (size_t)workers;
-  L->prefetch = (size_t)prefetch;
+  L->ahead = (size_t)prefetch + (size_t)workers; /* both bounded above */
   for (Py_ssize_t i = 0; i < nsrc; i++) {
     L->nsrc = (size_t)i + 1;
     if (parse_source(&L->src[i], PyList_GET_ITEM(sources, i)) < 0) goto fail;
@@ -328,13 +346,13 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
       goto fail;
     }
   }
-  L->slots = PyMem_RawCalloc(L->prefetch, sizeof *L->slots);
+  L->slots = PyMem_RawCalloc(L->ahead, sizeof *L->slots);
   L->tids = PyMem_RawCalloc(L->workers, sizeof *L->tids);
   if (L->slots == NULL || L->tids == NULL) {
     PyErr_NoMemory();
     goto fail;
   }
-  for (size_t i = 0; i < L->prefetch; i++) L->slots[i].err = (bc_error_state)BC_ERROR_STATE_INIT;
+  for (size_t i = 0; i < L->ahead; i++) L->slots[i].err = (bc_error_state)BC_ERROR_STATE_INIT;
   if (pthread_mutex_init(&L->lock, NULL) != 0) goto fail_sys;
   if (pthread_cond_init(&L->work_cv, NULL) != 0) {
     pthread_mutex_destroy(&L->lock);
@@ -385,6 +403,7 @@ static PyObject *loader_start(loader *L, PyObject *args) {
   L->handed = L->delivered = L->end = 0;
   L->ended = false;
   L->stopping = false;
+  atomic_store(&L->aborting, false);
   pthread_mutex_unlock(&L->lock);
   int err = 0;
   for (; L->nstarted < L->workers; L->nstarted++) {
@@ -421,7 +440,7 @@ static PyObject *loader_next(loader *L, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&L->lock);
     for (int waited = 0; what == WAIT && waited < 2; waited++) {
-      slot *s = &L->slots[L->delivered % L->prefetch];
+      slot *s = &L->slots[L->delivered % L->ahead];
       if (L->delivered < L->handed && s->done) {
         got = *s;
         *s = (slot){.err = BC_ERROR_STATE_INIT};
@@ -521,7 +540,7 @@ static PyObject *loader_get_ready(loader *L, void *closure) {
   size_t n = 0;
   pthread_mutex_lock(&L->lock);
   for (uint64_t k = L->delivered; k < L->handed; k++)
-    n += L->slots[k % L->prefetch].done;
+    n += L->slots[k % L->ahead].done;
   pthread_mutex_unlock(&L->lock);
   return PyLong_FromSize_t(n);
 }
