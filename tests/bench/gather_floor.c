@@ -23,16 +23,17 @@
  *       position (batch * batch size + row) + 1 of a frame that did not
  *       decode to exactly `size` bytes (or nbatches * batch + 1 when a
  *       thread could not start).
- *   floor_zstd_loader(srcs, lens, nbatches, batch, size, nthreads, prefetch)
+ *   floor_zstd_loader(srcs, lens, nbatches, batch, size, nthreads, ahead)
  *       the same frames with the DataLoader's memory kind and hand-off,
  *       still with no bagcache code and no Python: nthreads POSIX threads
  *       take batches in order (a mutex and conditions), never more than
- *       `prefetch` ahead of the consumer, each decompressing into memory
+ *       `ahead` ahead of the consumer (the DataLoader's prefetch_size +
+ *       num_workers), each decompressing into memory
  *       from a LIFO free list (malloc'd when it is empty, 64-byte
  *       aligned); the calling thread consumes the batches in order and
  *       gives each one's memory back to the free list when the next one
  *       arrives (a training step dropping the previous batch).  So the
- *       batches in flight (prefetch built, nthreads building, one held)
+ *       batches in flight (up to `ahead` built or building, one held)
  *       each have memory of their own, as the DataLoader's do.  Returns 0,
  *       or as floor_zstd_threads.
  */
@@ -111,11 +112,11 @@ size_t floor_zstd_threads(const uint64_t *srcs, const uint64_t *lens, size_t nba
 
 typedef struct {
   const uint64_t *srcs, *lens;
-  size_t nbatches, batch, size, prefetch;
+  size_t nbatches, batch, size, ahead;
   pthread_mutex_t lock; /* guards everything below */
   pthread_cond_t work, done;
   size_t handed, delivered;
-  unsigned char **ready; /* ready[k % prefetch]: batch k's memory once built */
+  unsigned char **ready; /* ready[k % ahead]: batch k's memory once built */
   unsigned char **free_list;
   size_t nfree, bad;
 } loader_job;
@@ -124,7 +125,7 @@ static void *loader_run(void *p) {
   loader_job *j = p;
   pthread_mutex_lock(&j->lock);
   for (;;) {
-    while (j->handed < j->nbatches && j->handed >= j->delivered + j->prefetch)
+    while (j->handed < j->nbatches && j->handed >= j->delivered + j->ahead)
       pthread_cond_wait(&j->work, &j->lock);
     if (j->handed >= j->nbatches) break;
     size_t k = j->handed++;
@@ -136,7 +137,7 @@ static void *loader_run(void *p) {
                                         j->batch, j->size, mem);
     pthread_mutex_lock(&j->lock);
     if (r != 0 && j->bad == 0) j->bad = k * j->batch + r;
-    j->ready[k % j->prefetch] = mem != NULL ? mem : (unsigned char *)&j->ready;
+    j->ready[k % j->ahead] = mem != NULL ? mem : (unsigned char *)&j->ready;
     pthread_cond_signal(&j->done);
   }
   pthread_mutex_unlock(&j->lock);
@@ -144,15 +145,15 @@ static void *loader_run(void *p) {
 }
 
 size_t floor_zstd_loader(const uint64_t *srcs, const uint64_t *lens, size_t nbatches,
-                         size_t batch, size_t size, size_t nthreads, size_t prefetch) {
+                         size_t batch, size_t size, size_t nthreads, size_t ahead) {
   loader_job j = {.srcs = srcs, .lens = lens, .nbatches = nbatches, .batch = batch,
-                  .size = size, .prefetch = prefetch ? prefetch : 1};
+                  .size = size, .ahead = ahead ? ahead : 1};
   pthread_t tid[64];
   size_t started = 0;
   unsigned char *held = NULL;
   if (nthreads > 64) nthreads = 64;
-  j.ready = calloc(j.prefetch, sizeof *j.ready);
-  j.free_list = calloc(j.prefetch + nthreads + 1, sizeof *j.free_list);
+  j.ready = calloc(j.ahead, sizeof *j.ready);
+  j.free_list = calloc(j.ahead + nthreads + 1, sizeof *j.free_list);
   if (j.ready == NULL || j.free_list == NULL) {
     free(j.ready);
     free(j.free_list);
@@ -165,7 +166,7 @@ size_t floor_zstd_loader(const uint64_t *srcs, const uint64_t *lens, size_t nbat
     if (pthread_create(&tid[started], NULL, loader_run, &j) != 0) break;
   pthread_mutex_lock(&j.lock);
   while (started > 0 && j.delivered < nbatches) { /* the consumer */
-    unsigned char **slot = &j.ready[j.delivered % j.prefetch];
+    unsigned char **slot = &j.ready[j.delivered % j.ahead];
     while (*slot == NULL) pthread_cond_wait(&j.done, &j.lock);
     unsigned char *got = *slot == (unsigned char *)&j.ready ? NULL : *slot;
     *slot = NULL;

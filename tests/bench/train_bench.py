@@ -10,11 +10,13 @@ than numpy does, 2 on bad usage).
 
 Options: --build DIR (the build tree: python/pkg and .libs/libbagcache.so;
 default $BC_BUILDDIR or the current directory), --rows N (100,000),
---batches N (batches per run, 200), --batch-size B (256), --workers W
-(the thread loaders' num_workers, 4), --torch-workers W (2), --repeat R
+--batches N (batches per run, 200), --long N (batches per run of the
+steady-state pair, 1,000; 0 leaves it out), --batch-size B (256),
+--workers W (the thread loaders' num_workers, 4), --torch-workers W (2), --repeat R
 (5), --seed S (0), --data {images,random} (images), --dir DIR (where the
 data goes; default a new temporary directory), --no-torch (leave torch's
-row out), --quick (2,000 rows, 8 batches of 64, one repeat).
+row out), --quick (2,000 rows, 8 batches of 64, 16 for the steady-state
+pair, one repeat).
 
 Data: N rows of 32x32x3 uint8 (3,072 bytes), numpy's default_rng(seed):
   images  (the default) synthetic small images that compress as natural
@@ -77,12 +79,13 @@ Rows:
                         (when the next arrives), and later batches
                         decompress into it (np.empty only when the list is
                         empty).  The floor of session 9 (information).
-  C zstd alone, W C threads, the loader's memory and hand-off
+  (C zstd alone, W C threads, the loader's memory and hand-off)
                         the floor under .bagz: gather_floor.c's
                         floor_zstd_loader, with no bagcache code and no
                         Python: W POSIX threads take the batches in order,
-                        at most 4 (prefetch_size) ahead of the consumer,
-                        each decompressing its batch's frames with
+                        at most 4 + W ahead of the consumer (prefetch_size
+                        ready, and one being built per thread), each
+                        decompressing its batch's frames with
                         ZSTD_decompressDCtx into memory from a LIFO free
                         list (malloc when empty); the calling thread takes
                         the batches in order and gives the previous one's
@@ -90,8 +93,20 @@ Rows:
                         records, threads, prefetch depth and output memory
                         kind (a batch of its own per batch in flight,
                         reused once dropped) as the DataLoader's C
-                        workers.  The .bagz DataLoader's target (1.0x) is
-                        against this row.
+                        workers.
+  DataLoader .bagz, --long batches a run, and C zstd alone, the same, --long
+                        the steady-state pair: the .bagz DataLoader and
+                        the row above, each reading --long batches a run
+                        (the first --batches are the others' batches).  A
+                        run of 200 also counts the loader's start (its
+                        threads, the first batches' fresh memory) and its
+                        close, which waits for the batches in flight: 4
+                        to 6 ms against about 130 ms; the floor knows where
+                        the run ends and builds nothing past it, while the
+                        endless DataLoader has up to prefetch_size +
+                        num_workers batches under way when it is closed.
+                        The .bagz DataLoader's target (1.0x: the rate of
+                        zstd alone) is this pair's ratio.
   (C zstd alone, W C threads, no Python, a buffer each)
                         the same frames, batch after batch, decompressed by
                         W POSIX threads in gather_floor.c taking batches in
@@ -174,6 +189,7 @@ def parse_args():
     p.add_argument("--build", default=os.environ.get("BC_BUILDDIR", "."))
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--batches", type=int, default=200)
+    p.add_argument("--long", type=int, default=1000)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--torch-workers", type=int, default=2)
@@ -185,8 +201,9 @@ def parse_args():
     p.add_argument("--quick", action="store_true")
     a = p.parse_args()
     if a.quick:
-        a.rows, a.batches, a.batch_size, a.repeat = 2_000, 8, 64, 1
-    if min(a.rows, a.batches, a.batch_size, a.workers, a.repeat) < 1 or a.torch_workers < 0:
+        a.rows, a.batches, a.long, a.batch_size, a.repeat = 2_000, 8, 16, 64, 1
+    if (min(a.rows, a.batches, a.batch_size, a.workers, a.repeat) < 1 or a.torch_workers < 0
+            or a.long < 0):
         p.error("sizes must be >= 1")
     return a
 
@@ -417,7 +434,8 @@ def main():
               file=sys.stderr)
 
         sampler = Sampler(a.rows, a.batch_size, mode=Sampler.Mode.IID, seed=a.seed)
-        batches = [next(sampler).astype(np.int64) for _ in range(a.batches)]
+        drawn = [next(sampler).astype(np.int64) for _ in range(max(a.batches, a.long))]
+        batches = drawn[:a.batches]
         batches_u64 = [b.astype(np.uint64) for b in batches]
         zratio = records_bytes(np, dirs["bagz"]) / (a.rows * ROW_BYTES)
         xm = np.load(npy, mmap_mode="r")
@@ -450,8 +468,9 @@ def main():
             z_starts, z_lens = frame_table(np, dirs["bagz"], maps)
             zstd_frames = [(np.ascontiguousarray(z_starts[b]), np.ascontiguousarray(z_lens[b]))
                            for b in batches]
-            # Every batch's frames, batch after batch, for the C threads.
-            all_idx = np.concatenate(batches)
+            # Every batch's frames, batch after batch, for the C threads
+            # (the first a.batches of them for all but the long run).
+            all_idx = np.concatenate(drawn)
             z_all = (np.ascontiguousarray(z_starts[all_idx]),
                      np.ascontiguousarray(z_lens[all_idx]))
             z_bufs = np.empty((a.workers, a.batch_size) + ROW_SHAPE, np.uint8)
@@ -522,12 +541,15 @@ def main():
                 raise RuntimeError(f"floor_zstd_threads: frame {bad - 1} is not one row")
             return z_bufs[0]
 
-        def c_zstd_loader():
-            bad = floors.floor_zstd_loader(z_all[0].ctypes.data, z_all[1].ctypes.data,
-                                           a.batches, a.batch_size, ROW_BYTES, a.workers,
-                                           PREFETCH)
-            if bad:
-                raise RuntimeError(f"floor_zstd_loader: frame {bad - 1} is not one row")
+        def c_zstd_loader(nbatches=a.batches):
+            def run():
+                bad = floors.floor_zstd_loader(z_all[0].ctypes.data, z_all[1].ctypes.data,
+                                               nbatches, a.batch_size, ROW_BYTES, a.workers,
+                                               PREFETCH + a.workers)
+                if bad:
+                    raise RuntimeError(f"floor_zstd_loader: frame {bad - 1} is not one row")
+
+            return run
 
         def c_zstd_recycled():
             # The DataLoader's memory handling with no bagcache code: a
@@ -592,7 +614,7 @@ def main():
 
             return run
 
-        def dataloader(kind, fresh=False, workers=a.workers):
+        def dataloader(kind, fresh=False, workers=a.workers, nbatches=a.batches):
             def run():
                 if fresh:
                     ds = ARDataset(dirs[kind])
@@ -601,7 +623,7 @@ def main():
                 with DataLoader(ds, None, num_workers=workers, batch_size=a.batch_size,
                                 mode=Sampler.Mode.IID, seed=a.seed) as dl:
                     out = None
-                    for _ in range(a.batches):
+                    for _ in range(nbatches):
                         out = next(dl)
                 return out
 
@@ -672,7 +694,10 @@ def main():
         if floors is not None:
             runs.update({"c copy": c_copy, "c zstd": c_zstd, "c zstd W": c_zstd_threads,
                          "c zstd W reuse": c_zstd_recycled, "c zstd pthreads": c_zstd_pthreads,
-                         "c zstd loader": c_zstd_loader})
+                         "c zstd loader": c_zstd_loader()})
+            if a.long:
+                runs.update({"c zstd loader long": c_zstd_loader(a.long),
+                             "DataLoader .bagz long": dataloader("bagz", nbatches=a.long)})
         res = measure_all(a.repeat, runs)
         if tl is not None:
             del tl
@@ -685,11 +710,10 @@ def main():
         if not a.dir:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    nbytes = a.batches * a.batch_size * ROW_BYTES
-
     def rate(k):
+        n = a.long if k.endswith(" long") else a.batches
         w = res[k][0]
-        return f"{a.batches / w:,.1f}", f"{nbytes / w / 1e6:,.1f}"
+        return f"{n / w:,.1f}", f"{n * a.batch_size * ROW_BYTES / w / 1e6:,.1f}"
 
     names = {
         "numpy memmap": "numpy memmap X[idx] (floor)",
@@ -702,8 +726,11 @@ def main():
                     "fresh batches)",
         "c zstd W reuse": f"(C zstd alone, {a.workers} threads, batches recycled)",
         "c zstd pthreads": f"(C zstd alone, {a.workers} C threads, no Python, a buffer each)",
-        "c zstd loader": f"C zstd alone, {a.workers} C threads, the loader's memory and "
-                         "hand-off",
+        "c zstd loader": f"(C zstd alone, {a.workers} C threads, the loader's memory and "
+                         "hand-off)",
+        "c zstd loader long": f"C zstd alone, the same, {a.long} batches a run",
+        "DataLoader .bagz long": f"DataLoader ARDataset .bagz, {a.workers} workers, "
+                                 f"{a.long} batches a run",
         "zstd alone": f"(reader alone: bc_bag_get_many .bagz, {a.workers} threads)",
         "reader alone": f"(reader alone: bc_bag_get_many .bag, {a.workers} threads)",
         "getitems bag": "(ARDataset.__getitems__ .bag, calling thread)",
@@ -727,13 +754,16 @@ def main():
             ("reader alone", "numpy memmap", None),
             ("getitems bag", "c copy", None), ("getitems bagz", "c zstd", None),
             ("DataLoader .bag", "numpy memmap", 0.8),
-            ("DataLoader .bagz", "c zstd loader", 1.0),
+            ("DataLoader .bagz", "c zstd loader", None),
             ("DataLoader .bagz", "c zstd W reuse", None), ("DataLoader .bagz", "c zstd W", None),
             ("DataLoader .bagz", "c zstd pthreads", None),
             ("DataLoader .bagz", "zstd alone", None),
             ("DataLoader .bag", "loaderx .bag", 3.0), ("DataLoader .bagz", "loaderx .bagz", 3.0),
             ("DataLoader .bag", "torch", 3.0),
             ("DataLoader fresh", "numpy fresh", None), ("DataLoader 2", "numpy memmap", None)]
+    if a.long:
+        plan.insert(plan.index(("DataLoader .bagz", "c zstd loader", None)),
+                    ("DataLoader .bagz long", "c zstd loader long", 1.0))
     head = ("row", "batches/s", "MB/s", "baseline", "batches/s", "MB/s", "ratio",
             "CPU ratio", "target", "ok")
     table = []
@@ -761,7 +791,8 @@ def main():
                       ("ok" if ratio >= target else "below") if target else ""))
     print(f"bagcache {bagcache.__version__}, Python {sys.version.split()[0]}, numpy "
           f"{np.__version__}, {os.cpu_count()} CPUs; {a.rows:,} rows of {ROW_BYTES:,} B, "
-          f"IID batches of {a.batch_size}, {a.batches} per run; medians of {a.repeat}; "
+          f"IID batches of {a.batch_size}, {a.batches} per run ({a.long} for the steady-state "
+          f"pair); medians of {a.repeat}; "
           f"data {a.data}, zstd ratio {zratio:.3f} (.bagz records / raw bytes)")
     print()
     print("| " + " | ".join(head) + " |")
