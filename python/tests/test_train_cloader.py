@@ -333,6 +333,30 @@ def test_read_errors_reach_the_consumer(tmp_path):
             next(loader)
 
 
+@pytest.mark.parametrize("compression", ["zstd", "none"])
+def test_large_batches_are_read_in_parts(tmp_path, compression):
+    # Rows of 4 KiB: a worker reads a batch of 1,000 in parts of 256 rows
+    # (1 MiB), looking between parts whether the loader stopped.  The rows
+    # are numpy's, and a record of the wrong size in the third part is
+    # named by its position in the batch, not in its part.
+    a = np.random.default_rng(3).integers(0, 256, size=(1200, 4096), dtype=np.uint8)
+    converter(a, tmp_path / "d", compression=compression)
+    with DataLoader(ARDataset(tmp_path / "d"), None, num_workers=2, batch_size=1000,
+                    mode=1, seed=5) as loader:
+        assert is_c(loader)
+        want = Sampler(1200, 1000, 1, 5)
+        for _ in range(3):
+            np.testing.assert_array_equal(next(loader)["data"], a[next(want).astype(np.int64)])
+    path = str(tmp_path / "v.bag")
+    with bagcache.Writer(path) as w:
+        for k in range(1200):
+            w.write(a[k].tobytes()[: 4095 if k == 700 else 4096])
+    ds = ARDataset.from_sequence(bagcache.Reader(path), np.uint8, (4096,))
+    with DataLoader(ds, None, num_workers=1, batch_size=1000, mode=0) as loader:
+        with pytest.raises(ValueError, match=r"record 700 \(indices\[700\]\) has 4095 bytes"):
+            next(loader)
+
+
 def test_pooled_memory_is_never_handed_to_two_live_batches(data):
     a, labels, d = data
     with DataLoader(ARDataset(d), NPDataset(labels), num_workers=4, batch_size=4,

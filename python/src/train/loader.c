@@ -22,7 +22,9 @@
  *       it from an interrupt of the wait itself, which is raised.  Waits
  *       with the GIL released, checking for signals every 100 ms.
  *   .stop()   stops and joins the workers; built batches not yet returned
- *             are dropped (their memory goes back to the pools)
+ *             are dropped (their memory goes back to the pools).  A worker
+ *             stops between two parts of a batch (read_parts) and inside a
+ *             LoadIt's fill (its interrupt handler), not at the batch's end.
  *   .close()  stop(), then releases the sources; next() then returns None
  *   .running  worker threads alive;  .ready  batches built, not returned
  *
@@ -120,6 +122,32 @@ static int read_rows(const source *s, const int64_t *idx, size_t count, void *me
   return 0;
 }
 
+/* A batch is read in parts of at least this many bytes (and 64 rows):
+ * between two parts a worker looks at `aborting`, so that stop() and
+ * close() wait for one part of a large batch, not for the whole of it. */
+#define PART_BYTES ((size_t)1 << 20)
+#define PART_ROWS_MIN 64
+
+/* read_rows in parts (above): 0, the first failure, or BC_ECANCELED once
+ * the loader stops. */
+static int read_parts(loader *L, const source *s, const int64_t *idx, size_t count,
+                      unsigned char *mem) {
+  size_t part = s->row_bytes > 0 ? (PART_BYTES + s->row_bytes - 1) / s->row_bytes : count;
+  if (part < PART_ROWS_MIN) part = PART_ROWS_MIN;
+  for (size_t at = 0; at < count; at += part) {
+    if (at > 0 && atomic_load_explicit(&L->aborting, memory_order_relaxed))
+      return bc_set_errmsg(BC_ECANCELED, "the loader stopped");
+    size_t n = count - at < part ? count - at : part;
+    int rc = read_rows(s, idx + at, n, mem + at * s->row_bytes);
+    /* A later part's error names its position in the part: the whole
+     * batch read once more names it in the batch (the failure path only;
+     * the seq's own read_into does the same to name its first failure). */
+    if (rc != 0 && at > 0 && rc != BC_ECANCELED) return read_rows(s, idx, count, mem);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
 /* Builds step `st` into *out (not yet done): its rows, or its failure. */
 static void build(loader *L, const bcpy_step *st, int64_t *idx, bcpy_order_cache *cache,
                   slot *out) {
@@ -136,7 +164,7 @@ static void build(loader *L, const bcpy_step *st, int64_t *idx, bcpy_order_cache
     if ((out->mem[i] = bcpy_pool_take_mem(s->pool, nbytes)) == NULL)
       rc = bc_set_errmsg(BC_ENOMEM, "out of memory for a batch of %zu bytes", nbytes);
     else
-      rc = read_rows(s, idx, count, out->mem[i]);
+      rc = read_parts(L, s, idx, count, out->mem[i]);
   }
   if (rc != 0) {
     for (size_t i = 0; i < L->nsrc; i++) {
