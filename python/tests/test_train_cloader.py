@@ -158,6 +158,18 @@ def test_close_stops_workers_blocked_on_a_full_queue(data):
     assert c.running == 0
 
 
+def loader_over_a_fill(tmp_path, gen, length, shard, row_bytes):
+    """(cache, loader, its _Loader): one C worker reading batches of 25
+    rows in order from a raw LoadIt of gen, with no prefetching, so that
+    the worker's own read runs the fills."""
+    cache = LoadIt(gen, root_dir=str(tmp_path / "c"), serializer="raw",
+                   max_shard_length=shard, length=length, preload_fn=None)
+    ds = ARDataset.from_sequence(cache, np.uint8, (row_bytes,))
+    loader = DataLoader(ds, None, num_workers=1, batch_size=25, mode=0, prefetch_size=1)
+    assert is_c(loader)
+    return cache, loader, loader._pipe.loader
+
+
 def test_close_wakes_a_consumer_whose_batch_is_stuck_in_a_read(tmp_path):
     # The worker's read waits in a LoadIt fill (the source blocks at record
     # 20 until the gate opens); the consumer waits for that batch.  close()
@@ -173,13 +185,8 @@ def test_close_wakes_a_consumer_whose_batch_is_stuck_in_a_read(tmp_path):
                 gate.wait(60)
             yield bytes([k]) * 4
 
-    cache = LoadIt(gen, root_dir=str(tmp_path / "c"), serializer="raw", max_shard_length=10,
-                   length=40, preload_fn=None)
-    ds = ARDataset.from_sequence(cache, np.uint8, (4,))
     # The first batch (records 0-24) needs record 20, whatever the fills do.
-    loader = DataLoader(ds, None, num_workers=1, batch_size=25, mode=0, prefetch_size=1)
-    assert is_c(loader)
-    c = loader._pipe.loader
+    cache, loader, c = loader_over_a_fill(tmp_path, gen, 40, 10, 4)
     result = []
 
     def consume():
@@ -224,12 +231,7 @@ def test_close_abandons_a_fill_a_worker_runs(tmp_path):
                 time.sleep(0.01)
             yield k.to_bytes(2, "little") * 2
 
-    cache = LoadIt(gen, root_dir=str(tmp_path / "c"), serializer="raw", max_shard_length=300,
-                   length=300, preload_fn=None)
-    ds = ARDataset.from_sequence(cache, np.uint8, (4,))
-    loader = DataLoader(ds, None, num_workers=1, batch_size=25, mode=0, prefetch_size=1)
-    assert is_c(loader)
-    c = loader._pipe.loader
+    cache, loader, c = loader_over_a_fill(tmp_path, gen, 300, 300, 4)
     assert started.wait(60)  # the worker is in the fill
     loader.close()
     at_close = len(produced)
