@@ -107,7 +107,7 @@ typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
 
 /* Versioned: initialize with BC_CACHE_OPTIONS_INIT or
  * bc_cache_options_init(); NULL options mean the defaults. */
-#define BC_CACHE_OPTIONS_VERSION 2 /* (1: up to max_passes) */
+#define BC_CACHE_OPTIONS_VERSION 3 /* (1: up to max_passes; 2: up to publish_behind) */
 
 typedef struct bc_cache_options {
   /* BC_CACHE_OPTIONS_VERSION: set by BC_CACHE_OPTIONS_INIT and
@@ -164,11 +164,20 @@ typedef struct bc_cache_options {
    * false: every fill publishes before its read returns.  Options of
    * version 1 have it on. */
   bool publish_behind;
+  /* Evicting ahead, under a disk limit with publish_behind: the
+   * background publisher also evicts, in its transaction, until the limit
+   * has room for one more shard, so that the next miss's claim finds room
+   * without removing files on the read path (doc/cache.md, "Evicting
+   * ahead"); the disk then holds one shard fewer.  1 on, -1 off, 0 (the
+   * default, and options of version 1 and 2) auto: on unless the root is
+   * on a memory file system (tmpfs, ramfs), where removing a file costs
+   * about nothing and the shard of room costs hits. */
+  int evict_ahead;
 } bc_cache_options;
 
 #define BC_CACHE_OPTIONS_INIT \
   {BC_CACHE_OPTIONS_VERSION, 0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, \
-   NULL, 0, false, NULL, -1, 0, false, 0, true}
+   NULL, 0, false, NULL, -1, 0, false, 0, true, 0}
 
 /* Sets *opts to BC_CACHE_OPTIONS_INIT; BC_EINVAL unless `version` is
  * BC_CACHE_OPTIONS_VERSION. */

@@ -268,6 +268,7 @@ class LoadIt(Sequence[Any]):
         seekable: bool | None = None,
         max_passes: int | None = None,
         publish_behind: bool = True,
+        evict_ahead: bool | None = None,
     ) -> None: ...
     @overload
     def __init__(
@@ -291,6 +292,7 @@ class LoadIt(Sequence[Any]):
         seekable: bool | None = None,
         max_passes: int | None = None,
         publish_behind: bool = True,
+        evict_ahead: bool | None = None,
     ) -> None: ...
     @overload
     def __getitem__(self, key: int) -> Any: ...

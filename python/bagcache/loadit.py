@@ -97,6 +97,13 @@ Arguments (as loadit; what bagcache does with each):
   and a background thread makes it durable (fsyncs, renames, the commit),
   several shards per transaction; False: each read that fills a shard
   waits until it is published.
+* ``evict_ahead`` (keyword only, bagcache's own) - under a
+  ``memory_limit`` with ``publish_behind``: the background publisher also
+  evicts until the limit has room for one more shard, so that the next
+  read that misses does not delete files itself (one shard fewer on
+  disk).  None (the default): on, unless ``root_dir`` is on a memory file
+  system (tmpfs, ramfs), where deleting costs nothing; True or False says
+  so explicitly.
 
 Differences from loadit, on purpose: slices follow Python's rules
 (``l[::-1]`` reverses; loadit's are not Python's), a negative index or a
@@ -545,7 +552,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
     __bool__ = _nonempty
 
     def __init__(self, *args, serializer=None, progress=None, seekable=None,
-                 max_passes=None, publish_behind=True, **kwargs):
+                 max_passes=None, publish_behind=True, evict_ahead=None, **kwargs):
         args = list(args)
         if args and not _is_path(args[0]) and args[0] is not None:
             # loadit's README form: LoadIt(create_iter, root_dir=...).
@@ -621,6 +628,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             max_passes=max_passes or 0,
             prefetch_shards=_prefetch_depth(p["preload_fn"], max_workers),
             publish_behind=bool(publish_behind),
+            evict_ahead=0 if evict_ahead is None else 1 if evict_ahead else -1,
         )
         self._open(core)
         _live.add(core)
@@ -638,6 +646,8 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             config["max_passes"] = max_passes
         if not publish_behind:
             config["publish_behind"] = False
+        if evict_ahead is not None:
+            config["evict_ahead"] = evict_ahead
         self._config = config
         self._progress = progress
         # The background drain's line, unless all is cached already.

@@ -66,3 +66,28 @@ def test_sync_of_a_closed_loader(tmp_path):
     loader.close()
     with pytest.raises(Exception):
         loader.sync()
+
+
+@pytest.mark.parametrize("ahead, present", [(True, 3), (False, 4)])
+def test_evict_ahead_keeps_room_for_the_next_miss(tmp_path, ahead, present):
+    # A limit of four and a half shards, the length known (so that misses
+    # publish behind from the second one).  With evict_ahead the publisher
+    # evicts until one more shard fits: after 8 misses 3 shards are on
+    # disk, else 4.  Either way the reads are right and the limit holds.
+    root = str(tmp_path / "c")
+    with LoadIt(root, records, max_shard_length=R, serializer="raw",
+                preload_fn=None) as first:
+        assert first[0] == b"record-0000"
+    one = os.path.getsize(os.path.join(root, "shards", "0.10.bag"))  # what the limit counts
+    shutil.rmtree(root)
+    limit = 4 * one + one // 2
+    with LoadIt(root, records, max_shard_length=R, serializer="raw", preload_fn=None,
+                memory_limit=limit, length=N, evict_ahead=ahead) as loader:
+        for s in range(8):
+            assert loader[s * R + 3] == b"record-%04d" % (s * R + 3)
+            loader.sync()
+            assert len(shard_names(root)) <= 4
+        assert len(shard_names(root)) == present
+        st = loader.stats()
+        assert st["evictions"] == 8 - present
+        assert st["bytes_on_disk"] <= limit

@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef __linux__
+#include <sys/vfs.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -414,6 +417,20 @@ static int not_a_directory(const char *path) {
   return rc;
 }
 
+/* True when path is on a file system held in memory (tmpfs, ramfs), where
+ * removing a file costs about nothing: evict_ahead's auto is off there. */
+static bool in_memory_fs(const char *path) {
+#ifdef __linux__
+  struct statfs fs;
+  if (statfs(path, &fs) != 0) return false;
+  return (unsigned long)fs.f_type == 0x01021994UL    /* TMPFS_MAGIC */
+         || (unsigned long)fs.f_type == 0x858458f6UL; /* RAMFS_MAGIC */
+#else
+  (void)path;
+  return false;
+#endif
+}
+
 static int make_dir(const char *path) {
   if (mkdir(path, DIR_MODE) == 0 || errno == EEXIST) {
     struct stat st;
@@ -481,7 +498,7 @@ int bc_cache_options_init(bc_cache_options *opts, unsigned version) {
 }
 
 static int check_options(const bc_cache_options *o, const bc_source *src) {
-  if (o->version != 1 && o->version != BC_CACHE_OPTIONS_VERSION)
+  if (o->version < 1 || o->version > BC_CACHE_OPTIONS_VERSION)
     return bc__options_version("bc_cache_options", "BC_CACHE_OPTIONS",
                                o->version, BC_CACHE_OPTIONS_VERSION);
   if (src != NULL && ((src->version != 1 && src->version != BC_SOURCE_VERSION) ||
@@ -496,6 +513,9 @@ static int check_options(const bc_cache_options *o, const bc_source *src) {
   if (o->fill_workers < 0 || o->max_open_shards < 0 || o->prefetch_shards < -1 ||
       o->max_passes < 0)
     return bc__error(BC_EINVAL, "cache options: negative count");
+  if (o->version >= 3 && (o->evict_ahead < -1 || o->evict_ahead > 1))
+    return bc__error(BC_EINVAL, "cache options: evict_ahead must be -1 (off), 0 (auto) "
+                     "or 1 (on), not %d", o->evict_ahead);
   if (o->fill_workers > 1 && src != NULL && !src->thread_safe)
     return bc__error(BC_EINVAL,
                      "cache options: %d fill workers need a thread-safe source",
@@ -685,11 +705,12 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
                                                  : offsetof(bc_source, open_at));
     c->has_source = true;
   }
-  /* Version 1 ends before publish_behind (on by default). */
+  /* Version 1 ends before publish_behind (on by default), version 2
+   * before evict_ahead (auto). */
   c->opts = defaults;
-  memcpy(&c->opts, opts, opts->version == 1
-                             ? offsetof(bc_cache_options, publish_behind)
-                             : sizeof c->opts);
+  memcpy(&c->opts, opts, opts->version == 1   ? offsetof(bc_cache_options, publish_behind)
+                         : opts->version == 2 ? offsetof(bc_cache_options, evict_ahead)
+                                              : sizeof c->opts);
   c->opts.version = BC_CACHE_OPTIONS_VERSION;
   c->opts.info_json = NULL; /* applied below; the caller's string is not kept */
   if (c->opts.fill_workers > BC_CACHE_MAX_FILL_WORKERS) {
@@ -758,6 +779,8 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
       (rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh)) != 0)
     goto fail;
   if ((rc = load_or_create_meta(c, estimated)) != 0) goto fail;
+  c->evict_ahead = c->opts.publish_behind &&
+                   (c->opts.evict_ahead > 0 || (c->opts.evict_ahead == 0 && !in_memory_fs(root)));
   bc__store_lmdb_init(&c->store, c); /* R is known from here */
   if (c->crc && (rc = make_dir(c->sums_dir)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;

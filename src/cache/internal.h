@@ -209,6 +209,10 @@ struct bc_cache {
   bc__reader_list readers;     /* readers.h */
   bc__access_log access;
   bc__publisher publisher; /* publisher.h (publish_behind) */
+  /* The publisher keeps room for one more shard under the limit
+   * (opts.evict_ahead resolved at open: publish_behind, and on, or auto
+   * on a file system that is not in memory). */
+  bool evict_ahead;
   /* The largest shard file this process has seen (published, queued or
    * opened): what a claim reserves for publish-behind under a limit. */
   _Atomic uint64_t shard_bytes_seen;

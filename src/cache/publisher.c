@@ -152,6 +152,9 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
         .bump = bc__access_bump, .bump_arg = c};
     q[m].need = bc__limit_shards(&c->opts, &q[m].prefetched);
     q[m].installed = true;
+    /* Evicting ahead: room for the next claim, evicted in this batch's
+     * transaction (only q[0]'s is read). */
+    q[m].headroom = c->evict_ahead ? atomic_load(&c->shard_bytes_seen) : 0;
     m++;
   }
   /* The new names durable, once per directory for the batch. */

@@ -650,6 +650,13 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
   /* 2. Room for all of them (their reservations, made at their claims,
    * usually hold it already). */
   rc = make_room(s, t, q, n, &st, total, victims, NULL);
+  /* 2b. Evicting ahead: room for the next claim too, best effort (nothing
+   * evictable left is no failure), and only under a limit that holds one
+   * shard more than the smallest workable one. */
+  if (rc == 0 && q[0].headroom > 0 && st.limit / (q[0].need + 1) >= q[0].headroom) {
+    bool full = false;
+    rc = make_room(s, t, q, n, &st, total + q[0].headroom, victims, &full);
+  }
   if (rc == BC_EAGAIN) /* (the publisher does not wait: see fill.c) */
     rc = bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg());
   if (rc != 0) {

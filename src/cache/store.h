@@ -193,6 +193,11 @@ struct bc__publish_req {
    * pending access-clock bumps), NULL for none. */
   int (*bump)(void *arg, const bc__store *s, bc__store_txn *t, uint64_t *clock);
   void *bump_arg;
+  /* A batch's q[0] only (bc__store_publish_batch): after the room for the
+   * batch, evict (as far as anything is evictable) until this many more
+   * bytes fit, when the limit holds `need` + 1 shards of this size: the
+   * room the next claim reserves (evict_ahead).  0: none. */
+  uint64_t headroom;
 };
 
 /* Publishes the claimed, finished shard q->shard in one write transaction

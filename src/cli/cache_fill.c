@@ -100,6 +100,11 @@ static const char fill_usage[] =
     "      --no-publish-behind   publish each shard before filling the next\n"
     "                            (by default a thread publishes them, several\n"
     "                            per transaction, while the fill goes on)\n"
+    "      --evict-ahead, --no-evict-ahead\n"
+    "                            under a limit, the publishing thread keeps\n"
+    "                            room for the next shard, evicting before it\n"
+    "                            is needed (one shard fewer on disk), or not;\n"
+    "                            by default it does unless ROOT is on tmpfs\n"
     "      --progress            show progress on standard error even when\n"
     "                            it is not a terminal\n"
     "      --no-progress         never show progress\n"
@@ -127,6 +132,8 @@ static const struct option fill_options[] = {
     {"seek-arg", no_argument, NULL, CLI_OPT_SEEK_ARG},
     {"tee", no_argument, NULL, CLI_OPT_TEE},
     {"no-publish-behind", no_argument, NULL, CLI_OPT_NO_PUBLISH_BEHIND},
+    {"evict-ahead", no_argument, NULL, CLI_OPT_EVICT_AHEAD},
+    {"no-evict-ahead", no_argument, NULL, CLI_OPT_NO_EVICT_AHEAD},
     {NULL, 0, NULL, 0},
 };
 
@@ -205,6 +212,12 @@ static int fill_option(void *ctx, int option, const char *arg) {
       return CLI_OK;
     case CLI_OPT_NO_PUBLISH_BEHIND:
       cmd->opts.publish_behind = false;
+      return CLI_OK;
+    case CLI_OPT_EVICT_AHEAD:
+      cmd->opts.evict_ahead = 1;
+      return CLI_OK;
+    case CLI_OPT_NO_EVICT_AHEAD:
+      cmd->opts.evict_ahead = -1;
       return CLI_OK;
     default:
       return CLI_USAGE; /* getopt_long only returns values from the table */

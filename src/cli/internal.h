@@ -111,7 +111,9 @@ enum {
   CLI_OPT_NO_PROGRESS,
   CLI_OPT_SEEK_ARG,
   CLI_OPT_TEE,
-  CLI_OPT_NO_PUBLISH_BEHIND
+  CLI_OPT_NO_PUBLISH_BEHIND,
+  CLI_OPT_EVICT_AHEAD,
+  CLI_OPT_NO_EVICT_AHEAD
 };
 
 /* The reader options every reading command accepts, for splicing into a

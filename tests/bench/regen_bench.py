@@ -66,6 +66,11 @@ Rows:
                    for its publish (its fsyncs and commit): the engine
                    before publish-behind, in the same run (skipped with a
                    build that has no publish_behind).
+  LoadIt, evict_ahead=False / True
+                   the defaults, but with evicting ahead off where the
+                   default turns it on (a disk), on where it is off
+                   (tmpfs): the other side of the default, in the same run
+                   (skipped with a build that has no evict_ahead).
   loadit           (with --loadit) loadit.LoadIt with the same arguments.
 """
 
@@ -172,6 +177,8 @@ def loadit_run(a, LoadIt, root, src, indices, limit, kind):
     kw = {}
     if kind == "passes1":
         kw["max_passes"] = 1
+    if kind == "ahead":
+        kw["evict_ahead"] = not _ahead_by_default(root)
     if kind == "sync":
         kw["publish_behind"] = False
     create = src.seekable() if kind == "seekable" else src.plain()
@@ -276,10 +283,17 @@ def fs_type(path):
     return kind
 
 
+def _ahead_by_default(path):
+    """What evict_ahead's default (auto) does under path: on unless the
+    file system is held in memory."""
+    return fs_type(path) not in ("tmpfs", "ramfs")
+
+
 def print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate, ser):
     names = {"base": "restart from 0 (loop)", "default": "LoadIt (defaults)",
              "seekable": "LoadIt, create_iter(start)", "passes1": "LoadIt, max_passes=1",
-             "sync": "LoadIt, publish_behind=False", "loadit": "loadit (its own)"}
+             "sync": "LoadIt, publish_behind=False", "loadit": "loadit (its own)",
+             "ahead": f"LoadIt, evict_ahead={not _ahead_by_default(tmp)}"}
     head = ["row", "records/read", "reads/s", "records vs base", "reads/s vs base"]
     if "loadit" in kinds:
         head += ["records vs loadit", "reads/s vs loadit"]
@@ -338,6 +352,8 @@ def main():
     kinds = ["base", "default", "seekable", "passes1"]
     if "publish_behind" in inspect.signature(LoadIt.__init__).parameters:
         kinds.append("sync")  # a build with publish-behind: its synchronous path too
+    if "evict_ahead" in inspect.signature(LoadIt.__init__).parameters:
+        kinds.append("ahead")  # the other side of evict_ahead's default
     real = None
     if a.loadit:
         sys.path.insert(0, os.path.abspath(a.loadit))

@@ -81,12 +81,12 @@ tests_cache_test_cache_failures_SOURCES = tests/cache/test_cache_failures.c \
 tests_cache_test_cache_failures_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
 tests_cache_test_cache_failures_LDADD = $(BC_CACHE_TEST_LDADD)
 
-# fsync and rename of the library's own objects go through the test's
-# wrappers, so that it can make them fail.
+# fsync, rename and unlink of the library's own objects go through the
+# test's wrappers, so that it can make them fail (and count them).
 tests_cache_test_cache_io_SOURCES = tests/cache/test_cache_io.c \
 	$(BC_CACHE_TEST_UTIL)
 tests_cache_test_cache_io_CFLAGS = $(BC_CACHE_TEST_CFLAGS)
-tests_cache_test_cache_io_LDFLAGS = -Wl,--wrap=fsync -Wl,--wrap=rename
+tests_cache_test_cache_io_LDFLAGS = -Wl,--wrap=fsync -Wl,--wrap=rename -Wl,--wrap=unlink
 tests_cache_test_cache_io_LDADD = $(BC_CACHE_TEST_LDADD)
 
 tests_cache_test_cache_procs_SOURCES = tests/cache/test_cache_procs.c \

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -80,6 +81,8 @@ int __real_fsync(int fd);
 int __wrap_fsync(int fd);
 int __real_rename(const char *from, const char *to);
 int __wrap_rename(const char *from, const char *to);
+int __real_unlink(const char *path);
+int __wrap_unlink(const char *path);
 
 /* fsyncs counted by what they sync, while `counting` (the sync budget):
  * synced[] by every thread, synced_main[] by the test's own thread (the
@@ -157,6 +160,18 @@ int __wrap_rename(const char *from, const char *to) {
   return rc;
 }
 
+/* Shard files (in shards/) removed: by the test's own thread (the read
+ * path) and by the others (the publisher). */
+static atomic_int unlinked_main, unlinked_bg;
+
+int __wrap_unlink(const char *path) {
+  int rc = __real_unlink(path);
+  if (rc == 0 && strstr(path, "/shards/") != NULL)
+    atomic_fetch_add(pthread_equal(pthread_self(), main_thread) ? &unlinked_main
+                                                                 : &unlinked_bg, 1);
+  return rc;
+}
+
 static void inject(target t, int err) {
   fail_target = t;
   fail_errno = err;
@@ -183,6 +198,8 @@ static int setup(void **state) {
   inject(T_NONE, 0);
   atomic_store(&hold, false);
   atomic_store(&held, false);
+  atomic_store(&unlinked_main, 0);
+  atomic_store(&unlinked_bg, 0);
   main_thread = pthread_self();
   cu_watchdog(60);
   *state = f;
@@ -482,7 +499,9 @@ static void test_crash_between_rename_and_commit(void **state) {
 
 /* A cache of 100 records in 10-record shards with publish_behind on (its
  * default; util.h starts these tests' options with it off). */
-static void open_behind(fixture *f, uint64_t limit) {
+/* A cache of 100 records in shards of 10, publishing behind, evict_ahead
+ * as given (-1 off, 1 on, 0 auto). */
+static void open_behind_ahead(fixture *f, uint64_t limit, int evict_ahead) {
   ts_config cfg = ts_config_default(100);
   cfg.fixed = true;
   f->sh = ts_shared_new(&cfg);
@@ -493,8 +512,14 @@ static void open_behind(fixture *f, uint64_t limit) {
   o.max_open_shards = 1;
   o.disk_limit = limit;
   o.publish_behind = true;
+  o.evict_ahead = evict_ahead;
   CU_OK(cu_open(&f->c, f->root, &cfg, f->sh, &o));
+  atomic_store(&unlinked_main, 0); /* (cu_shard_sizes removed a cache of its own) */
+  atomic_store(&unlinked_bg, 0);
 }
+
+/* The tests of publish-behind's own protocol: no eviction ahead. */
+static void open_behind(fixture *f, uint64_t limit) { open_behind_ahead(f, limit, -1); }
 
 /* Waits until the publisher is held in its first fsync of a scratch file. */
 static void wait_held(void) {
@@ -578,11 +603,10 @@ static void test_sync_budget_behind(void **state) {
  * running by turns: at every point the shard files in shards/ plus the
  * complete scratch files waiting for their publish hold at most the
  * limit; every record read is the model's. */
-static void test_behind_limit_holds(void **state) {
-  fixture *f = *state;
+static void limit_holds(fixture *f, int evict_ahead) {
   uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
   uint64_t limit = 3 * sizes[0] + sizes[0] / 2;
-  open_behind(f, limit);
+  open_behind_ahead(f, limit, evict_ahead);
   bc_buf *b = &f->buf;
   /* A size is known, and the length: regenerations reserve room. */
   CU_OK(bc_cache_fill_all(f->c));
@@ -611,6 +635,116 @@ static void test_behind_limit_holds(void **state) {
   CU_OK(bc_cache_stats_get(f->c, &st));
   assert_true(st.publishes_queued > 0);
   assert_int_equal(st.publish_failures, 0);
+}
+
+static void test_behind_limit_holds(void **state) { limit_holds(*state, -1); }
+
+/* The same with evicting ahead: the publisher's evictions too keep the
+ * files under the limit at every point. */
+static void test_ahead_limit_holds(void **state) { limit_holds(*state, 1); }
+
+/* Reads shards first..last-1 in order (a miss each), each published before
+ * the next read. */
+static void read_shards(fixture *f, int first, int last) {
+  for (int s = first; s < last; s++) {
+    assert_int_equal(cu_get_cmp(f->c, 10 * s, true, &f->buf), 0);
+    CU_OK(bc_cache_sync(f->c));
+  }
+}
+
+/* Fails unless `present` shards are present and `evicted` were evicted
+ * since *before (then updated), `main` of their files removed by the read
+ * path and `bg` by the publisher. */
+static void expect(fixture *f, bc_cache_stats *before, uint64_t present, uint64_t evicted,
+                   int main, int bg) {
+  bc_cache_stats st;
+  CU_OK(bc_cache_stats_get(f->c, &st));
+  if (st.shards_present != present || st.evictions - before->evictions != evicted ||
+      atomic_load(&unlinked_main) != main || atomic_load(&unlinked_bg) != bg)
+    fail_msg("%llu shards present, %llu evicted, files removed by the read path %d, by "
+             "the publisher %d; expected %llu, %llu, %d, %d",
+             (unsigned long long)st.shards_present,
+             (unsigned long long)(st.evictions - before->evictions),
+             atomic_load(&unlinked_main), atomic_load(&unlinked_bg),
+             (unsigned long long)present, (unsigned long long)evicted, main, bg);
+  *before = st;
+  atomic_store(&unlinked_main, 0);
+  atomic_store(&unlinked_bg, 0);
+}
+
+/* A limit of `halves` half shards, evict_ahead as given: the whole source
+ * drained first (its fills publish synchronously: the length is not known
+ * until its end), so that later misses regenerate, publishing behind. */
+static void open_drained(fixture *f, int halves, int evict_ahead, bc_cache_stats *st) {
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  open_behind_ahead(f, (uint64_t)halves * sizes[0] / 2, evict_ahead);
+  CU_OK(bc_cache_fill_all(f->c));
+  CU_OK(bc_cache_sync(f->c));
+  CU_OK(bc_cache_stats_get(f->c, st));
+  assert_int_equal(st->shards_present, (uint64_t)halves / 2);
+  atomic_store(&unlinked_main, 0);
+  atomic_store(&unlinked_bg, 0);
+}
+
+/* Evicting ahead under a limit of four and a half shards, four present
+ * after the drain.  The first regeneration's claim finds no room and
+ * evicts on the read path; its publish evicts one more ahead, leaving
+ * three.  From then on every claim finds its room, and the publisher
+ * removes the files: one per miss.  Off, every claim removes one itself
+ * and four stay. */
+static void test_evict_ahead(void **state) {
+  fixture *f = *state;
+  bc_cache_stats st;
+  open_drained(f, 9, 1, &st);
+  read_shards(f, 0, 1);
+  expect(f, &st, 3, 2, 1, 1);
+  read_shards(f, 1, 4);
+  expect(f, &st, 3, 3, 0, 3);
+  check_consistent(f);
+  cu_check_all(f->c, 100, true);
+}
+
+static void test_evict_ahead_off(void **state) {
+  fixture *f = *state;
+  bc_cache_stats st;
+  open_drained(f, 9, -1, &st);
+  read_shards(f, 0, 4);
+  expect(f, &st, 4, 4, 4, 0);
+  check_consistent(f);
+}
+
+/* A limit of two and a half shards holds the two at work but not a third
+ * besides: nothing is evicted ahead, the claims make their own room. */
+static void test_evict_ahead_needs_a_spare_shard(void **state) {
+  fixture *f = *state;
+  bc_cache_stats st;
+  open_drained(f, 5, 1, &st);
+  read_shards(f, 0, 3);
+  expect(f, &st, 2, 3, 3, 0);
+}
+
+/* evict_ahead is checked (-1, 0 or 1); options of version 2 end before it
+ * (an exact allocation: ASan sees a read past) and get auto; a version
+ * after this library's is refused. */
+static void test_evict_ahead_options(void **state) {
+  fixture *f = *state;
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 10;
+  o.evict_ahead = 2;
+  CU_RC(bc_cache_open(&f->c, f->root, NULL, &o), BC_EINVAL);
+  assert_non_null(strstr(bc_errmsg(), "evict_ahead must be -1 (off), 0 (auto) or 1 (on), not 2"));
+  o.evict_ahead = 0;
+  o.version = BC_CACHE_OPTIONS_VERSION + 1;
+  CU_RC(bc_cache_open(&f->c, f->root, NULL, &o), BC_EINVAL);
+  size_t v2_size = offsetof(bc_cache_options, evict_ahead);
+  bc_cache_options *v2 = malloc(v2_size);
+  assert_non_null(v2);
+  o.version = 2;
+  memcpy(v2, &o, v2_size);
+  CU_OK(bc_cache_open(&f->c, f->root, NULL, v2));
+  free(v2);
+  bc_cache_close(f->c);
+  f->c = NULL;
 }
 
 /* A publish that fails (EIO at the fsync of the scratch file, then ENOSPC
@@ -774,6 +908,12 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_sync_budget_behind, setup, teardown),
       cmocka_unit_test_setup_teardown(test_behind_limit_holds, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_ahead_limit_holds, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_evict_ahead, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_evict_ahead_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_evict_ahead_needs_a_spare_shard, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_evict_ahead_options, setup, teardown),
       cmocka_unit_test_setup_teardown(test_behind_publish_fails, setup, teardown),
       cmocka_unit_test_setup_teardown(test_behind_close_publishes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_behind_killed_before_publish, setup,

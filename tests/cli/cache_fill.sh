@@ -356,6 +356,20 @@ check [ -z "$(ls -A sync/scratch)" ]
 bc cache count behind
 want_out '1000\n'
 
+t "--evict-ahead, --no-evict-ahead: accepted, and a drain fills the same shards"
+# (A drain publishes each shard as the length grows: nothing is evicted
+# ahead then; the regenerations of tests/cache/test_cache_io.c are.)
+bc cache fill --evict-ahead --shard-records 100 --limit 3000 ahead -- seq 1 1000
+want_rc 0
+want_quiet_err
+bc cache fill --no-evict-ahead --shard-records 100 --limit 3000 noahead -- seq 1 1000
+want_rc 0
+want_quiet_err
+check [ "$(ls ahead/shards)" = "$(ls behind/shards)" ]
+check [ "$(ls noahead/shards)" = "$(ls behind/shards)" ]
+bc cache fill --evict-ahead=on x -- seq 1 3
+want_rc 2
+
 t "a full disk is an error, not a crash (LMDB's lock file is allocated first)"
 # A 2 MiB tmpfs of a private mount namespace, filled up; needs root (CI runs
 # as root).  Where mounting is refused, the check is skipped with a notice.

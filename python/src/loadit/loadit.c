@@ -331,7 +331,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                            "thread_safe", "disk_limit", "zstd_level", "preload_all",
                            "info_json", "known_length", "file_mode", "make_parents",
                            "progress", "seekable", "max_passes", "prefetch_shards",
-                           "publish_behind", NULL};
+                           "publish_behind", "evict_ahead", NULL};
   PyObject *root, *create_iter, *dumps = Py_None, *dumps_args = Py_None, *loads = Py_None;
   PyObject *level = Py_None;
   unsigned long long shard_records = 0, shard_bytes = 0, disk_limit = 0;
@@ -341,15 +341,15 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   unsigned int file_mode = 0;
   int make_parents = 0;
   PyObject *progress = Py_None;
-  int seekable = 0, max_passes = 0, prefetch_shards = 0, publish_behind = 1;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpOpiip:_CacheCore", kwlist,
+  int seekable = 0, max_passes = 0, prefetch_shards = 0, publish_behind = 1, evict_ahead = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpOpiipi:_CacheCore", kwlist,
                                    &root, &create_iter, &dumps, &dumps_args, &loads,
                                    &shard_records,
                                    &shard_bytes, &max_open, &workers, &thread_safe,
                                    &disk_limit, &level, &preload_all, &info,
                                    &known_length, &file_mode, &make_parents, &progress,
                                    &seekable, &max_passes, &prefetch_shards,
-                                   &publish_behind))
+                                   &publish_behind, &evict_ahead))
     return NULL;
   /* (bagcache/loadit.py checks the options; a callable that is not one
    * raises TypeError when called.) */
@@ -381,6 +381,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   o.make_parents = make_parents;
   o.max_passes = max_passes;
   o.publish_behind = publish_behind;
+  o.evict_ahead = evict_ahead; /* (-1, 0 or 1: loadit.py maps None/False/True) */
   /* The depth of the Python policy (set after the open): the smallest
    * workable disk limit counts it. */
   o.prefetch_shards = prefetch_shards < -1 ? -1 : prefetch_shards;
