@@ -152,9 +152,6 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
         .bump = bc__access_bump, .bump_arg = c};
     q[m].need = bc__limit_shards(&c->opts, &q[m].prefetched);
     q[m].installed = true;
-    /* Evicting ahead: room for the next claim, evicted in this batch's
-     * transaction (only q[0]'s is read). */
-    q[m].headroom = c->evict_ahead ? atomic_load(&c->shard_bytes_seen) : 0;
     m++;
   }
   /* The new names durable, once per directory for the batch. */
@@ -171,7 +168,9 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
   }
   if (m > 0) {
     bc__victims victims = {0};
-    bc__store_publish_batch(&c->store, q, m, &victims, errs, regen);
+    /* Evicting ahead: room for the next claim, made in this transaction. */
+    uint64_t headroom = c->evict_ahead ? atomic_load(&c->shard_bytes_seen) : 0;
+    bc__store_publish_batch(&c->store, q, m, headroom, &victims, errs, regen);
     atomic_fetch_add(&c->stats.evictions, victims.n);
     bc__readers_forget(c, victims.shards, victims.n);
     bc__victims_free(&victims);

@@ -611,7 +611,7 @@ static void batch_fail(bc_error_state *errs, bool *ok, size_t i, int rc) {
 }
 
 int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
-                            size_t n, bc__victims *victims,
+                            size_t n, uint64_t headroom, bc__victims *victims,
                             bc_error_state *errs, bool *regenerated) {
   const bc__store_ops *o = s->ops;
   bool *ok = calloc(n ? n : 1, 2 * sizeof *ok), *installed = ok + n;
@@ -653,9 +653,9 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
   /* 2b. Evicting ahead: room for the next claim too, best effort (nothing
    * evictable left is no failure), and only under a limit that holds one
    * shard more than the smallest workable one. */
-  if (rc == 0 && q[0].headroom > 0 && st.limit / (q[0].need + 1) >= q[0].headroom) {
+  if (rc == 0 && headroom > 0 && st.limit / (q[0].need + 1) >= headroom) {
     bool full = false;
-    rc = make_room(s, t, q, n, &st, total + q[0].headroom, victims, &full);
+    rc = make_room(s, t, q, n, &st, total + headroom, victims, &full);
   }
   if (rc == BC_EAGAIN) /* (the publisher does not wait: see fill.c) */
     rc = bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg());

@@ -193,11 +193,6 @@ struct bc__publish_req {
    * pending access-clock bumps), NULL for none. */
   int (*bump)(void *arg, const bc__store *s, bc__store_txn *t, uint64_t *clock);
   void *bump_arg;
-  /* A batch's q[0] only (bc__store_publish_batch): after the room for the
-   * batch, evict (as far as anything is evictable) until this many more
-   * bytes fit, when the limit holds `need` + 1 shards of this size: the
-   * room the next claim reserves (evict_ahead).  0: none. */
-  uint64_t headroom;
 };
 
 /* Publishes the claimed, finished shard q->shard in one write transaction
@@ -223,9 +218,12 @@ int bc__store_check(const bc__store *s, const bc__publish_req *q);
  * every shard of the batch (taken back out of shards/; evictions stay
  * committed).  Returns 0 when the transaction ran (each shard's outcome in
  * errs[i].code, regenerated[i]), or the error that failed all of them
- * (then also in each errs[i]). */
+ * (then also in each errs[i]).  headroom (evict_ahead; 0: none): after the
+ * room for the batch, evict as far as anything is evictable until this
+ * many more bytes fit too, the room the next claim reserves, when the
+ * limit holds q[0].need + 1 shards of that size. */
 int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
-                            size_t n, bc__victims *victims,
+                            size_t n, uint64_t headroom, bc__victims *victims,
                             bc_error_state *errs, bool *regenerated);
 
 /* The victim a limit evicts next among the PRESENT shards other than

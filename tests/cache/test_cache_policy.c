@@ -823,7 +823,7 @@ static void test_publish_batch(void **state) {
   bool regen[3];
   bc__victims v = {0};
   int commits = f.commits;
-  assert_int_equal(bc__store_publish_batch(&me, q, 3, &v, errs, regen), 0);
+  assert_int_equal(bc__store_publish_batch(&me, q, 3, 0, &v, errs, regen), 0);
   assert_int_equal(f.commits, commits + 1);
   assert_int_equal(f.dir_syncs, 1);
   assert_int_equal(errs[0].code, 0);
@@ -840,7 +840,7 @@ static void test_publish_batch(void **state) {
     assert_int_equal(bc__store_claim(&me, s, 10 + s, &rec, &claimed), 0);
   bc__publish_req r[2] = {req_of(3, 13, 100), req_of(4, 14, 100)};
   f.fail_sync = true;
-  assert_int_equal(bc__store_publish_batch(&me, r, 2, &v, errs, regen), BC_EIO);
+  assert_int_equal(bc__store_publish_batch(&me, r, 2, 0, &v, errs, regen), BC_EIO);
   assert_int_equal(errs[0].code, BC_EIO);
   assert_int_equal(errs[1].code, BC_EIO);
   assert_int_equal(rec_of(&f, 3, &found).state, SHARD_FILLING);

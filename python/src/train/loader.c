@@ -94,17 +94,17 @@ typedef struct {
   pthread_mutex_t lock;
   /* guarded by lock: */
   pthread_cond_t work_cv, done_cv;
-  bool stopping;      /* stop(): workers leave */
+  /* stop(): workers leave.  Atomic: also read without the lock, by a
+   * worker between the parts of a batch and by its interrupt handler (a
+   * LoadIt's fill or wait inside bc_seq_read_into then gives up with
+   * BC_ECANCELED instead of finishing its shard, so that close() does not
+   * wait for a slow source; the batch is dropped). */
+  atomic_bool stopping;
   uint64_t epoch, consumed; /* the sampler's state after the steps handed */
   uint64_t handed, delivered, end;
   bool ended;         /* end is the number of steps of this run */
   size_t running;
   slot *slots;        /* ahead of them */
-  /* Set by stop() with `stopping`, read without the lock by the workers'
-   * interrupt handler: a LoadIt's fill or wait inside bc_seq_read_into
-   * then gives up (BC_ECANCELED) instead of finishing its shard, so that
-   * close() does not wait for a slow source.  The batch is dropped. */
-  atomic_bool aborting;
 } loader;
 
 /* ---- building a batch (worker threads, no GIL, no lock) ----------------------------- */
@@ -123,7 +123,7 @@ static int read_rows(const source *s, const int64_t *idx, size_t count, void *me
 }
 
 /* A batch is read in parts of at least this many bytes (and 64 rows):
- * between two parts a worker looks at `aborting`, so that stop() and
+ * between two parts a worker looks at `stopping`, so that stop() and
  * close() wait for one part of a large batch, not for the whole of it. */
 #define PART_BYTES ((size_t)1 << 20)
 #define PART_ROWS_MIN 64
@@ -132,10 +132,11 @@ static int read_rows(const source *s, const int64_t *idx, size_t count, void *me
  * the loader stops. */
 static int read_parts(loader *L, const source *s, const int64_t *idx, size_t count,
                       unsigned char *mem) {
-  size_t part = s->row_bytes > 0 ? (PART_BYTES + s->row_bytes - 1) / s->row_bytes : count;
+  /* (row_bytes > 0: build() reads no source of empty rows) */
+  size_t part = (PART_BYTES + s->row_bytes - 1) / s->row_bytes;
   if (part < PART_ROWS_MIN) part = PART_ROWS_MIN;
   for (size_t at = 0; at < count; at += part) {
-    if (at > 0 && atomic_load_explicit(&L->aborting, memory_order_relaxed))
+    if (at > 0 && atomic_load_explicit(&L->stopping, memory_order_relaxed))
       return bc_set_errmsg(BC_ECANCELED, "the loader stopped");
     size_t n = count - at < part ? count - at : part;
     int rc = read_rows(s, idx + at, n, mem + at * s->row_bytes);
@@ -179,7 +180,7 @@ static void build(loader *L, const bcpy_step *st, int64_t *idx, bcpy_order_cache
 /* The workers' interrupt handler (bc_set_interrupt_handler). */
 static int worker_aborted(void *arg) {
   loader *L = arg;
-  return atomic_load_explicit(&L->aborting, memory_order_relaxed);
+  return atomic_load_explicit(&L->stopping, memory_order_relaxed);
 }
 
 static void *worker_main(void *arg) {
@@ -255,7 +256,6 @@ static void loader_stop_threads(loader *L) {
   Py_BEGIN_ALLOW_THREADS
   pthread_mutex_lock(&L->lock);
   L->stopping = true;
-  atomic_store(&L->aborting, true);
   pthread_cond_broadcast(&L->work_cv);
   pthread_mutex_unlock(&L->lock);
   /* With the GIL released: a worker in a LoadIt's fill may need it. */
@@ -289,7 +289,6 @@ static void loader_dealloc(loader *L) {
      * to join them.  A leak, not a crash. */
     pthread_mutex_lock(&L->lock);
     L->stopping = true;
-    atomic_store(&L->aborting, true);
     pthread_cond_broadcast(&L->work_cv);
     pthread_mutex_unlock(&L->lock);
     for (size_t t = 0; t < L->nstarted; t++) pthread_detach(L->tids[t]);
@@ -431,7 +430,6 @@ static PyObject *loader_start(loader *L, PyObject *args) {
   L->handed = L->delivered = L->end = 0;
   L->ended = false;
   L->stopping = false;
-  atomic_store(&L->aborting, false);
   pthread_mutex_unlock(&L->lock);
   int err = 0;
   for (; L->nstarted < L->workers; L->nstarted++) {
