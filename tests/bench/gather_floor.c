@@ -36,6 +36,17 @@
  *       batches in flight (up to `ahead` built or building, one held)
  *       each have memory of their own, as the DataLoader's do.  Returns 0,
  *       or as floor_zstd_threads.
+ *   floor_zstd_bagz_loader(rows, firsts, bases, limits, nshards, nbatches,
+ *                          batch, size, nthreads, ahead)
+ *       floor_zstd_loader reading the .bagz files as any reader must: the
+ *       batches are rows (global record numbers, batch after batch) of a
+ *       sharded .bagz, shard s holding rows firsts[s] .. firsts[s+1] - 1,
+ *       its file mapped at address bases[s] with its limits section (tail
+ *       placement, little-endian, read in place) at address limits[s]; each
+ *       row's frame is found by a binary search over firsts and two loads
+ *       from the mapped limits, then decompressed as above.  Still no
+ *       bagcache code: zstd alone from the .bagz.  Returns as
+ *       floor_zstd_loader.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -110,8 +121,42 @@ size_t floor_zstd_threads(const uint64_t *srcs, const uint64_t *lens, size_t nba
   return atomic_load(&j.bad);
 }
 
+/* Where the rows of a sharded .bagz are (floor_zstd_bagz_loader). */
+typedef struct {
+  const uint64_t *firsts, *bases, *limits;
+  size_t nshards;
+} bagz_layout;
+
+/* Decompresses rows[0 .. count - 1] of the layout into dst, as floor_zstd
+ * does frames: the same return values. */
+static size_t floor_zstd_rows(const bagz_layout *b, const uint64_t *rows, size_t count,
+                              size_t size, unsigned char *dst) {
+  static _Thread_local ZSTD_DCtx *dctx;
+  if (dctx == NULL && (dctx = ZSTD_createDCtx()) == NULL) return 1;
+  for (size_t k = 0; k < count; k++) {
+    uint64_t row = rows[k];
+    size_t lo = 0, hi = b->nshards; /* the shard s with firsts[s] <= row < firsts[s+1] */
+    while (hi - lo > 1) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (b->firsts[mid] <= row) lo = mid; else hi = mid;
+    }
+    if (row < b->firsts[lo] || row >= b->firsts[lo + 1]) return k + 1;
+    const uint64_t *lim = (const uint64_t *)(uintptr_t)b->limits[lo];
+    uint64_t i = row - b->firsts[lo];
+    uint64_t begin = i > 0 ? lim[i - 1] : 0, end = lim[i];
+    if (end < begin) return k + 1;
+    size_t r = ZSTD_decompressDCtx(dctx, dst + k * size, size,
+                                   (const void *)(uintptr_t)(b->bases[lo] + begin),
+                                   (size_t)(end - begin));
+    if (r != size) return k + 1;
+  }
+  return 0;
+}
+
 typedef struct {
   const uint64_t *srcs, *lens;
+  const uint64_t *rows; /* or these: floor_zstd_bagz_loader */
+  bagz_layout layout;
   size_t nbatches, batch, size, ahead;
   pthread_mutex_t lock; /* guards everything below */
   pthread_cond_t work, done;
@@ -133,8 +178,10 @@ static void *loader_run(void *p) {
     pthread_mutex_unlock(&j->lock);
     if (mem == NULL) mem = aligned_alloc(64, (j->batch * j->size + 63) / 64 * 64);
     size_t r = mem == NULL ? 1
-                           : floor_zstd(j->srcs + k * j->batch, j->lens + k * j->batch,
-                                        j->batch, j->size, mem);
+               : j->rows != NULL
+                   ? floor_zstd_rows(&j->layout, j->rows + k * j->batch, j->batch, j->size, mem)
+                   : floor_zstd(j->srcs + k * j->batch, j->lens + k * j->batch, j->batch,
+                                j->size, mem);
     pthread_mutex_lock(&j->lock);
     if (r != 0 && j->bad == 0) j->bad = k * j->batch + r;
     j->ready[k % j->ahead] = mem != NULL ? mem : (unsigned char *)&j->ready;
@@ -144,10 +191,8 @@ static void *loader_run(void *p) {
   return NULL;
 }
 
-size_t floor_zstd_loader(const uint64_t *srcs, const uint64_t *lens, size_t nbatches,
-                         size_t batch, size_t size, size_t nthreads, size_t ahead) {
-  loader_job j = {.srcs = srcs, .lens = lens, .nbatches = nbatches, .batch = batch,
-                  .size = size, .ahead = ahead ? ahead : 1};
+static size_t run_loader(loader_job j, size_t nthreads) {
+  size_t nbatches = j.nbatches, batch = j.batch;
   pthread_t tid[64];
   size_t started = 0;
   unsigned char *held = NULL;
@@ -187,4 +232,22 @@ size_t floor_zstd_loader(const uint64_t *srcs, const uint64_t *lens, size_t nbat
   pthread_cond_destroy(&j.done);
   if (started < nthreads && j.bad == 0) return nbatches * batch + 1;
   return j.bad;
+}
+
+size_t floor_zstd_loader(const uint64_t *srcs, const uint64_t *lens, size_t nbatches,
+                         size_t batch, size_t size, size_t nthreads, size_t ahead) {
+  loader_job j = {.srcs = srcs, .lens = lens, .nbatches = nbatches, .batch = batch,
+                  .size = size, .ahead = ahead ? ahead : 1};
+  return run_loader(j, nthreads);
+}
+
+size_t floor_zstd_bagz_loader(const uint64_t *rows, const uint64_t *firsts,
+                              const uint64_t *bases, const uint64_t *limits, size_t nshards,
+                              size_t nbatches, size_t batch, size_t size, size_t nthreads,
+                              size_t ahead) {
+  if (nshards == 0) return nbatches * batch > 0 ? 1 : 0;
+  loader_job j = {.rows = rows, .layout = {firsts, bases, limits, nshards},
+                  .nbatches = nbatches, .batch = batch, .size = size,
+                  .ahead = ahead ? ahead : 1};
+  return run_loader(j, nthreads);
 }

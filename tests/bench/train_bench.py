@@ -94,9 +94,11 @@ Rows:
                         kind (a batch of its own per batch in flight,
                         reused once dropped) as the DataLoader's C
                         workers.
-  DataLoader .bagz, --long batches a run, and C zstd alone, the same, --long
-                        the steady-state pair: the .bagz DataLoader and
-                        the row above, each reading --long batches a run
+  DataLoader .bagz, --long batches a run, and (C zstd alone, the frames'
+  addresses given, --long batches a run)
+                        the DataLoader in steady state: the .bagz
+                        DataLoader and the row above, each reading --long
+                        batches a run
                         (the first --batches are the others' batches).  A
                         run of 200 also counts the loader's start (its
                         threads, the first batches' fresh memory) and its
@@ -105,8 +107,22 @@ Rows:
                         the run ends and builds nothing past it, while the
                         endless DataLoader has up to prefetch_size +
                         num_workers batches under way when it is closed.
-                        The .bagz DataLoader's target (1.0x: the rate of
-                        zstd alone) is this pair's ratio.
+                        For information since session 12 (the target's
+                        pair is below).
+  C zstd alone from the .bagz, --long batches a run
+                        the floor of the .bagz target (1.0x: the rate of
+                        zstd alone from the .bagz), with the .bagz
+                        DataLoader reading --long batches a run:
+                        gather_floor.c's floor_zstd_bagz_loader, the row
+                        above but each row's frame is found as any reader
+                        of the .bagz must find it (the shard by a binary
+                        search over the shards' first rows, then its two
+                        limits read in place from the mapped file's limits
+                        section), where the row above is handed every
+                        frame's address and size in batch order, read
+                        sequentially from an array built before timing.
+                        Still no bagcache code, and nothing a reader of
+                        the .bagz does not have to do.
   (C zstd alone, W C threads, no Python, a buffer each)
                         the same frames, batch after batch, decompressed by
                         W POSIX threads in gather_floor.c taking batches in
@@ -344,6 +360,8 @@ def build_floors(tmp):
                                       ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t,
                                       ctypes.c_size_t]
     lib.floor_zstd_loader.restype = ctypes.c_size_t
+    lib.floor_zstd_bagz_loader.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_size_t] * 6
+    lib.floor_zstd_bagz_loader.restype = ctypes.c_size_t
     return lib, None
 
 
@@ -363,6 +381,24 @@ def frame_table(np, shard_dir, keep):
         starts.append(a.ctypes.data + begins)
         lens.append(ends - begins)
     return np.concatenate(starts).astype(np.uint64), np.concatenate(lens).astype(np.uint64)
+
+
+def shard_table(np, shard_dir, keep):
+    """(firsts, bases, limits) of the .bagz shards in shard_dir, as
+    floor_zstd_bagz_loader takes them: each shard's first global row (and
+    the total after the last), its mapping's address and the address of its
+    limits section, inside mappings appended to keep."""
+    firsts, bases, limits = [0], [], []
+    for f in sorted(glob.glob(os.path.join(shard_dir, "data-*"))):
+        with open(f, "rb") as fh:
+            m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        keep.append(m)
+        base = np.frombuffer(m, np.uint8).ctypes.data
+        records = int(np.frombuffer(m[-8:], "<u8")[0])
+        firsts.append(firsts[-1] + (len(m) - records) // 8)
+        bases.append(base)
+        limits.append(base + records)
+    return tuple(np.array(v, np.uint64) for v in (firsts, bases, limits))
 
 
 # ---- timing and the table -----------------------------------------------------------
@@ -474,6 +510,8 @@ def main():
             z_all = (np.ascontiguousarray(z_starts[all_idx]),
                      np.ascontiguousarray(z_lens[all_idx]))
             z_bufs = np.empty((a.workers, a.batch_size) + ROW_SHAPE, np.uint8)
+            z_layout = shard_table(np, dirs["bagz"], maps)
+            z_rows = np.ascontiguousarray(all_idx.astype(np.uint64))
 
         def check(name, got, want=want, which="first"):
             got = np.asarray(got)
@@ -548,6 +586,18 @@ def main():
                                                PREFETCH + a.workers)
                 if bad:
                     raise RuntimeError(f"floor_zstd_loader: frame {bad - 1} is not one row")
+
+            return run
+
+        def c_zstd_bagz_loader(nbatches):
+            def run():
+                firsts, bases, limits = z_layout
+                bad = floors.floor_zstd_bagz_loader(
+                    z_rows.ctypes.data, firsts.ctypes.data, bases.ctypes.data,
+                    limits.ctypes.data, len(bases), nbatches, a.batch_size, ROW_BYTES,
+                    a.workers, PREFETCH + a.workers)
+                if bad:
+                    raise RuntimeError(f"floor_zstd_bagz_loader: row {bad - 1} is not one row")
 
             return run
 
@@ -697,6 +747,7 @@ def main():
                          "c zstd loader": c_zstd_loader()})
             if a.long:
                 runs.update({"c zstd loader long": c_zstd_loader(a.long),
+                             "c zstd bagz long": c_zstd_bagz_loader(a.long),
                              "DataLoader .bagz long": dataloader("bagz", nbatches=a.long)})
         res = measure_all(a.repeat, runs)
         if tl is not None:
@@ -728,7 +779,9 @@ def main():
         "c zstd pthreads": f"(C zstd alone, {a.workers} C threads, no Python, a buffer each)",
         "c zstd loader": f"(C zstd alone, {a.workers} C threads, the loader's memory and "
                          "hand-off)",
-        "c zstd loader long": f"C zstd alone, the same, {a.long} batches a run",
+        "c zstd loader long": f"(C zstd alone, the frames' addresses given, {a.long} batches "
+                              "a run)",
+        "c zstd bagz long": f"C zstd alone from the .bagz, {a.long} batches a run",
         "DataLoader .bagz long": f"DataLoader ARDataset .bagz, {a.workers} workers, "
                                  f"{a.long} batches a run",
         "zstd alone": f"(reader alone: bc_bag_get_many .bagz, {a.workers} threads)",
@@ -763,7 +816,9 @@ def main():
             ("DataLoader fresh", "numpy fresh", None), ("DataLoader 2", "numpy memmap", None)]
     if a.long:
         plan.insert(plan.index(("DataLoader .bagz", "c zstd loader", None)),
-                    ("DataLoader .bagz long", "c zstd loader long", 1.0))
+                    ("DataLoader .bagz long", "c zstd bagz long", 1.0))
+        plan.insert(plan.index(("DataLoader .bagz", "c zstd loader", None)),
+                    ("DataLoader .bagz long", "c zstd loader long", None))
     head = ("row", "batches/s", "MB/s", "baseline", "batches/s", "MB/s", "ratio",
             "CPU ratio", "target", "ok")
     table = []
