@@ -127,12 +127,10 @@ typedef struct {
   size_t nshards;
 } bagz_layout;
 
-/* Decompresses rows[0 .. count - 1] of the layout into dst, as floor_zstd
- * does frames: the same return values. */
+/* Decompresses rows[0 .. count - 1] of the layout into dst, each frame by
+ * floor_zstd once it is found: the same return values. */
 static size_t floor_zstd_rows(const bagz_layout *b, const uint64_t *rows, size_t count,
                               size_t size, unsigned char *dst) {
-  static _Thread_local ZSTD_DCtx *dctx;
-  if (dctx == NULL && (dctx = ZSTD_createDCtx()) == NULL) return 1;
   for (size_t k = 0; k < count; k++) {
     uint64_t row = rows[k];
     size_t lo = 0, hi = b->nshards; /* the shard s with firsts[s] <= row < firsts[s+1] */
@@ -145,10 +143,8 @@ static size_t floor_zstd_rows(const bagz_layout *b, const uint64_t *rows, size_t
     uint64_t i = row - b->firsts[lo];
     uint64_t begin = i > 0 ? lim[i - 1] : 0, end = lim[i];
     if (end < begin) return k + 1;
-    size_t r = ZSTD_decompressDCtx(dctx, dst + k * size, size,
-                                   (const void *)(uintptr_t)(b->bases[lo] + begin),
-                                   (size_t)(end - begin));
-    if (r != size) return k + 1;
+    uint64_t src = b->bases[lo] + begin, len = end - begin;
+    if (floor_zstd(&src, &len, 1, size, dst + k * size) != 0) return k + 1;
   }
   return 0;
 }
