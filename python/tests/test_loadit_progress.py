@@ -351,7 +351,10 @@ def test_tqdm_when_installed(tmp_path, monkeypatch, capsys):
     fake.mkdir()
     (fake / "tqdm.py").write_text(FAKE_TQDM)
     monkeypatch.syspath_prepend(str(fake))
-    monkeypatch.delitem(sys.modules, "tqdm", raising=False)
+    # setitem, not delitem: pytest undoes a delitem of an absent key by
+    # leaving whatever the test imported, so the fake would outlive it.
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    del sys.modules["tqdm"]
     import tqdm
 
     def slow():
@@ -383,9 +386,10 @@ def test_tqdm_when_installed(tmp_path, monkeypatch, capsys):
 
 
 def test_the_real_tqdm_when_installed(tmp_path):
-    try:
-        import tqdm  # noqa: F401
-    except ImportError:
+    # Asked of a fresh interpreter, the one the script runs in: this
+    # process's sys.modules may hold another test's fake.
+    if subprocess.run([sys.executable, "-c", "import tqdm"],
+                      capture_output=True).returncode != 0:
         pytest.skip("tqdm is not installed (the fake-tqdm test covers the calls)")
     _, err = run(tmp_path, f"""
         loader = LoadIt(root, Slow({N}, 0.002), serializer="raw", max_shard_length=4,
