@@ -31,6 +31,16 @@ extern "C" {
  * header's when linked against another build. */
 const char *bc_version(void);
 
+/* Parses a byte size as people write it: a number (decimals allowed:
+ * "1.5"), optional spaces, an optional unit, case-insensitive: none or b
+ * (bytes), k, kb, kib (1024), m, mb, mib (1024^2), g, gb, gib, t, tb, tib,
+ * p, pb, pib.  Every unit is a power of 1024, whichever spelling ("kb" is
+ * KiB).  Surrounding spaces are ignored; a fraction of a byte is rounded
+ * down.  0 and *out, or BC_EINVAL (not a size, or more than 2^64 - 1
+ * bytes) with *out unchanged.  The CLI's sizes and Python's size strings
+ * are this function's. */
+int bc_parse_size(const char *text, uint64_t *out);
+
 #ifdef __cplusplus
 }
 #endif

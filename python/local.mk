@@ -88,6 +88,7 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit_first_pass.py \
 	python/tests/test_loadit_procs.py \
 	python/tests/test_loadit_dropin.py \
+	python/tests/test_loadit_ux.py \
 	python/tests/test_loadit_root.py \
 	python/tests/test_loadit_progress.py \
 	python/tests/test_loadit_damage.py \

@@ -14,8 +14,10 @@ Deliberate differences from bagz (supersets and fixes): negative indices
 count from the end; corrupt records raise in bulk reads too; ``Writer.write``
 accepts any contiguous buffer; a Writer is invisible under its name until
 ``close()`` (bagz shows a records-only file while writing) and an unclosed
-Writer is closed when collected; ``@*`` works inside lists and with separate
-limits; ``read_indices`` accepts any iterable of ints.
+Writer is closed when collected; a Writer refuses a sharded spec
+(``name@4.bagz``, which bagz writes as a literal file name no Reader of it
+opens); ``@*`` works inside lists and with separate limits;
+``read_indices`` accepts any iterable of ints.
 """
 
 import collections.abc as _abc
@@ -427,6 +429,24 @@ def _writer_path(filename):
     return path
 
 
+def _sharded_spec(path):
+    """For a sharded spec as Reader expands it (src/bag/spec.c: the first
+    ``@`` after the last ``/`` followed by N in 1..99999, or ``*``), the
+    names of its shards (N of them; for ``@*`` the pattern); else None."""
+    slash = path.rfind("/")
+    at = path.find("@", slash + 1)
+    if at < 0:
+        return None
+    prefix, rest = path[:at], path[at + 1:]
+    if rest.startswith("*"):
+        return [f"{prefix}-00000-of-NNNNN{rest[1:]}"]
+    digits = len(rest) - len(rest.lstrip("0123456789"))
+    if digits == 0 or not 1 <= int(rest[:digits]) <= 99999:
+        return None
+    n, suffix = int(rest[:digits]), rest[digits:]
+    return [f"{prefix}-{i:05d}-of-{n:05d}{suffix}" for i in range(n)]
+
+
 class Writer(_bagcache._WriterBase):
     """Writes a single Bagz file (one shard).
 
@@ -437,7 +457,10 @@ class Writer(_bagcache._WriterBase):
                 writer.write(record)
 
     Args:
-      filename: the file to write (str or PathLike).  With
+      filename: the file to write (str or PathLike).  A sharded spec
+        (``name@4.bagz``, ``name@*.bagz``) is refused with a ValueError
+        naming the shard files to write one by one (bagz writes it as a
+        literal file name that no Reader of the spec opens).  With
         ``LimitsPlacement.SEPARATE`` the limits go to ``limits.NAME`` beside
         it.  Nothing appears under these names until ``close()``, which
         publishes the complete file atomically (an existing file is replaced
@@ -450,6 +473,19 @@ class Writer(_bagcache._WriterBase):
 
     def __init__(self, filename, options=None):
         path = _writer_path(filename)
+        shards = _sharded_spec(path)
+        if shards is not None:
+            # bagz has no sharded writer (its Writer writes the '@' into the
+            # name, a file no Reader of the spec opens), and which record
+            # goes to which shard is the caller's choice.
+            names = shards[0] if len(shards) == 1 else (
+                f"{shards[0]} ... {shards[-1]}" if len(shards) > 2 else " and ".join(shards))
+            raise ValueError(
+                f"Writer writes one file, and {path!r} is a sharded spec: a "
+                f"Reader opens it as the files {names}.  Write each shard with a Writer of "
+                f"its own under those names (bagz has no sharded writer: which records go to "
+                f"which shard is yours to choose), then read the set with "
+                f"Reader({path!r})")
         if options is None:
             options = _WriterOptions()
         _check("options", options, _WriterOptions)

@@ -139,13 +139,14 @@ also callable: the list of shards present, as dicts.
 import atexit as _atexit
 import collections as _collections
 import collections.abc as _abc
+import difflib as _difflib
+import inspect as _inspect
 import json as _json
 import math as _math
 import numbers as _numbers
 import operator as _operator
 import os as _os
 import pickle as _pickle
-import re as _re
 import warnings as _warnings
 import weakref as _weakref
 
@@ -190,8 +191,24 @@ ShardInfo = _collections.namedtuple("ShardInfo", ["path", "start", "end", "size"
 
 # ---- argument handling -----------------------------------------------------------
 
-_SIZE = _re.compile(r"([0-9]+)(kb|mb|gb)")
-_UNITS = {"kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30}
+def _size(name, value, example):
+    """Bytes in a size string: the CLI's SIZE (``bc_parse_size``): a number,
+    decimals allowed, with an optional unit k, m, g, t or p in any case,
+    also spelled kb/kib, mb/mib, ... (all powers of 1024: ``"64mb"`` is
+    64 MiB, as in loadit), e.g. ``"2g"``, ``"2GiB"``, ``"512k"``,
+    ``"1.5 GB"``; rounded down to whole bytes; 0 is refused."""
+    n = None
+    if "\0" not in value:
+        try:
+            n = _bagcache.parse_size(value)
+        except ValueError:
+            pass
+    if n is None or n == 0:
+        raise ValueError(
+            f"{name} must be a number of bytes or a size like {example!r} (units k, m, "
+            f"g, t, p, any case, also kb/kib, mb/mib, ...: powers of 1024), not {value!r}"
+        )
+    return n
 
 
 _MAX_SHARD_RECORDS = (1 << 63) - 1  # BC_CACHE_MAX_SHARD_RECORDS
@@ -200,15 +217,7 @@ _MAX_SHARD_RECORDS = (1 << 63) - 1  # BC_CACHE_MAX_SHARD_RECORDS
 def _shard_length(value):
     """(shard_records, shard_bytes) for the engine from max_shard_length."""
     if isinstance(value, str):
-        m = _SIZE.fullmatch(value.strip().lower())
-        if m is None or int(m.group(1)) == 0:
-            raise ValueError(
-                f"max_shard_length must be a record count or a size like '64mb', not {value!r}"
-            )
-        size = int(m.group(1)) * _UNITS[m.group(2)]
-        if size >= 1 << 64:
-            raise ValueError(f"max_shard_length {value!r} is more than 2**64 - 1 bytes")
-        return 0, size
+        return 0, _size("max_shard_length", value, "64mb")
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"max_shard_length must be an int or a str, not {type(value).__name__}")
     if value < 1:
@@ -225,10 +234,10 @@ def _byte_count(name, value):
     """A number of bytes: an int, any real number >= 1 (rounded down; numpy
     scalars included) or a size string such as ``"16gb"``."""
     if isinstance(value, str):
-        m = _SIZE.fullmatch(value.strip().lower())
-        if m is None or int(m.group(1)) == 0:
-            raise ValueError(f"{name} must be a number of bytes or a size like '16gb', not {value!r}")
-        return int(m.group(1)) * _UNITS[m.group(2)]
+        n = _size(name, value, "16gb")
+        if n >= _bagcache_no_limit:
+            raise ValueError(f"{name} must be less than 2**64 - 1, not {value!r}")
+        return n
     if isinstance(value, bool) or not isinstance(value, _numbers.Real):
         raise TypeError(f"{name} must be a number of bytes or a size string, not {type(value).__name__}")
     if _math.isnan(value) or _math.isinf(value) or value < 1:
@@ -350,13 +359,26 @@ def _is_path(value):
     return isinstance(value, (str, bytes, _os.PathLike))
 
 
+class _Omitted:
+    """The default of an argument whose absence means "what the root has
+    stored" (memory_limit): None passed explicitly means none."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<omitted>"
+
+
+_OMITTED = _Omitted()
+
+
 def _params(
     root_dir,
     create_iter=None,
     max_shard_length="64mb",
     max_cache_size=128,
     max_workers=1,
-    memory_limit=None,
+    memory_limit=_OMITTED,
     compression=None,
     preload_fn=preload_next_shard,
     preload_all_async=False,
@@ -381,6 +403,26 @@ def _params(
         length=length,
         mode=mode,
     )
+
+
+_PARAMS = tuple(_inspect.signature(_params).parameters)
+
+
+def _bind(args, kwargs):
+    """_params(*args, **kwargs), its TypeErrors naming LoadIt() and
+    suggesting the closest name for a misspelled keyword."""
+    for name in kwargs:
+        if name not in _PARAMS:
+            own = _inspect.signature(LoadIt.__init__).parameters.values()
+            known = _PARAMS + tuple(q.name for q in own if q.kind == q.KEYWORD_ONLY)
+            close = _difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else (
+                f"; its arguments are {', '.join(known)}")
+            raise TypeError(f"LoadIt() got an unexpected keyword argument {name!r}{hint}")
+    try:
+        return _params(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(str(e).replace("_params()", "LoadIt()")) from None
 
 
 # Cores of open loaders: closed at exit, before the interpreter goes away
@@ -545,6 +587,35 @@ def _reopen(config):
     return LoadIt(**config)
 
 
+def _callable_name(fn):
+    """How a warning names a callable: module.qualname, or its repr."""
+    qualname = getattr(fn, "__qualname__", None)
+    if qualname is None:
+        return repr(fn)
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{qualname}" if module else qualname
+
+
+class _Unpicklable:
+    """create_iter of a LoadIt unpickled without its own, which could not
+    be pickled: a miss calls it, and it raises NotCachedError saying so."""
+
+    __slots__ = ("root", "name", "reason")
+
+    def __init__(self, root, name, reason):
+        self.root, self.name, self.reason = root, name, reason
+
+    def __call__(self):
+        raise NotCachedError(
+            f"{self.root}: the record is not cached, and this LoadIt has no source: it was "
+            f"unpickled from one whose create_iter {self.name} could not be pickled "
+            f"({self.reason}).  Define create_iter at module level so that it pickles, or "
+            "fill the cache before handing it to other processes")
+
+    def __reduce__(self):
+        return (_Unpicklable, (self.root, self.name, self.reason))
+
+
 class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
     __doc__ = __doc__
 
@@ -563,7 +634,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
                 if not args:
                     raise TypeError("LoadIt() missing required argument: 'root_dir'")
                 kwargs["root_dir"] = args.pop(0)
-        p = _params(*args, **kwargs)
+        p = _bind(args, kwargs)
 
         root = _path(p["root_dir"])
         create_iter = _factory(p["create_iter"])
@@ -574,9 +645,16 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
                 "set iterator_thread_safe=True if that is safe"
             )
         max_cache_size = _count("max_cache_size", p["max_cache_size"], 1)
+        # Omitted: the limit stored with the root (if any) holds; None: no
+        # limit, and the stored one goes (the engine's BC_CACHE_NO_LIMIT).
         memory_limit = p["memory_limit"]
-        if memory_limit is not None:
-            memory_limit = _byte_count("memory_limit", memory_limit)
+        disk_limit = 0
+        if memory_limit is None:
+            disk_limit = _bagcache_no_limit
+        elif memory_limit is not _OMITTED:
+            memory_limit = disk_limit = _byte_count("memory_limit", memory_limit)
+        else:
+            memory_limit = None
         shard_records, shard_bytes = (0, 0)
         if create_iter is not None:
             shard_records, shard_bytes = _shard_length(p["max_shard_length"])
@@ -615,7 +693,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             max_open_shards=max_cache_size,
             fill_workers=max_workers,
             thread_safe=bool(p["iterator_thread_safe"]),
-            disk_limit=memory_limit or 0,
+            disk_limit=disk_limit,
             zstd_level=level,
             preload_all=bool(p["preload_all_async"]),
             info_json=info_json,
@@ -633,10 +711,13 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         self._open(core)
         _live.add(core)
         self._max_workers = max_workers
+        self._warned_unpicklable = False
         self._preload_fn = None
         self.preload_fn = p["preload_fn"]
         # What reopens it elsewhere (pickling); info stays in the root.
         config = dict(p, root_dir=root, create_iter=create_iter, info=None)
+        if p["memory_limit"] is _OMITTED:
+            del config["memory_limit"]
         if serializer is not None:
             config["serializer"] = serializer
         if progress is not None:
@@ -802,10 +883,28 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
 
     def __reduce__(self):
         config = dict(self._config)
+        create_iter = config["create_iter"]
         try:
-            _pickle.dumps(config["create_iter"])
-        except Exception:
-            config["create_iter"] = None  # the copy reads what is cached
+            _pickle.dumps(create_iter)
+        except Exception as e:
+            # The copy reads what is cached; a miss there raises
+            # NotCachedError saying why it has no source.
+            dropped = _Unpicklable(self.root_dir, _callable_name(create_iter),
+                                   f"{type(e).__name__}: {e}")
+            config["create_iter"] = dropped
+            config["preload_fn"] = None  # nothing to prefetch with
+            config["preload_all_async"] = False
+            config["seekable"] = False
+            if not self._warned_unpicklable:
+                self._warned_unpicklable = True
+                _warnings.warn(CacheWarning(
+                    f"pickling LoadIt({self.root_dir!r}) leaves its create_iter "
+                    f"{dropped.name} behind: it cannot be pickled ({dropped.reason}).  The copy "
+                    "(a worker process started with spawn or forkserver, for instance) reads "
+                    "only what is cached, and a record it lacks raises NotCachedError.  Define "
+                    "create_iter at module level (a functools.partial of one works too) so that "
+                    "it pickles, or start the workers with fork"), stacklevel=2)
+            return (_reopen, (config,))
         try:
             _pickle.dumps(self._preload_fn)
             config["preload_fn"] = self._preload_fn

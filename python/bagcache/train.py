@@ -149,6 +149,11 @@ class BaseDataset:
     def close(self):
         """Releases the files behind the dataset."""
 
+    def _closed_error(self):
+        """The ValueError of a read after close(), saying who closed it."""
+        by = getattr(self, "_closed_by", None)
+        return ValueError("the dataset is closed" + (f": {by}" if by else ""))
+
     def __enter__(self):
         return self
 
@@ -171,7 +176,7 @@ class NPDataset(BaseDataset):
 
     def _live(self):
         if self._array is None:
-            raise ValueError("the dataset is closed")
+            raise self._closed_error()
         return self._array
 
     def __getitem__(self, idx):
@@ -252,7 +257,7 @@ class ARDataset(BaseDataset):
 
     def _live(self):
         if self._seq is None:
-            raise ValueError("the dataset is closed")
+            raise self._closed_error()
         return self._seq
 
     def __getitem__(self, idx):
@@ -912,6 +917,13 @@ class DataLoader:
         pipe.close()
         for ds in (self.dataset, self.labelset):
             if isinstance(ds, BaseDataset):
+                try:
+                    ds._closed_by = (
+                        "the DataLoader it was given to closed it (closing a DataLoader, or "
+                        "leaving its `with` block, closes its datasets, as loaderx does); open "
+                        "the dataset again to read it after the loader")
+                except AttributeError:  # a subclass with __slots__
+                    pass
                 ds.close()
         for pool in getattr(self, "_pools", ()):
             pool.clear()  # batches still held keep their own memory

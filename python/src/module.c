@@ -20,6 +20,9 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "core/bcpy.h"
 
@@ -75,6 +78,7 @@ PyObject *bcpy_raise(int code, const char *message) {
 
 /* Sets the exception for `code` (see bcpy_raise_errno). */
 static void set_exception(int code, int sys_errno, const char *message);
+static void set_nondet(const char *message);
 
 PyObject *bcpy_raise_errno(int code, int sys_errno, const char *message) {
   set_exception(code, sys_errno, message);
@@ -123,7 +127,33 @@ static void set_exception(int code, int sys_errno, const char *message) {
     }
     return;
   }
+  if (code == BC_ENONDET && strstr(message, "cache clear") == NULL) {
+    set_nondet(message);
+    return;
+  }
   PyErr_SetString(error_type(code), message);
+}
+
+/* NondeterministicError, saying how to start over.  The engine's messages
+ * begin with the root ("ROOT: shard 3 ..."): the advice names it when
+ * that prefix is a cache's directory. */
+static void set_nondet(const char *message) {
+  const char *colon = strstr(message, ": ");
+  char root[4096] = "";
+  if (colon != NULL && (size_t)(colon - message) + sizeof "/metadata.json" < sizeof root) {
+    char meta[4096 + sizeof "/metadata.json"];
+    memcpy(root, message, (size_t)(colon - message));
+    root[colon - message] = '\0';
+    snprintf(meta, sizeof meta, "%s/metadata.json", root);
+    struct stat st;
+    if (stat(meta, &st) != 0) root[0] = '\0';
+  }
+  size_t n = strlen(message);
+  PyErr_Format(bcpy_NondeterministicError,
+               "%s%s  If the source changed since the cache was filled, start over: "
+               "delete what is cached with `bagcache cache clear %s` (no process may "
+               "be using it), or give LoadIt a new root_dir",
+               message, n > 0 && message[n - 1] == '.' ? "" : ".", root[0] ? root : "ROOT");
 }
 
 /* ---- Ctrl-C ----------------------------------------------------------------
@@ -243,9 +273,23 @@ static PyObject *version(PyObject *mod, PyObject *unused) {
   return PyUnicode_FromString(bc_version());
 }
 
+/* bc_parse_size for Python's size strings: the CLI's parser. */
+static PyObject *parse_size(PyObject *mod, PyObject *arg) {
+  (void)mod;
+  const char *text = PyUnicode_AsUTF8(arg);
+  if (text == NULL) return NULL;
+  uint64_t n = 0;
+  int rc = bc_parse_size(text, &n);
+  if (rc != 0) return bcpy_raise(rc, NULL);
+  return PyLong_FromUnsignedLongLong(n);
+}
+
 static PyMethodDef module_methods[] = {
     {"version", version, METH_NOARGS,
      "version() -> str\n\nThe version of the bagcache library in use."},
+    {"parse_size", parse_size, METH_O,
+     "parse_size(text) -> int\n\nBytes in a size such as '64mb', '2GiB', '1.5 GB' (powers of "
+     "1024, any case; the CLI's SIZE); ValueError otherwise."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {

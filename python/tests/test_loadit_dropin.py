@@ -45,7 +45,8 @@ def test_memory_limit_accepts_real_numbers_and_sizes(tmp_path, limit, expected):
     (-1, ValueError), (-0.5, ValueError), (0, ValueError), (0.5, ValueError),
     (math.nan, ValueError), (math.inf, ValueError), (-math.inf, ValueError),
     (np.float64("nan"), ValueError), (2.0**64, ValueError), (2**64 - 1, ValueError),
-    ("0gb", ValueError), ("1.5gb", ValueError), ("16 tb", ValueError), ("lots", ValueError),
+    ("0gb", ValueError), ("1.5xb", ValueError), ("16 t b", ValueError), ("lots", ValueError),
+    ("gb", ValueError), ("1e3", ValueError), ("-1k", ValueError), ("1k\0", ValueError),
     (True, TypeError), ([1], TypeError), (b"16gb", TypeError), (1 + 2j, TypeError),
 ])
 def test_memory_limit_rejects_what_is_not_a_size(tmp_path, limit, error):

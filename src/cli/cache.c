@@ -43,42 +43,12 @@ int cli_cache_main(int argc, char **argv) {
   return cli_dispatch(cache_commands, cache_usage, argc, argv);
 }
 
+/* The library's size parser (bagcache.h): Python's memory_limit and
+ * max_shard_length strings read the same. */
 bool cli_parse_size(const char *s, uint64_t *out) {
-  uint64_t value = 0;
-  const char *p = s;
-  if (*p < '0' || *p > '9') return false;
-  for (; *p >= '0' && *p <= '9'; p++) {
-    unsigned digit = (unsigned)(*p - '0');
-    if (value > (UINT64_MAX - digit) / 10) return false;
-    value = value * 10 + digit;
-  }
-  unsigned shift = 0;
-  switch (*p) {
-    case '\0':
-      break;
-    case 'k':
-    case 'K':
-      shift = 10;
-      break;
-    case 'm':
-    case 'M':
-      shift = 20;
-      break;
-    case 'g':
-    case 'G':
-      shift = 30;
-      break;
-    case 't':
-    case 'T':
-      shift = 40;
-      break;
-    default:
-      return false;
-  }
-  if (*p && p[1] != '\0') return false;
-  if (shift && value > UINT64_MAX >> shift) return false;
-  *out = value << shift;
-  return true;
+  int rc = bc_parse_size(s, out);
+  if (rc != 0) bc_error_clear(); /* the caller reports a usage error of its own */
+  return rc == 0;
 }
 
 static const struct option root_options[] = {

@@ -113,8 +113,9 @@ static const char fill_usage[] =
     "                            error with --tee)\n"
     "  -h, --help                show this help\n"
     "\n"
-    "SIZE is a number of bytes with an optional suffix K, M, G or T (powers\n"
-    "of 1024).  The shard length and compression of an existing cache are\n"
+    "SIZE is a number of bytes (decimals allowed) with an optional unit k, m,\n"
+    "g, t or p, any case, also spelled kb/kib, mb/mib, ... (all powers of\n"
+    "1024): 64M, 2GiB, 512k, \"1.5 GB\".  The shard length and compression of an existing cache are\n"
     "kept (a notice says so when the options differ).\n";
 
 static const struct option fill_options[] = {

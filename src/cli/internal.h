@@ -251,9 +251,10 @@ bool cli_base64_decode(const char *in, size_t n, unsigned char *out,
 
 /* ---- caches (cache.c) ------------------------------------------------- */
 
-/* A byte count: decimal digits with an optional suffix K, M, G or T (either
- * case; powers of 1024), e.g. "512", "64M", "10G".  Returns false for
- * anything else and on overflow. */
+/* A byte count as bc_parse_size reads it (a number, decimals allowed, with
+ * an optional unit k, m, g, t, p, or kb/kib, ...: powers of 1024, any
+ * case), e.g. "512", "64M", "10G", "1.5 GiB".  Returns false for anything
+ * else and on overflow (the library's error cleared). */
 bool cli_parse_size(const char *s, uint64_t *out);
 
 /* Parses "COMMAND [--help] ROOT" (no other options): *root points into

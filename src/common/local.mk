@@ -11,4 +11,5 @@ BC_COMMON_SOURCES = \
 	src/common/crc32c.h \
 	src/common/xxh64.c \
 	src/common/version.c \
+	src/common/size.c \
 	src/common/guard.c

@@ -194,6 +194,27 @@ want_rc 0
 check grep -q '^disk limit: none$' out
 check [ "$(ls lim/shards | wc -l)" -eq 16 ]
 
+t "--limit and --shard-size read sizes as people write them (Python's parser)"
+for pair in "1.5 GB:1610612736" "2GiB:2147483648" "2g:2147483648" "512k:524288" \
+  "512KiB:524288" "64mb:67108864" "100:100" "0.5 m:524288"; do
+  text=${pair%:*}
+  bytes=${pair##*:}
+  rm -rf sz
+  bc cache fill sz --shard-records 4 --limit "$text" -- seq 1 10
+  want_rc 0
+  bc cache info sz
+  check grep -q "^disk limit: $bytes\$" out
+done
+rm -rf sz
+bc cache fill sz --shard-size "1.5k" -- seq 1 10
+want_rc 0
+for bad in 1.5.2g 1kk "1 k b" -1k 1e3 k; do
+  bc cache fill bad --limit "$bad" -- seq 1 10
+  want_rc 2
+  want_err "invalid limit '$bad'"
+  check [ ! -e bad ]
+done
+
 t "a limit smaller than two shards is refused"
 bc cache fill tiny --limit 1K -- seq 1 10
 want_rc 1

@@ -821,6 +821,29 @@ static void lobj_leave(bcpy_lobj *v) {
 }
 
 static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index);
+static PyObject *range_error(bcpy_lobj *self, const char *detail);
+
+/* Raises the error `rc` of reading an item.  Out of range, the sequence
+ * layer names the sequence's type ("cache: index ...", "slice: ..."): the
+ * message names the root instead. */
+static PyObject *item_error(bcpy_lobj *self, int rc) {
+  const char *detail = rc == BC_ERANGE ? strstr(bc_errmsg(), "index ") : NULL;
+  Py_ssize_t n = 0;
+  const char *root = detail != NULL ? PyUnicode_AsUTF8AndSize(self->core->root, &n) : NULL;
+  if (detail != NULL && root == NULL) PyErr_Clear(); /* not UTF-8: not in the message */
+  if (detail == NULL || (root != NULL && strncmp(bc_errmsg(), root, (size_t)n) == 0))
+    return bcpy_raise(rc, NULL);
+  range_error(self, detail);
+  bc_error_clear();
+  return NULL;
+}
+
+/* IndexError for an index out of range, naming the root (a view's too):
+ * `detail` is the "index ... out of range ..." part. */
+static PyObject *range_error(bcpy_lobj *self, const char *detail) {
+  return PyErr_Format(PyExc_IndexError, "%U%s: %s", self->core->root,
+                      self->parent != NULL ? " (a view of it)" : "", detail);
+}
 
 /* Record `index` (negative counts from the end).  A close in another
  * thread meanwhile leaves self->seq to this call to drop. */
@@ -837,10 +860,12 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   if (index < 0) { /* cheap when the end is already known */
     bc_len l;
     if (bc_seq_length(self->seq, false, &l) == 0 && l.kind == BC_LEN_EXACT) {
-      if ((uint64_t)(-(index + 1)) >= l.value)
-        return PyErr_Format(PyExc_IndexError, "index %lld out of range [-%llu, %llu)",
-                            (long long)index, (unsigned long long)l.value,
-                            (unsigned long long)l.value);
+      if ((uint64_t)(-(index + 1)) >= l.value) {
+        char detail[128];
+        snprintf(detail, sizeof detail, "index %lld out of range [-%llu, %llu)",
+                 (long long)index, (unsigned long long)l.value, (unsigned long long)l.value);
+        return range_error(self, detail);
+      }
       index += (int64_t)l.value;
     }
   }
@@ -851,7 +876,7 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
     bc_seq *leaf;
     uint64_t li;
     int rc = bc_seq_resolve(self->seq, index, &leaf, &li);
-    if (rc != 0) return bcpy_raise(rc, NULL);
+    if (rc != 0) return item_error(self, rc);
     if (leaf == core->seq && core->R != 0) {
       seq = leaf;
       at = (int64_t)li;
@@ -870,7 +895,7 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   Py_END_ALLOW_THREADS
   if (rc != 0) {
     bcpy_scratch_give(buf, &fallback);
-    return bcpy_raise(rc, NULL);
+    return item_error(self, rc);
   }
   PyObject *result = to_record(core, buf);
   bcpy_scratch_give(buf, &fallback);

@@ -1,0 +1,276 @@
+"""What a new user meets (issue 26): size strings as people write them, a
+disk limit that None removes, a misspelled keyword, an index out of
+range, a source that cannot be pickled, a sharded Writer spec, datasets a
+DataLoader closed, a NondeterministicError that says how to start over,
+a fingerprint of the source kept with the root, and a length= that is a
+hint."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import bagcache
+from bagcache import CacheWarning, LoadIt, NondeterministicError, NotCachedError
+
+from loadit_helpers import Shifted, Source, item
+
+
+def model(n):
+    return [item(i) for i in range(n)]
+
+
+def meta(root):
+    with open(os.path.join(root, "metadata.json")) as f:
+        return json.load(f)
+
+
+# ---- size strings -------------------------------------------------------------------
+
+
+SIZES = [
+    ("2g", 2 << 30), ("2G", 2 << 30), ("2GiB", 2 << 30), ("2 gib", 2 << 30), ("2GB", 2 << 30),
+    ("512k", 512 << 10), ("512K", 512 << 10), ("512kb", 512 << 10), ("512KiB", 512 << 10),
+    ("1.5 GB", 3 << 29), ("1.5gb", 3 << 29), ("0.5m", 1 << 19), (".5m", 1 << 19),
+    ("64mb", 64 << 20), ("64MB", 64 << 20), (" 3kb ", 3 << 10), ("1t", 1 << 40),
+    ("1.25 TiB", 5 << 38), ("2p", 2 << 50), ("100", 100), ("100b", 100), ("100 B", 100),
+    ("1.9", 1),  # a fraction of a byte is rounded down
+    ("1.0000001k", 1024), ("0.001k", 1),
+]
+
+
+@pytest.mark.parametrize("text, expected", SIZES)
+def test_size_strings_people_write(tmp_path, text, expected):
+    loader = LoadIt(str(tmp_path / "r"), Source(5), max_shard_length=5, memory_limit=text)
+    assert loader.stats()["disk_limit"] == expected
+    loader.close()
+    assert bagcache._bagcache.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "k", "1.5.2k", "1kk", "1 k b", "1e3", "-1k", "1x",
+                                  "0x10", "1,5k", "16777216p", "18446744073709551616"])
+def test_size_strings_refused(tmp_path, text):
+    with pytest.raises(ValueError, match="memory_limit must be a number of bytes or a size"):
+        LoadIt(str(tmp_path / "r"), Source(5), memory_limit=text)
+    assert not os.path.exists(tmp_path / "r")
+
+
+def test_shard_length_size_strings(tmp_path):
+    loader = LoadIt(str(tmp_path / "r"), Source(400), max_shard_length="1.5 KiB")
+    # The estimate is from the first 16 records: records of about 90 bytes
+    # give some 16 a shard; what matters is that "1.5 KiB" is 1536 bytes.
+    assert list(loader) == model(400)
+    small = LoadIt(str(tmp_path / "s"), Source(400), max_shard_length="0.75k")
+    assert 1 <= small.shards.max_shard_length < loader.shards.max_shard_length
+
+
+# ---- memory_limit=None removes the stored limit ----------------------------------
+
+
+def test_memory_limit_none_removes_the_stored_limit(tmp_path):
+    root = str(tmp_path / "r")
+    limited = LoadIt(root, Source(40), max_shard_length=5, memory_limit="10kb")
+    assert limited.stats()["disk_limit"] == 10 << 10
+    limited.close()
+    kept = LoadIt(root, Source(40), max_shard_length=5)  # omitted: the stored one holds
+    assert kept.stats()["disk_limit"] == 10 << 10
+    # A copy of a loader that did not give a limit keeps the stored one too.
+    copy = pickle.loads(pickle.dumps(kept))
+    assert copy.stats()["disk_limit"] == 10 << 10
+    copy.close()
+    kept.close()
+    free = LoadIt(root, Source(40), max_shard_length=5, memory_limit=None)
+    assert free.stats()["disk_limit"] == 0
+    assert list(free) == model(40) and free.stats()["shards_present"] == 8
+    free.close()
+    later = LoadIt(root, Source(40), max_shard_length=5)
+    assert later.stats()["disk_limit"] == 0  # gone for the processes that follow
+    later.close()
+
+
+# ---- a misspelled keyword ----------------------------------------------------------
+
+
+def test_misspelled_keyword_names_loadit_and_the_close_match(tmp_path):
+    root = str(tmp_path / "r")
+    with pytest.raises(TypeError) as e:
+        LoadIt(root, Source(5), memory_limt="1g")
+    assert str(e.value) == ("LoadIt() got an unexpected keyword argument 'memory_limt' "
+                            "(did you mean 'memory_limit'?)")
+    with pytest.raises(TypeError, match=r"'serialiser' \(did you mean 'serializer'\?\)"):
+        LoadIt(root, Source(5), serialiser="raw")  # a keyword of bagcache's own
+    with pytest.raises(TypeError, match=r"'zzzz'; its arguments are root_dir, create_iter"):
+        LoadIt(root, Source(5), zzzz=1)
+    with pytest.raises(TypeError, match=r"^LoadIt\(\) takes from 1 to 13 positional"):
+        LoadIt(root, Source(5), *range(13))
+    assert not os.path.exists(root)
+
+
+# ---- an index out of range names the root ------------------------------------------
+
+
+def test_index_out_of_range_names_the_root(tmp_path):
+    root = str(tmp_path / "r")
+    loader = LoadIt(root, Source(30), max_shard_length=10)
+    for i in (-31, -100):  # the length is found first, then refused
+        with pytest.raises(IndexError) as e:
+            loader[i]
+        assert str(e.value) == f"{root}: index {i} out of range [-30, 30)"
+    for i in (30, 100):
+        with pytest.raises(IndexError) as e:
+            loader[i]
+        assert str(e.value) == f"{root}: index {i} out of range [0, 30)"
+    view = loader[5:10]
+    with pytest.raises(IndexError) as e:
+        view[5]
+    assert str(e.value) == f"{root} (a view of it): index 5 out of range [0, 5)"
+    with pytest.raises(IndexError) as e:
+        view[-6]
+    assert str(e.value) == f"{root} (a view of it): index -6 out of range [-5, 5)"
+    loader.close()
+    ro = LoadIt(root)
+    with pytest.raises(IndexError, match=f"^{root}: index -31 out of range"):
+        ro[-31]
+    ro.close()
+
+
+# ---- pickling without the source ----------------------------------------------------
+
+
+def test_pickling_an_unpicklable_source_warns_and_the_copy_says_why(tmp_path):
+    root = str(tmp_path / "r")
+
+    def local_source():
+        return iter(range(50))
+
+    loader = LoadIt(root, local_source, max_shard_length=10, preload_fn=None)
+    assert loader[15] == 15
+    with pytest.warns(CacheWarning) as w:
+        data = pickle.dumps(loader)
+    assert len(w) == 1
+    text = str(w[0].message)
+    assert "test_pickling_an_unpicklable_source_warns_and_the_copy_says_why.<locals>." \
+           "local_source" in text and "cannot be pickled" in text and root in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pickle.dumps(loader)  # warned once per loader
+    copy = pickle.loads(data)
+    assert copy[12] == 12  # what is cached reads
+    with pytest.raises(NotCachedError) as e:
+        copy[30]
+    assert "could not be pickled" in str(e.value) and "local_source" in str(e.value)
+    assert isinstance(e.value, IndexError)
+    # A copy of the copy says the same.
+    again = pickle.loads(pickle.dumps(copy))
+    with pytest.raises(NotCachedError, match="could not be pickled"):
+        again[40]
+    for x in (again, copy, loader):
+        x.close()
+
+
+SPAWNED = r"""
+import pickle, sys
+sys.path.insert(0, sys.argv[1])
+import bagcache
+copy = pickle.loads(sys.stdin.buffer.read())
+print(copy[3])
+try:
+    copy[45]
+except bagcache.NotCachedError as e:
+    print("NotCachedError:", e)
+"""
+
+
+def test_a_spawned_process_learns_why_it_has_no_source(tmp_path):
+    root = str(tmp_path / "r")
+    loader = LoadIt(root, lambda: iter(range(50)), max_shard_length=10, preload_fn=None)
+    assert loader[3] == 3
+    with pytest.warns(CacheWarning, match="<lambda>"):
+        data = pickle.dumps(loader)
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-c", SPAWNED, here], input=data,
+                       capture_output=True, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert out.startswith("3\nNotCachedError: ")
+    assert "<lambda>" in out and "could not be pickled" in out
+    loader.close()
+
+
+# ---- Writer and a sharded spec -----------------------------------------------------
+
+
+def test_writer_refuses_a_sharded_spec(tmp_path):
+    spec = str(tmp_path / "s@4.bagz")
+    with pytest.raises(ValueError) as e:
+        bagcache.Writer(spec)
+    msg = str(e.value)
+    assert "sharded spec" in msg and "s-00000-of-00004.bagz" in msg
+    assert "s-00003-of-00004.bagz" in msg and "bagz has no sharded writer" in msg
+    with pytest.raises(ValueError, match="s-00000-of-NNNNN.bag"):
+        bagcache.Writer(str(tmp_path / "s@*.bag"))
+    with pytest.raises(ValueError, match="sharded spec"):
+        bagcache.Writer("posix:" + str(tmp_path / "t@2.bagz"))
+    assert os.listdir(tmp_path) == []
+    # What the message says to do reads back as the set.
+    for i in range(4):
+        with bagcache.Writer(str(tmp_path / f"s-{i:05d}-of-00004.bagz")) as w:
+            w.write(b"r%d" % i)
+    assert list(bagcache.Reader(spec)) == [b"r0", b"r1", b"r2", b"r3"]
+    # '@' that is not a shard count stays a plain name, as for the Reader.
+    for name in ("a@0.bag", "b@x.bag", "c@100000.bag", "d@/e.bag"):
+        path = tmp_path / name
+        path.parent.mkdir(exist_ok=True)
+        with bagcache.Writer(str(path)) as w:
+            w.write(b"x")
+        assert list(bagcache.Reader(str(path))) == [b"x"]
+
+
+# ---- datasets a DataLoader closed ------------------------------------------------------
+
+
+def test_dataset_closed_by_the_loader_says_so(tmp_path):
+    ds = bagcache.NPDataset(np.arange(40, dtype=np.int64).reshape(20, 2))
+    lab = bagcache.NPDataset(np.arange(20, dtype=np.int64))
+    with bagcache.DataLoader(ds, lab, batch_size=4, num_epochs=1) as loader:
+        batches = list(loader)
+    assert len(batches) == 5
+    for d in (ds, lab):
+        with pytest.raises(ValueError) as e:
+            d[0]
+        assert str(e.value).startswith("the dataset is closed: the DataLoader it was given "
+                                       "to closed it")
+    mine = bagcache.NPDataset(np.arange(4, dtype=np.int64))
+    mine.close()
+    with pytest.raises(ValueError) as e:
+        mine[0]
+    assert str(e.value) == "the dataset is closed"  # closed by its owner: nothing more
+
+
+# ---- NondeterministicError says how to start over --------------------------------------
+
+
+def test_nondeterministic_error_says_how_to_start_over(tmp_path):
+    shift = tmp_path / "shift"
+    shift.write_text("0")
+    root = str(tmp_path / "c")
+    loader = LoadIt(Shifted(50, str(shift)), root_dir=root, max_shard_length=10,
+                    preload_fn=None)
+    assert loader[15] == item(15)
+    loader.close()
+    os.remove(os.path.join(root, "shards", "10.20.bag"))
+    shift.write_text("1")
+    again = LoadIt(Shifted(50, str(shift)), root_dir=root, max_shard_length=10,
+                   preload_fn=None)
+    with pytest.raises(NondeterministicError) as e:
+        again[12]
+    msg = str(e.value)
+    assert "shard 1 (records 10..20)" in msg
+    assert f"start over: delete what is cached with `bagcache cache clear {root}`" in msg
+    assert "or give LoadIt a new root_dir" in msg
+    again.close()
