@@ -694,7 +694,7 @@ static void test_options_versions(void **state) {
               ri.max_record_size == 0);
   assert_true(ci.version == co.version && ci.shard_records == 0 &&
               ci.compression == BC_COMPRESSION_AUTO && ci.prefetch == NULL &&
-              ci.info_json == NULL && ci.known_length == -1 &&
+              ci.info_json == NULL && ci.known_length == -1 && ci.fingerprint_json == NULL &&
               ci.max_passes == 0 && !ci.make_parents && !ci.preload_all);
   assert_true(si.version == so.version && si.length == NULL && si.get == NULL &&
               si.fixed_length.kind == BC_LEN_EXACT && si.fixed_length.value == 0 &&

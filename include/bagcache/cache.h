@@ -107,7 +107,8 @@ typedef size_t (*bc_prefetch_fn)(void *payload, uint64_t index,
 
 /* Versioned: initialize with BC_CACHE_OPTIONS_INIT or
  * bc_cache_options_init(); NULL options mean the defaults. */
-#define BC_CACHE_OPTIONS_VERSION 3 /* (1: up to max_passes; 2: up to publish_behind) */
+#define BC_CACHE_OPTIONS_VERSION 4 /* (1: up to max_passes; 2: up to publish_behind;
+                                       3: up to evict_ahead) */
 
 typedef struct bc_cache_options {
   /* BC_CACHE_OPTIONS_VERSION: set by BC_CACHE_OPTIONS_INIT and
@@ -146,7 +147,12 @@ typedef struct bc_cache_options {
   bool preload_all;       /* drain the whole source in the background */
   const char *info_json;  /* user info (any JSON text) for metadata.json;
                              NULL keeps what is there */
-  int64_t known_length;   /* the source's length if known, else -1 */
+  /* The source's length if known, else -1: a hint, stored with a new root
+   * (metadata.json's "length_hint", bc_cache_length_hint) for callers to
+   * use until the length is found (the Python binding's len()).  The
+   * engine never takes it for the length: the source ending before it or
+   * going on past it is not an error. */
+  int64_t known_length;
   unsigned file_mode;     /* mode of created files; 0 = 0644 */
   /* Create the root's missing parent directories too (as mkdir -p), each
    * like the root itself (mode 0755 less the umask).  false: a missing
@@ -173,11 +179,18 @@ typedef struct bc_cache_options {
    * on a memory file system (tmpfs, ramfs), where removing a file costs
    * about nothing and the shard of room costs hits. */
   int evict_ahead;
+  /* The source's fingerprint: any JSON text (a version string, a hash of
+   * the preprocessing's configuration), or NULL for no check.  A new root
+   * stores it in metadata.json ("fingerprint"), as does an existing root
+   * without one; a root holding another (not an equal JSON value) is
+   * refused with BC_ENONDET, since its records came from another source.
+   * Not JSON: BC_EINVAL.  Options of version 1 to 3 have none. */
+  const char *fingerprint_json;
 } bc_cache_options;
 
 #define BC_CACHE_OPTIONS_INIT \
   {BC_CACHE_OPTIONS_VERSION, 0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, \
-   NULL, 0, false, NULL, -1, 0, false, 0, true, 0}
+   NULL, 0, false, NULL, -1, 0, false, 0, true, 0, NULL}
 
 /* Sets *opts to BC_CACHE_OPTIONS_INIT; BC_EINVAL unless `version` is
  * BC_CACHE_OPTIONS_VERSION. */
@@ -485,6 +498,12 @@ int bc_cache_info(bc_cache *cache, char **json);
 
 /* Replaces the user info (any JSON text), atomically in metadata.json. */
 int bc_cache_set_info(bc_cache *cache, const char *json);
+/* The source's fingerprint stored in metadata.json (compact JSON text,
+ * malloc'd: free() it), or NULL in *json when it has none. */
+int bc_cache_fingerprint(bc_cache *cache, char **json);
+/* The length hint stored in metadata.json (the known_length the root was
+ * created with), or -1 when there is none. */
+int bc_cache_length_hint(bc_cache *cache, int64_t *hint);
 
 /* Checks every present shard against its recorded size and checksum.
  * 0 when all match; otherwise the first problem, with the shard's start in

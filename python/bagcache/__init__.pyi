@@ -3,7 +3,7 @@
 import enum
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, TypedDict, TypeVar, overload
+from typing import Any, ClassVar, Literal, TypedDict, TypeVar, overload
 
 import numpy
 import numpy.typing
@@ -254,7 +254,7 @@ class LoadIt(Sequence[Any]):
         max_shard_length: int | str = "64mb",
         max_cache_size: int = 128,
         max_workers: int = 1,
-        memory_limit: float | str | None = None,
+        memory_limit: float | str | None = ...,
         compression: str | int | None = None,
         preload_fn: Callable[[LoadIt, int], Iterable[Any]] | None = ...,
         preload_all_async: bool = False,
@@ -269,6 +269,8 @@ class LoadIt(Sequence[Any]):
         max_passes: int | None = None,
         publish_behind: bool = True,
         evict_ahead: bool | None = None,
+        fingerprint: Any = None,
+        on_mismatch: Literal["raise", "clear"] = "raise",
     ) -> None: ...
     @overload
     def __init__(
@@ -279,7 +281,7 @@ class LoadIt(Sequence[Any]):
         max_shard_length: int | str = "64mb",
         max_cache_size: int = 128,
         max_workers: int = 1,
-        memory_limit: float | str | None = None,
+        memory_limit: float | str | None = ...,
         compression: str | int | None = None,
         preload_fn: Callable[[LoadIt, int], Iterable[Any]] | None = ...,
         preload_all_async: bool = False,
@@ -293,6 +295,8 @@ class LoadIt(Sequence[Any]):
         max_passes: int | None = None,
         publish_behind: bool = True,
         evict_ahead: bool | None = None,
+        fingerprint: Any = None,
+        on_mismatch: Literal["raise", "clear"] = "raise",
     ) -> None: ...
     @overload
     def __getitem__(self, key: int) -> Any: ...
@@ -315,6 +319,7 @@ class LoadIt(Sequence[Any]):
     def writer_pool(self) -> _WriterPool: ...
     @property
     def closed(self) -> bool: ...
+    def fingerprint(self) -> Any: ...
     def info(self) -> Any: ...
     def set_info(self, info: Any) -> None: ...
     def all_cached_to_disk(self) -> bool: ...

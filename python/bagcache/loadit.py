@@ -587,6 +587,70 @@ def _reopen(config):
     return LoadIt(**config)
 
 
+def _open_core(root, create_iter, **options):
+    """_CacheCore(root, create_iter, **options); a fingerprint that differs
+    from the root's says how to clear it from here."""
+    try:
+        return _bagcache._CacheCore(root, create_iter, **options)
+    except NondeterministicError as e:
+        if options.get("fingerprint_json") is None or "fingerprint is" not in str(e):
+            raise
+        raise NondeterministicError(
+            f"{e}; or pass on_mismatch='clear' to clear it and fill it again") from None
+
+
+def _canonical_json(text):
+    """JSON text in one spelling (sorted keys, no spaces) for comparing."""
+    return _json.dumps(_json.loads(text), sort_keys=True, separators=(",", ":"),
+                       allow_nan=False)
+
+
+def _fingerprint_json(fingerprint, on_mismatch, create_iter):
+    """The fingerprint as JSON text for the engine (None: no check)."""
+    if on_mismatch not in ("raise", "clear"):
+        raise ValueError(f"on_mismatch must be 'raise' or 'clear', not {on_mismatch!r}")
+    if fingerprint is None:
+        return None
+    if on_mismatch == "clear" and create_iter is None:
+        raise ValueError("on_mismatch='clear' needs a create_iter to fill the cache again")
+    try:
+        return _json.dumps(fingerprint, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"fingerprint must be a JSON value (str, number, list, dict, ...): "
+                        f"{e}") from None
+
+
+def _clear_if_mismatched(root, fingerprint_json):
+    """on_mismatch='clear': deletes the cache at root when it holds another
+    fingerprint, with a CacheWarning.  Returns (disk limit, user info JSON)
+    the root had stored, for the new cache to keep, or None when nothing
+    was cleared."""
+    try:
+        with open(_os.path.join(root, "metadata.json"), encoding="utf-8") as f:
+            stored = _json.load(f).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None  # no root, or one the engine will judge
+    if stored is None or _canonical_json(_json.dumps(stored)) == fingerprint_json:
+        return None
+    real = _os.path.realpath(root)
+    for other in list(_live):
+        if not other.closed and _os.path.realpath(other.root) == real:
+            raise ValueError(
+                f"{root}: its fingerprint differs and on_mismatch='clear' would clear it, but "
+                "a LoadIt of this process still has it open: close that one first")
+    probe = _bagcache._CacheCore(root, None)
+    try:
+        kept = (probe.stats()["disk_limit"], probe.info())
+    finally:
+        probe.close()
+    _bagcache._CacheCore.clear_root(root)
+    _warnings.warn(CacheWarning(
+        f"{root}: cleared (on_mismatch='clear'): it was filled from a source whose "
+        f"fingerprint is {_json.dumps(stored)}, and this one's is {fingerprint_json}; "
+        "it fills again from create_iter"), stacklevel=3)
+    return kept
+
+
 def _callable_name(fn):
     """How a warning names a callable: module.qualname, or its repr."""
     qualname = getattr(fn, "__qualname__", None)
@@ -623,7 +687,8 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
     __bool__ = _nonempty
 
     def __init__(self, *args, serializer=None, progress=None, seekable=None,
-                 max_passes=None, publish_behind=True, evict_ahead=None, **kwargs):
+                 max_passes=None, publish_behind=True, evict_ahead=None, fingerprint=None,
+                 on_mismatch="raise", **kwargs):
         args = list(args)
         if args and not _is_path(args[0]) and args[0] is not None:
             # loadit's README form: LoadIt(create_iter, root_dir=...).
@@ -681,8 +746,16 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             raise FileNotFoundError(
                 f"{root}: no cache there, and no create_iter to fill one"
             )
+        fingerprint_json = _fingerprint_json(fingerprint, on_mismatch, create_iter)
+        if fingerprint_json is not None and on_mismatch == "clear":
+            kept = _clear_if_mismatched(root, fingerprint_json)
+            if kept is not None:  # cleared: what the root had stored still holds
+                if memory_limit is None and disk_limit == 0:
+                    disk_limit = kept[0]
+                if info_json is None:
+                    info_json = kept[1]
 
-        core = _bagcache._CacheCore(
+        core = _open_core(
             root,
             create_iter,
             dumps=dumps,
@@ -707,6 +780,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             prefetch_shards=_prefetch_depth(p["preload_fn"], max_workers),
             publish_behind=bool(publish_behind),
             evict_ahead=0 if evict_ahead is None else 1 if evict_ahead else -1,
+            fingerprint_json=fingerprint_json,
         )
         self._open(core)
         _live.add(core)
@@ -729,6 +803,9 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
             config["publish_behind"] = False
         if evict_ahead is not None:
             config["evict_ahead"] = evict_ahead
+        if fingerprint is not None:
+            config["fingerprint"] = fingerprint
+            config["on_mismatch"] = on_mismatch
         self._config = config
         self._progress = progress
         # The background drain's line, unless all is cached already.
@@ -788,6 +865,12 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
     def info(self):
         """The user info stored with the cache (read from disk each time)."""
         return _json.loads(self._core.info())
+
+    def fingerprint(self):
+        """The source's fingerprint stored with the cache (read from disk
+        each time), or None when it has none."""
+        text = self._core.fingerprint()
+        return None if text is None else _json.loads(text)
 
     def set_info(self, info):
         """Stores ``info`` (JSON-serializable) with the cache, atomically."""

@@ -149,11 +149,13 @@ static void set_nondet(const char *message) {
     if (stat(meta, &st) != 0) root[0] = '\0';
   }
   size_t n = strlen(message);
+  bool known = strstr(message, "changed since the cache was filled") != NULL;
   PyErr_Format(bcpy_NondeterministicError,
-               "%s%s  If the source changed since the cache was filled, start over: "
-               "delete what is cached with `bagcache cache clear %s` (no process may "
-               "be using it), or give LoadIt a new root_dir",
-               message, n > 0 && message[n - 1] == '.' ? "" : ".", root[0] ? root : "ROOT");
+               "%s%s  %s start over: delete what is cached with `bagcache cache clear %s` "
+               "(no process may be using it), or give LoadIt a new root_dir",
+               message, n > 0 && message[n - 1] == '.' ? "" : ".",
+               known ? "To" : "If the source changed since the cache was filled,",
+               root[0] ? root : "ROOT");
 }
 
 /* ---- Ctrl-C ----------------------------------------------------------------

@@ -271,6 +271,193 @@ def test_nondeterministic_error_says_how_to_start_over(tmp_path):
         again[12]
     msg = str(e.value)
     assert "shard 1 (records 10..20)" in msg
-    assert f"start over: delete what is cached with `bagcache cache clear {root}`" in msg
+    assert (f"If the source changed since the cache was filled, start over: delete what is "
+            f"cached with `bagcache cache clear {root}` (no process may be using it)") in msg
     assert "or give LoadIt a new root_dir" in msg
     again.close()
+
+
+# ---- the source's fingerprint -----------------------------------------------------------
+
+
+def make_a():
+    return (("A", i) for i in range(1000))
+
+
+def make_b():
+    return (("B", i) for i in range(500))
+
+
+def test_fingerprint_refuses_another_source(tmp_path):
+    root = str(tmp_path / "r")
+    a = LoadIt(root, make_a, max_shard_length=100, fingerprint="v1")
+    assert a[5] == ("A", 5) and len(a) == 1000
+    assert a.fingerprint() == "v1" and meta(root)["fingerprint"] == "v1"
+    a.close()
+    with pytest.raises(NondeterministicError) as e:
+        LoadIt(root, make_b, max_shard_length=100, fingerprint="v2")
+    msg = str(e.value)
+    assert msg.startswith(f"{root}: the cache was filled from a source whose fingerprint is "
+                          '"v1", and this one\'s is "v2": the source changed since the cache '
+                          "was filled.  To start over: delete what is cached with "
+                          f"`bagcache cache clear {root}`")
+    assert msg.endswith("or pass on_mismatch='clear' to clear it and fill it again")
+    assert isinstance(e.value, ValueError)
+    # Nothing changed; the same fingerprint (or none: no check) opens it.
+    again = LoadIt(root, make_a, max_shard_length=100, fingerprint="v1")
+    assert again[250] == ("A", 250) and len(again) == 1000
+    again.close()
+    unchecked = LoadIt(root, max_shard_length=100)
+    assert unchecked.fingerprint() == "v1" and unchecked[5] == ("A", 5)
+    unchecked.close()
+    # A pickled copy carries the fingerprint and checks it again.
+    copy = pickle.loads(pickle.dumps(LoadIt(root, make_a, fingerprint="v1")))
+    assert copy._config["fingerprint"] == "v1" and copy[7] == ("A", 7)
+    copy.close()
+
+
+def test_fingerprint_values_compare_as_json(tmp_path):
+    root = str(tmp_path / "r")
+    cfg = {"resize": 224, "steps": ["crop", "flip"], "v": 1.5}
+    LoadIt(root, make_a, max_shard_length=100, fingerprint=cfg).close()
+    assert meta(root)["fingerprint"] == cfg
+    same = {"v": 1.5, "steps": ["crop", "flip"], "resize": 224}  # another key order
+    LoadIt(root, make_a, max_shard_length=100, fingerprint=same).close()
+    with pytest.raises(NondeterministicError, match="fingerprint is"):
+        LoadIt(root, make_a, fingerprint=dict(cfg, resize=256))
+    with pytest.raises(NondeterministicError, match="fingerprint is"):
+        LoadIt(root, make_a, fingerprint=("crop",))  # a list is not a dict
+    # A root without a fingerprint takes the first one given.
+    bare = str(tmp_path / "bare")
+    LoadIt(bare, make_a, max_shard_length=100).close()
+    assert "fingerprint" not in meta(bare)
+    LoadIt(bare, make_a, fingerprint=7).close()
+    assert meta(bare)["fingerprint"] == 7
+    with pytest.raises(NondeterministicError):
+        LoadIt(bare, make_a, fingerprint=7.0)  # another JSON value
+
+
+def test_fingerprint_arguments_checked(tmp_path):
+    root = str(tmp_path / "r")
+    with pytest.raises(TypeError, match="fingerprint must be a JSON value"):
+        LoadIt(root, make_a, fingerprint=object())
+    with pytest.raises(TypeError, match="fingerprint must be a JSON value"):
+        LoadIt(root, make_a, fingerprint=float("nan"))
+    with pytest.raises(ValueError, match="on_mismatch must be 'raise' or 'clear', not 'wipe'"):
+        LoadIt(root, make_a, fingerprint="v1", on_mismatch="wipe")
+    assert not os.path.exists(root)
+    LoadIt(root, make_a, max_shard_length=100, fingerprint="v1").close()
+    with pytest.raises(ValueError, match="needs a create_iter"):
+        LoadIt(root, fingerprint="v2", on_mismatch="clear")
+    ro = LoadIt(root, fingerprint="v1")  # a reader may check it
+    ro.close()
+    with pytest.raises(NondeterministicError):
+        LoadIt(root, fingerprint="v2")
+
+
+def test_fingerprint_on_mismatch_clear(tmp_path):
+    root = str(tmp_path / "r")
+    a = LoadIt(root, make_a, max_shard_length=100, fingerprint="v1", memory_limit="1mb",
+               info={"owner": "me"})
+    assert len(a) == 1000
+    a.close()
+    # The same fingerprint: nothing is cleared, no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = LoadIt(root, make_a, fingerprint="v1", on_mismatch="clear")
+    assert same[5] == ("A", 5)
+    # Another, while this process has the root open: refused.
+    with pytest.raises(ValueError, match="still has it open"):
+        LoadIt(root, make_b, fingerprint="v2", on_mismatch="clear")
+    same.close()
+    with pytest.warns(CacheWarning, match=r"cleared \(on_mismatch='clear'\): it was filled "
+                      r'from a source whose fingerprint is "v1", and this one\'s is "v2"'):
+        b = LoadIt(root, make_b, max_shard_length=100, fingerprint="v2", on_mismatch="clear")
+    assert b[5] == ("B", 5) and b[250] == ("B", 250) and len(b) == 500
+    assert list(b) == [("B", i) for i in range(500)]
+    assert b.fingerprint() == "v2"
+    # What the root had stored and the arguments did not give holds.
+    assert b.stats()["disk_limit"] == 1 << 20 and b.info() == {"owner": "me"}
+    b.close()
+
+
+# ---- length= is a hint -------------------------------------------------------------
+
+
+def test_length_hint_too_large_is_corrected(tmp_path):
+    root = str(tmp_path / "r")
+    src = Source(1000)
+    loader = LoadIt(root, src, max_shard_length=100, length=1500)
+    assert len(loader) == 1500 and src.passes == 0  # the hint: nothing drained
+    m = meta(root)
+    assert m["length_hint"] == 1500 and m["length_final"] is False and m["length"] == 0
+    assert list(loader) == model(1000)
+    with pytest.warns(CacheWarning) as w:
+        assert len(loader) == 1000
+    assert len(w) == 1 and str(w[0].message) == (
+        f"{root}: the source ended after 1000 records, not at the length given when the "
+        "cache was created (length=1500, a hint): len() is 1000")
+    assert len(loader) == 1000  # warned once
+    loader.close()
+    m = meta(root)
+    assert m["length"] == 1000 and m["length_final"] is True and "length_hint" not in m
+    # Every later open works (it used to raise NondeterministicError for good).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = LoadIt(root, Source(1000), max_shard_length=100, length=1500)
+        assert len(again) == 1000 and again[999] == item(999)
+        again.close()
+        ro = LoadIt(root)
+        assert len(ro) == 1000 and list(ro) == model(1000)
+        ro.close()
+
+
+def test_length_hint_too_large_found_by_a_read(tmp_path):
+    root = str(tmp_path / "r")
+    loader = LoadIt(root, Source(1000), max_shard_length=100, length=1500, preload_fn=None)
+    with pytest.warns(CacheWarning, match=r"ended after 1000 records.*length=1500, a hint"):
+        with pytest.raises(IndexError, match=f"^{root}: "):
+            loader[1200]
+    assert len(loader) == 1000 and loader[-1] == item(999)
+    loader.close()
+
+
+def test_length_hint_too_small_does_not_truncate(tmp_path):
+    root = str(tmp_path / "r")
+    src = Source(1000)
+    loader = LoadIt(root, src, max_shard_length=100, length=600)
+    assert len(loader) == 600 and src.passes == 0
+    assert list(loader) == model(1000)  # all of it, not 600
+    assert loader[850] == item(850)
+    with pytest.warns(CacheWarning) as w:
+        assert len(loader) == 1000
+    assert len(w) == 1
+    assert str(w[0].message).startswith(
+        f"{root}: the source ended after 1000 records, not at the length given when the "
+        "cache was created (length=600, a hint)")
+    loader.close()
+    assert meta(root)["length"] == 1000 and "length_hint" not in meta(root)
+
+
+def test_length_hint_too_small_warns_when_the_source_goes_on(tmp_path):
+    root = str(tmp_path / "r")
+    loader = LoadIt(root, Source(1000), max_shard_length=100, length=600, preload_fn=None)
+    assert loader[750] == item(750)  # past the hint: more records than it said
+    with pytest.warns(CacheWarning) as w:
+        assert len(loader) == 1000  # reads to the end
+    assert len(w) == 1 and str(w[0].message) == (
+        f"{root}: the source goes on past the length given when the cache was created "
+        "(length=600, a hint): 800 records so far; len() reads it to its end")
+    loader.close()
+
+
+def test_length_hint_right(tmp_path):
+    root = str(tmp_path / "r")
+    src = Source(1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = LoadIt(root, src, max_shard_length=100, length=1000)
+        assert len(loader) == 1000 and src.passes == 0
+        assert list(loader) == model(1000) and len(loader) == 1000
+        loader.close()
+    assert meta(root)["length_final"] is True and "length_hint" not in meta(root)

@@ -18,6 +18,7 @@
 #ifdef __linux__
 #include <sys/vfs.h>
 #endif
+#include <jansson.h>
 #include <time.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -516,6 +517,13 @@ static int check_options(const bc_cache_options *o, const bc_source *src) {
   if (o->version >= 3 && (o->evict_ahead < -1 || o->evict_ahead > 1))
     return bc__error(BC_EINVAL, "cache options: evict_ahead must be -1 (off), 0 (auto) "
                      "or 1 (on), not %d", o->evict_ahead);
+  if (o->version >= 4 && o->fingerprint_json != NULL) {
+    json_error_t err;
+    json_t *fp = json_loads(o->fingerprint_json, JSON_DECODE_ANY, &err);
+    if (fp == NULL)
+      return bc__error(BC_EINVAL, "cache options: the fingerprint is not JSON: %s", err.text);
+    json_decref(fp);
+  }
   if (o->fill_workers > 1 && src != NULL && !src->thread_safe)
     return bc__error(BC_EINVAL,
                      "cache options: %d fill workers need a thread-safe source",
@@ -615,10 +623,50 @@ static int recover_layout(bc_cache *c, MDB_txn *t, bc__meta *m) {
   return 0;
 }
 
+/* The fingerprint `given` (compact JSON text) against the one stored in
+ * `m` (metadata.json as read): equal JSON values agree; a root without
+ * one takes the one given (written under the LMDB write lock, which
+ * serialises metadata writers); another is BC_ENONDET. */
+static int check_fingerprint(bc_cache *c, const char *given, const bc__meta *m) {
+  json_error_t err;
+  json_t *want = json_loads(given, JSON_DECODE_ANY, &err), *have = NULL;
+  MDB_txn *t = NULL;
+  bc__meta now;
+  bool read_now = false;
+  int rc = want ? 0 : bc__error(BC_EINVAL, "cache options: the fingerprint is not JSON: %s",
+                                err.text);
+  if (rc == 0 && m->fingerprint_json == NULL) {
+    /* None stored: this one is, unless another process stored one since. */
+    rc = bc__txn_begin(c->env, true, &t);
+    if (rc == 0 && (rc = bc__meta_read(c->meta_path, &now)) == 0) read_now = true;
+    if (rc == 0 && now.fingerprint_json == NULL) {
+      now.fingerprint_json = json_dumps(want, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS);
+      rc = now.fingerprint_json ? bc__meta_write(c->meta_path, &now, c->mode)
+                                : bc__error(BC_ENOMEM, "out of memory");
+    }
+    if (rc == 0) m = &now; /* what is stored now, compared below */
+  }
+  if (rc == 0 && (have = json_loads(m->fingerprint_json, JSON_DECODE_ANY, &err)) == NULL)
+    rc = bc__error(BC_ECORRUPT, "%s: the fingerprint in metadata.json: %s", c->meta_path,
+                   err.text);
+  if (rc == 0 && !json_equal(want, have))
+    rc = bc__error(BC_ENONDET,
+                   "%s: the cache was filled from a source whose fingerprint is %.200s, "
+                   "and this one's is %.200s: the source changed since the cache was filled",
+                   c->root, m->fingerprint_json, given);
+  if (t != NULL) mdb_txn_abort(t); /* nothing changed in LMDB: the lock was the point */
+  if (read_now) bc__meta_free(&now);
+  json_decref(want);
+  json_decref(have);
+  return rc;
+}
+
 /* Reads metadata.json, or creates it from the options and the shard length
  * `estimated` from the source (0: none).  Creation runs under the LMDB write lock so two
- * processes creating one root agree on one metadata.json. */
-static int load_or_create_meta(bc_cache *c, uint64_t estimated) {
+ * processes creating one root agree on one metadata.json.  `fingerprint`
+ * (NULL: none) is stored in a new root and checked against an existing
+ * one's (check_fingerprint). */
+static int load_or_create_meta(bc_cache *c, uint64_t estimated, const char *fingerprint) {
   bc__meta m;
   int rc = bc__meta_read(c->meta_path, &m);
   if (rc != 0 && rc != BC_ENOTFOUND) return rc;
@@ -631,16 +679,27 @@ static int load_or_create_meta(bc_cache *c, uint64_t estimated) {
     bool write = false;
     if (rc == BC_ENOTFOUND) {
       memset(&m, 0, sizeof m);
+      m.length_hint = -1;
       m.version = BC_CACHE_FORMAT_VERSION;
       m.shard_records = records;
       m.zstd = c->opts.compression == BC_COMPRESSION_ZSTD;
       m.zstd_level = c->opts.zstd_level;
       m.info_json = strdup(c->opts.info_json ? c->opts.info_json : "null");
-      if (c->opts.known_length >= 0) {
-        m.length = (uint64_t)c->opts.known_length;
-        m.length_final = true;
-      }
+      /* A length given is a hint (length_hint), never the length: a
+       * wrong one must not make the source look nondeterministic. */
+      m.length_hint = c->opts.known_length;
       rc = m.info_json ? 0 : bc__error(BC_ENOMEM, "out of memory");
+      if (rc == 0 && fingerprint != NULL) {
+        json_error_t err;
+        json_t *fp = json_loads(fingerprint, JSON_DECODE_ANY, &err);
+        m.fingerprint_json = fp ? json_dumps(fp, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS)
+                                : NULL;
+        if (fp == NULL)
+          rc = bc__error(BC_EINVAL, "cache options: the fingerprint is not JSON: %s", err.text);
+        else if (m.fingerprint_json == NULL)
+          rc = bc__error(BC_ENOMEM, "out of memory");
+        json_decref(fp);
+      }
       if (rc == 0) rc = recover_layout(c, t, &m);
       write = true;
     } else if (rc == 0 && m.shard_records == 0 && records != 0) {
@@ -665,6 +724,7 @@ static int load_or_create_meta(bc_cache *c, uint64_t estimated) {
     }
   }
   c->R = m.shard_records;
+  c->length_hint = m.length_hint;
   c->zstd = m.zstd;
   c->level = m.zstd_level;
   c->crc = m.version >= 2 && !m.zstd;
@@ -678,8 +738,9 @@ static int load_or_create_meta(bc_cache *c, uint64_t estimated) {
   if (m.length_final) atomic_store(&c->final, true);
   if (m.length > atomic_load(&c->known_length))
     atomic_store(&c->known_length, m.length);
+  int rc2 = fingerprint != NULL ? check_fingerprint(c, fingerprint, &m) : 0;
   bc__meta_free(&m);
-  return 0;
+  return rc2;
 }
 
 int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
@@ -706,13 +767,15 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
     c->has_source = true;
   }
   /* Version 1 ends before publish_behind (on by default), version 2
-   * before evict_ahead (auto). */
+   * before evict_ahead (auto), version 3 before fingerprint_json (none). */
   c->opts = defaults;
   memcpy(&c->opts, opts, opts->version == 1   ? offsetof(bc_cache_options, publish_behind)
                          : opts->version == 2 ? offsetof(bc_cache_options, evict_ahead)
+                         : opts->version == 3 ? offsetof(bc_cache_options, fingerprint_json)
                                               : sizeof c->opts);
   c->opts.version = BC_CACHE_OPTIONS_VERSION;
   c->opts.info_json = NULL; /* applied below; the caller's string is not kept */
+  c->opts.fingerprint_json = NULL; /* checked below from opts, not kept either */
   if (c->opts.fill_workers > BC_CACHE_MAX_FILL_WORKERS) {
     /* Each worker is a thread with a pass over the source of its own. */
     bc__notice("%s: %d fill workers asked for; using %d, the most a cache "
@@ -778,7 +841,9 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
       (rc = make_dir(c->scratch_dir)) != 0 || (rc = make_dir(c->locks_dir)) != 0 ||
       (rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh)) != 0)
     goto fail;
-  if ((rc = load_or_create_meta(c, estimated)) != 0) goto fail;
+  if ((rc = load_or_create_meta(c, estimated, opts->version >= 4 ? opts->fingerprint_json
+                                                                   : NULL)) != 0)
+    goto fail;
   c->evict_ahead = c->opts.publish_behind &&
                    (c->opts.evict_ahead > 0 || (c->opts.evict_ahead == 0 && !in_memory_fs(root)));
   bc__store_lmdb_init(&c->store, c); /* R is known from here */
@@ -1041,6 +1106,25 @@ int bc_cache_info(bc_cache *c, char **json) {
   if (rc != 0) return rc;
   *json = m.info_json;
   m.info_json = NULL;
+  bc__meta_free(&m);
+  return 0;
+}
+
+int bc_cache_fingerprint(bc_cache *c, char **json) {
+  bc__meta m;
+  int rc = bc__meta_read(c->meta_path, &m);
+  if (rc != 0) return rc;
+  *json = m.fingerprint_json;
+  m.fingerprint_json = NULL;
+  bc__meta_free(&m);
+  return 0;
+}
+
+int bc_cache_length_hint(bc_cache *c, int64_t *hint) {
+  bc__meta m;
+  int rc = bc__meta_read(c->meta_path, &m);
+  if (rc != 0) return rc;
+  *hint = m.length_hint;
   bc__meta_free(&m);
   return 0;
 }

@@ -720,8 +720,13 @@ static int claim_with_room(bc_cache *c, uint64_t shard, uint64_t token,
   uint64_t estimate = atomic_load(&c->shard_bytes_seen);
   /* A shard past the records known to exist may be the source's end: no
    * room is reserved (nor evicted for) then, so under a limit it
-   * publishes synchronously (a first pass, a drain). */
-  if (shard * c->R >= atomic_load(&c->known_length)) estimate = 0;
+   * publishes synchronously (a first pass, a drain).  Records below the
+   * length hint count as known here: a wrong hint costs one reservation
+   * (an eviction at most), the fill itself finds the end. */
+  uint64_t known = atomic_load(&c->known_length);
+  if (!atomic_load(&c->final) && c->length_hint > 0 && (uint64_t)c->length_hint > known)
+    known = (uint64_t)c->length_hint;
+  if (shard * c->R >= known) estimate = 0;
   if (!c->opts.publish_behind || atomic_load(&c->publisher.closed))
     return try_claim(c, shard, token, rec, claimed);
   uint64_t passes[256];

@@ -63,6 +63,13 @@ typedef struct {
   bool zstd;
   int zstd_level;
   char *info_json;        /* malloc'd JSON text ("null" when none) */
+  /* The source's fingerprint (any JSON, malloc'd compact text), NULL when
+   * none was given: an open that gives another is refused. */
+  char *fingerprint_json;
+  /* The length the creator said the source has (known_length): a hint,
+   * -1 when none.  The engine never trusts it; the length it finds
+   * (length, length_final) is the truth. */
+  int64_t length_hint;
 } bc__meta;
 
 /* Reads ROOT/metadata.json.  BC_ENOTFOUND when absent; BC_ECORRUPT for
@@ -189,6 +196,10 @@ struct bc_cache {
   bc_cache_options opts;
   unsigned mode;
   uint64_t R; /* records per shard (0: undecided, nothing cached) */
+  /* metadata.json's length_hint at open (-1: none): records believed to
+   * exist, for sizing publish-behind claims only (claim_with_room), never
+   * for the length or a range check. */
+  int64_t length_hint;
   bool zstd;
   int level;
   bool crc; /* shards are .bag with .bag.crc sidecars (format version 2) */

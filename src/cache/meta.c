@@ -15,6 +15,8 @@
 void bc__meta_free(bc__meta *m) {
   free(m->info_json);
   m->info_json = NULL;
+  free(m->fingerprint_json);
+  m->fingerprint_json = NULL;
 }
 
 static int corrupt(const char *path, const char *why) {
@@ -24,6 +26,7 @@ static int corrupt(const char *path, const char *why) {
 
 int bc__meta_read(const char *path, bc__meta *m) {
   memset(m, 0, sizeof *m);
+  m->length_hint = -1;
   if (access(path, F_OK) != 0)
     return bc__error_errno(errno, "%s", path);
   json_error_t err;
@@ -42,6 +45,8 @@ int bc__meta_read(const char *path, bc__meta *m) {
   json_t *comp = json_object_get(root, "compression");
   json_t *lvl = json_object_get(root, "zstd_level");
   json_t *info = json_object_get(root, "info");
+  json_t *fp = json_object_get(root, "fingerprint"); /* optional: absent = none */
+  json_t *hint = json_object_get(root, "length_hint"); /* optional */
   if (!json_is_object(root) || !json_is_string(fmt) ||
       strcmp(json_string_value(fmt), FORMAT_NAME) != 0) {
     rc = corrupt(path, "\"format\" is not \"" FORMAT_NAME "\"");
@@ -58,7 +63,8 @@ int bc__meta_read(const char *path, bc__meta *m) {
              !json_is_boolean(fin) || !json_is_string(comp) ||
              (strcmp(json_string_value(comp), "none") != 0 &&
               strcmp(json_string_value(comp), "zstd") != 0) ||
-             (lvl != NULL && !json_is_integer(lvl))) {
+             (lvl != NULL && !json_is_integer(lvl)) ||
+             (hint != NULL && (!json_is_integer(hint) || json_integer_value(hint) < 0))) {
     rc = corrupt(path, "a field is missing or has the wrong type");
   } else {
     m->version = (int)json_integer_value(ver);
@@ -70,6 +76,12 @@ int bc__meta_read(const char *path, bc__meta *m) {
     m->info_json = json_dumps(info ? info : json_null(),
                               JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS);
     if (m->info_json == NULL) rc = bc__error(BC_ENOMEM, "out of memory");
+    if (rc == 0 && fp != NULL &&
+        (m->fingerprint_json = json_dumps(fp, JSON_ENCODE_ANY | JSON_COMPACT |
+                                                  JSON_SORT_KEYS)) == NULL)
+      rc = bc__error(BC_ENOMEM, "out of memory");
+    if (hint != NULL) m->length_hint = (int64_t)json_integer_value(hint);
+    if (rc != 0) bc__meta_free(m);
   }
   json_decref(root);
   return rc;
@@ -95,12 +107,28 @@ int bc__meta_write(const char *path, const bc__meta *m, unsigned mode) {
       "length_final", m->length_final, "compression", m->zstd ? "zstd" : "none",
       "zstd_level", m->zstd_level, "info", info);
   if (root == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  /* The optional fields, only when set (files without them stay as they
+   * were, and older readers ignore them). */
+  int rc = 0;
+  if (m->fingerprint_json != NULL) {
+    json_t *fp = json_loads(m->fingerprint_json, JSON_DECODE_ANY, &err);
+    if (fp == NULL) rc = bc__error(BC_EINVAL, "fingerprint is not JSON: %s", err.text);
+    else if (json_object_set_new(root, "fingerprint", fp) != 0)
+      rc = bc__error(BC_ENOMEM, "out of memory");
+  }
+  if (rc == 0 && m->length_hint >= 0 &&
+      json_object_set_new(root, "length_hint", json_integer((json_int_t)m->length_hint)) != 0)
+    rc = bc__error(BC_ENOMEM, "out of memory");
+  if (rc != 0) {
+    json_decref(root);
+    return rc;
+  }
   char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
   json_decref(root);
   if (text == NULL) return bc__error(BC_ENOMEM, "out of memory");
   char *tmp = NULL;
   int fd = -1;
-  int rc = bc__tmp_create(path, mode, &tmp, &fd);
+  rc = bc__tmp_create(path, mode, &tmp, &fd);
   if (rc == 0) {
     size_t n = strlen(text);
     text[n] = '\n'; /* json_dumps gives no final newline; its NUL is ours */

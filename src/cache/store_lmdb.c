@@ -219,9 +219,10 @@ static int s_end(void *impl, uint64_t length) {
   bc__meta m;
   int rc = bc__meta_read(c->meta_path, &m);
   if (rc != 0) return rc;
-  if (m.length != length || !m.length_final) {
+  if (m.length != length || !m.length_final || m.length_hint >= 0) {
     m.length = length;
     m.length_final = true;
+    m.length_hint = -1; /* the length is known: a hint has nothing more to say */
     rc = bc__meta_write(c->meta_path, &m, c->mode);
   }
   bc__meta_free(&m);

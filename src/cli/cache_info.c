@@ -23,7 +23,9 @@ static const char info_usage[] =
     "lower bound until the source has ended, then final), the records per\n"
     "shard, the shards present, their bytes on disk, the disk limit stored\n"
     "with the cache, this process's counters (all zero: info reads no\n"
-    "records), and the user info (JSON) from metadata.json.\n"
+    "records), and the user info (JSON) from metadata.json; then, when\n"
+    "stored there, the source's fingerprint (JSON) and the length hint the\n"
+    "cache was created with (until the source's end is seen).\n"
     "\n"
     "Options:\n"
     "      --json                print one JSON object with the same fields\n"
@@ -60,6 +62,18 @@ static json_t *load_user_info(bc_cache *cache) {
               err.text);
   free(text);
   return value;
+}
+
+/* The source's fingerprint (compact JSON text, malloc'd; NULL when none)
+ * and the length hint (-1: none) stored in metadata.json, or CLI_FAIL
+ * after printing the error. */
+static int load_stamps(bc_cache *cache, char **fingerprint, int64_t *hint) {
+  int rc = bc_cache_fingerprint(cache, fingerprint);
+  if (rc == BC_OK) rc = bc_cache_length_hint(cache, hint);
+  if (rc == BC_OK) return CLI_OK;
+  free(*fingerprint);
+  *fingerprint = NULL;
+  return cli_fail(rc);
 }
 
 /* The shard listing (malloc'd, *count entries), or CLI_FAIL after printing
@@ -148,14 +162,20 @@ static int print_json(bc_cache *cache, const bc_cache_stats *stats) {
   bc_cache_shard *shards = NULL;
   size_t count = 0;
   json_t *obj = NULL, *info = NULL;
-  char *text = NULL;
+  char *text = NULL, *fingerprint = NULL;
+  int64_t hint = -1;
   int status = list_shards(cache, &shards, &count);
+  if (status == CLI_OK) status = load_stamps(cache, &fingerprint, &hint);
   if (status != CLI_OK) goto cleanup;
   status = CLI_FAIL;
   if (!(info = load_user_info(cache))) goto cleanup;
   obj = stats_json(stats);
   bool ok = put(obj, "info", info);
   info = NULL; /* put() took it */
+  /* Present only when stored (metadata.json's optional fields). */
+  if (ok && fingerprint != NULL)
+    ok = put(obj, "fingerprint", json_loads(fingerprint, JSON_DECODE_ANY, NULL));
+  if (ok && hint >= 0) ok = put(obj, "length_hint", json_integer((json_int_t)hint));
   if (!ok || !put(obj, "shards", shards_json(cache, shards, count)) ||
       !(text = json_dumps(obj, JSON_INDENT(2)))) {
     cli_error("out of memory", "building the JSON description");
@@ -166,6 +186,7 @@ static int print_json(bc_cache *cache, const bc_cache_stats *stats) {
   status = cli_out_finish();
 cleanup:
   free(text);
+  free(fingerprint);
   json_decref(obj);
   json_decref(info);
   free(shards);
@@ -173,13 +194,21 @@ cleanup:
 }
 
 static int print_lines(bc_cache *cache, const bc_cache_stats *s) {
-  char *text = NULL;
+  char *text = NULL, *fingerprint = NULL;
+  int64_t hint = -1;
+  if (load_stamps(cache, &fingerprint, &hint) != CLI_OK) return CLI_FAIL;
   json_t *info = load_user_info(cache);
-  if (!info) return CLI_FAIL;
+  if (!info) {
+    free(fingerprint);
+    return CLI_FAIL;
+  }
   /* One line, whatever the layout of metadata.json. */
   text = json_dumps(info, JSON_COMPACT | JSON_ENCODE_ANY);
   json_decref(info);
-  if (!text) return cli_error("out of memory", "printing the user info");
+  if (!text) {
+    free(fingerprint);
+    return cli_error("out of memory", "printing the user info");
+  }
   cli_printf("length: %" PRIu64 "\n", s->length);
   cli_printf("length final: %s\n", s->length_final ? "yes" : "no");
   cli_printf("shard records: %" PRIu64 "\n", s->shard_records);
@@ -198,6 +227,10 @@ static int print_lines(bc_cache *cache, const bc_cache_stats *s) {
   cli_printf("records skipped: %" PRIu64 "\n", s->records_skipped);
   cli_printf("waits: %" PRIu64 "\n", s->waits);
   cli_printf("info: %s\n", text);
+  /* Only when stored, each on one line. */
+  if (fingerprint != NULL) cli_printf("fingerprint: %s\n", fingerprint);
+  if (hint >= 0) cli_printf("length hint: %" PRId64 "\n", hint);
+  free(fingerprint);
   free(text);
   return cli_out_finish();
 }

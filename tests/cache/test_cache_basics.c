@@ -2,7 +2,8 @@
  * The cache engine's basic behaviour against the generator's model: reads,
  * the end of the source, the length, reopening (with and without a source,
  * with other options), metadata.json checks, rejected options, the shard
- * length estimate, user info, file modes, a known length and zstd shards.
+ * length estimate, user info, file modes, a known length (a hint), the
+ * source's fingerprint and zstd shards.
  *
  * Every test runs in its own temporary directory under a watchdog
  * (fixture.h).
@@ -617,28 +618,144 @@ static void test_bad_info_at_open(void **state) {
   check_info(f->c, "null");
 }
 
-/* ---- a known length ----------------------------------------------------------- */
+/* ---- a known length: a hint ------------------------------------------------- */
 
+/* metadata.json's field `key` as compact JSON text (malloc'd), NULL when
+ * absent. */
+static char *meta_get(const char *root, const char *key) {
+  char *path = cu_path(root, "metadata.json");
+  json_error_t err;
+  json_t *m = json_load_file(path, 0, &err);
+  assert_non_null(m);
+  json_t *v = json_object_get(m, key);
+  char *text = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(m);
+  free(path);
+  return text;
+}
+
+static void check_meta(const char *root, const char *key, const char *want) {
+  char *got = meta_get(root, key);
+  if (want == NULL ? got != NULL : got == NULL || strcmp(got, want) != 0)
+    fail_msg("metadata.json's %s is %s, expected %s", key, got ? got : "absent",
+             want ? want : "absent");
+  free(got);
+}
+
+/* known_length is a hint: stored as length_hint, never as the length, so
+ * that a source ending before it, at it or after it is the source's own
+ * length and no nondeterminism (it used to be stored final: a hint too
+ * large made every later open fail). */
 static void test_known_length(void **state) {
   fixture *f = *state;
   ts_config cfg = ts_config_default(57);
+  const int64_t hints[] = {57, 80, 30};
+  for (size_t k = 0; k < 3; k++) {
+    if (f->c != NULL) {
+      bc_cache_close(f->c);
+      f->c = NULL;
+      cu_rm_rf(f->root);
+    }
+    bc_cache_options o = fx_quiet_options(10);
+    o.known_length = hints[k];
+    fx_open(f, &cfg, &o);
+    bc_cache_stats st = fx_stats(f->c);
+    assert_false(st.length_final);
+    assert_int_equal(st.length, 0);
+    int64_t hint = 0;
+    CU_OK(bc_cache_length_hint(f->c, &hint));
+    assert_int_equal(hint, hints[k]);
+    char want[32];
+    snprintf(want, sizeof want, "%lld", (long long)hints[k]);
+    check_meta(f->root, "length_hint", want);
+    check_meta(f->root, "length_final", "false");
+    uint64_t len = 0;
+    CU_OK(bc_cache_len(f->c, &len));
+    assert_int_equal(len, 57);
+    bc_buf b = BC_BUF_INIT;
+    CU_RC(bc_cache_get(f->c, 57, &b), BC_ERANGE);
+    CU_OK(bc_cache_get(f->c, -1, &b));
+    assert_true(ts_matches(56, false, &b));
+    bc_buf_release(&b);
+    cu_check_all(f->c, 57, false);
+    /* Reopened, with and without a source: the same length, no error. */
+    fx_reopen(f, &cfg, &o);
+    CU_OK(bc_cache_len(f->c, &len));
+    assert_int_equal(len, 57);
+    fx_reopen(f, NULL, &o);
+    cu_check_all(f->c, 57, false);
+    check_meta(f->root, "length", "57");
+    check_meta(f->root, "length_final", "true");
+  }
+  /* No hint: none stored. */
+  bc_cache_close(f->c);
+  f->c = NULL;
+  cu_rm_rf(f->root);
   bc_cache_options o = fx_quiet_options(10);
-  o.known_length = 57;
   fx_open(f, &cfg, &o);
-  bc_cache_stats st = fx_stats(f->c);
-  assert_true(st.length_final);
-  assert_int_equal(st.length, 57);
-  uint64_t len = 0;
-  CU_OK(bc_cache_len(f->c, &len));
-  assert_int_equal(len, 57);
-  bc_buf b = BC_BUF_INIT;
-  CU_RC(bc_cache_get(f->c, 57, &b), BC_ERANGE);
-  CU_OK(bc_cache_get(f->c, -1, &b));
-  assert_true(ts_matches(56, false, &b));
-  assert_int_equal(atomic_load(&f->sh->opens), 1);
-  assert_int_equal(atomic_load(&f->sh->produced), 7); /* records 50..56 */
-  cu_check_all(f->c, 57, false);
-  bc_buf_release(&b);
+  int64_t hint = 0;
+  CU_OK(bc_cache_length_hint(f->c, &hint));
+  assert_int_equal(hint, -1);
+  check_meta(f->root, "length_hint", NULL);
+}
+
+/* ---- the source's fingerprint ------------------------------------------------- */
+
+static void check_fingerprint(bc_cache *c, const char *want) {
+  char *got = NULL;
+  CU_OK(bc_cache_fingerprint(c, &got));
+  if (want == NULL ? got != NULL : got == NULL || strcmp(got, want) != 0)
+    fail_msg("fingerprint %s, expected %s", got ? got : "NULL", want ? want : "NULL");
+  free(got);
+}
+
+/* A fingerprint is stored with a new root; an equal JSON value (however
+ * spelled) or none reopens it; another is BC_ENONDET naming both, before
+ * anything is read; a root without one takes the first given. */
+static void test_fingerprint(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(30);
+  bc_cache_options o = fx_quiet_options(10);
+  o.fingerprint_json = "{\"b\": [1, 2], \"a\": \"v1\"}";
+  fx_open(f, &cfg, &o);
+  check_fingerprint(f->c, "{\"a\":\"v1\",\"b\":[1,2]}");
+  check_meta(f->root, "fingerprint", "{\"a\":\"v1\",\"b\":[1,2]}");
+  cu_check_all(f->c, 30, false);
+  o.fingerprint_json = "{\"a\":\"v1\",  \"b\":[1,2]}";
+  fx_reopen(f, &cfg, &o);
+  o.fingerprint_json = NULL; /* no check */
+  fx_reopen(f, &cfg, &o);
+  CU_OK(bc_cache_set_info(f->c, "{\"note\": 1}")); /* a rewrite keeps it */
+  check_fingerprint(f->c, "{\"a\":\"v1\",\"b\":[1,2]}");
+  bc_cache_close(f->c);
+  f->c = NULL;
+  o.fingerprint_json = "\"v2\"";
+  CU_RC(bc_cache_open(&f->c, f->root, NULL, &o), BC_ENONDET);
+  assert_null(f->c);
+  assert_non_null(strstr(bc_errmsg(), ": the cache was filled from a source whose fingerprint "
+                                       "is {\"a\":\"v1\",\"b\":[1,2]}, and this one's is \"v2\": "
+                                       "the source changed since the cache was filled"));
+  o.fingerprint_json = "{\"a\": 1";
+  CU_RC(bc_cache_open(&f->c, f->root, NULL, &o), BC_EINVAL);
+  assert_non_null(strstr(bc_errmsg(), "the fingerprint is not JSON"));
+  CU_RC(bc_cache_open(&f->c, f->root2, NULL, &o), BC_EINVAL);
+  struct stat sb;
+  assert_int_equal(stat(f->root2, &sb), -1); /* refused before anything is made */
+  /* 1 and 1.0 are different JSON values; 1 and 1 are not. */
+  o.fingerprint_json = NULL;
+  CU_OK(bc_cache_open(&f->c2, f->root2, NULL, &o));
+  check_fingerprint(f->c2, NULL);
+  bc_cache_close(f->c2);
+  f->c2 = NULL;
+  o.fingerprint_json = "1";
+  CU_OK(bc_cache_open(&f->c2, f->root2, NULL, &o)); /* taken */
+  check_fingerprint(f->c2, "1");
+  bc_cache_close(f->c2);
+  f->c2 = NULL;
+  o.fingerprint_json = "1.0";
+  CU_RC(bc_cache_open(&f->c2, f->root2, NULL, &o), BC_ENONDET);
+  o.fingerprint_json = " 1 ";
+  CU_OK(bc_cache_open(&f->c2, f->root2, NULL, &o));
 }
 
 /* ---- compression ------------------------------------------------------------- */
@@ -702,6 +819,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_file_mode, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_bad_info_at_open, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_known_length, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_fingerprint, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_zstd, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests_name("cache basics", tests, NULL, NULL);

@@ -31,7 +31,7 @@
 #undef BC_CACHE_OPTIONS_INIT
 #define BC_CACHE_OPTIONS_INIT                                               \
   {BC_CACHE_OPTIONS_VERSION, 0, 0, 0, 0, 0, BC_COMPRESSION_AUTO, 0, NULL, \
-   NULL, 0, false, NULL, -1, 0, false, 0, false, -1}
+   NULL, 0, false, NULL, -1, 0, false, 0, false, -1, NULL}
 
 /* Fails the test unless expr returns want, naming both codes and the
  * library's message. */

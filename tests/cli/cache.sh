@@ -109,6 +109,28 @@ sed 's/^\(      "last_access": \)[0-9][0-9]*$/\1T/' out >got.json
 check cmp -s got.json want.json
 cmp -s got.json want.json || diff want.json got.json | head -20 >&2
 
+t "info: the source's fingerprint and a length hint, when metadata.json has them"
+cp -R c cfp
+# As LoadIt(..., fingerprint=..., length=...) stores them (any JSON; the
+# hint only until the length is final, which cache info shows anyway).
+sed -i '1a\
+  "fingerprint": {"config": "a1b2", "version": 3},\
+  "length_hint": 1500,' cfp/metadata.json
+bc cache info cfp
+want_rc 0
+want_quiet_err
+check grep -q '^info: null$' out
+check grep -q '^fingerprint: {"config":"a1b2","version":3}$' out
+check grep -q '^length hint: 1500$' out
+check [ "$(tail -n 2 out | head -n 1)" = 'fingerprint: {"config":"a1b2","version":3}' ]
+bc cache info --json cfp
+want_rc 0
+check grep -q '^  "fingerprint": {$' out
+check grep -q '^    "config": "a1b2",$' out
+check grep -q '^  "length_hint": 1500,$' out
+bc cache info c
+check sh -c '! grep -q "fingerprint\|length hint" out'
+
 t "verify"
 bc cache verify c
 want_rc 0

@@ -58,6 +58,11 @@ typedef struct {
   /* NULL, or progress(core) -> an object whose close() ends the display:
    * called around a drain for a length (lobj_exact_len). */
   PyObject *progress;
+  /* The length hint stored with the root (metadata.json's length_hint,
+   * read at open), -1 for none: len() gives it until the source shows
+   * another length (check_hint), which warns once (GIL). */
+  int64_t length_hint;
+  bool hint_done;
   /* Who holds the cache open (GIL): the loader and its views, and their
    * iterators.  close() drops their references, so the cache, its files
    * and the root's shared state are released then, not when the last of
@@ -331,25 +336,25 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                            "thread_safe", "disk_limit", "zstd_level", "preload_all",
                            "info_json", "known_length", "file_mode", "make_parents",
                            "progress", "seekable", "max_passes", "prefetch_shards",
-                           "publish_behind", "evict_ahead", NULL};
+                           "publish_behind", "evict_ahead", "fingerprint_json", NULL};
   PyObject *root, *create_iter, *dumps = Py_None, *dumps_args = Py_None, *loads = Py_None;
   PyObject *level = Py_None;
   unsigned long long shard_records = 0, shard_bytes = 0, disk_limit = 0;
   int max_open = 0, workers = 0, thread_safe = 0, preload_all = 0;
-  const char *info = NULL;
+  const char *info = NULL, *fingerprint = NULL;
   long long known_length = -1;
   unsigned int file_mode = 0;
   int make_parents = 0;
   PyObject *progress = Py_None;
   int seekable = 0, max_passes = 0, prefetch_shards = 0, publish_behind = 1, evict_ahead = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpOpiipi:_CacheCore", kwlist,
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|$OOOKKiipKOpzLIpOpiipiz:_CacheCore", kwlist,
                                    &root, &create_iter, &dumps, &dumps_args, &loads,
                                    &shard_records,
                                    &shard_bytes, &max_open, &workers, &thread_safe,
                                    &disk_limit, &level, &preload_all, &info,
                                    &known_length, &file_mode, &make_parents, &progress,
                                    &seekable, &max_passes, &prefetch_shards,
-                                   &publish_behind, &evict_ahead))
+                                   &publish_behind, &evict_ahead, &fingerprint))
     return NULL;
   /* (bagcache/loadit.py checks the options; a callable that is not one
    * raises TypeError when called.) */
@@ -409,6 +414,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   /* root_s and info stay valid without the GIL: the call's arguments
    * hold their str objects. */
   o.info_json = info;
+  o.fingerprint_json = fingerprint;
   bc_source source;
   bool has_source = create_iter != Py_None;
   if (has_source) {
@@ -426,9 +432,11 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   bc_cache *cache = NULL;
   bc_cache_stats stats = {0};
   int rc;
+  int64_t hint = -1;
   Py_BEGIN_ALLOW_THREADS
   rc = bc_cache_open(&cache, root_s, has_source ? &source : NULL, &o);
   if (rc == 0) rc = bc_cache_stats_get(cache, &stats);
+  if (rc == 0 && !stats.length_final) rc = bc_cache_length_hint(cache, &hint);
   Py_END_ALLOW_THREADS
   if (rc != 0) {
     bcpy_raise(rc, NULL);
@@ -437,6 +445,8 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   }
   self->cache = cache;
   self->R = stats.shard_records;
+  self->length_hint = hint;
+  self->hint_done = hint < 0;
   self->seq = bc_seq_ref(bc_cache_seq(self->cache));
   return (PyObject *)self;
 fail:
@@ -648,6 +658,8 @@ static PyObject *core_progress(bcpy_core *self, PyObject *unused) {
   draining = bc_cache_draining(self->cache);
   Py_END_ALLOW_THREADS
   if (rc != 0) return bcpy_raise(rc, NULL);
+  if (!self->hint_done && l.kind != BC_LEN_EXACT && l.value <= (uint64_t)self->length_hint)
+    l = (bc_len){BC_LEN_EXACT, (uint64_t)self->length_hint}; /* as len() says, for the display */
   uint64_t furthest = 0;
   for (size_t k = 0; k < n && k < 64; k++)
     if (pos[k] > furthest) furthest = pos[k];
@@ -670,6 +682,35 @@ static PyObject *core_info(bcpy_core *self, PyObject *unused) {
   PyObject *s = PyUnicode_FromString(json);
   free(json);
   return s;
+}
+
+static PyObject *core_fingerprint(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  char *json = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_fingerprint(self->cache, &json);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return bcpy_raise(rc, NULL);
+  if (json == NULL) Py_RETURN_NONE;
+  PyObject *s = PyUnicode_FromString(json);
+  free(json);
+  return s;
+}
+
+/* bc_cache_clear(root): no cache may be open on it (loadit.py checks this
+ * process's). */
+static PyObject *core_clear_root(PyObject *unused, PyObject *arg) {
+  (void)unused;
+  const char *root = PyUnicode_AsUTF8(arg);
+  if (root == NULL) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_clear(root);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return bcpy_raise(rc, NULL);
+  Py_RETURN_NONE;
 }
 
 static PyObject *core_set_info(bcpy_core *self, PyObject *arg) {
@@ -761,6 +802,10 @@ static PyMethodDef core_methods[] = {
     {"worker_positions", (PyCFunction)core_worker_positions, METH_NOARGS,
      "worker_positions() -> list of the next record of each open source pass."},
     {"info", (PyCFunction)core_info, METH_NOARGS, "info() -> the user info as JSON text."},
+    {"clear_root", (PyCFunction)core_clear_root, METH_O | METH_STATIC,
+     "clear_root(root): deletes the cache at root (no cache may be open on it)."},
+    {"fingerprint", (PyCFunction)core_fingerprint, METH_NOARGS,
+     "fingerprint() -> the source's fingerprint stored with the root, as JSON text, or None."},
     {"set_info", (PyCFunction)core_set_info, METH_O,
      "set_info(json_text)\n\nReplaces the user info (atomically)."},
     {"_progress", (PyCFunction)core_progress, METH_NOARGS,
@@ -822,11 +867,25 @@ static void lobj_leave(bcpy_lobj *v) {
 
 static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index);
 static PyObject *range_error(bcpy_lobj *self, const char *detail);
+static int check_hint(bcpy_core *core, const bc_len *l);
 
 /* Raises the error `rc` of reading an item.  Out of range, the sequence
  * layer names the sequence's type ("cache: index ...", "slice: ..."): the
  * message names the root instead. */
 static PyObject *item_error(bcpy_lobj *self, int rc) {
+  if (rc == BC_ERANGE && !self->core->hint_done) {
+    /* An index below the hint that is out of range shows it wrong. */
+    bc_error_state saved = BC_ERROR_STATE_INIT;
+    bc_error_save(&saved, rc);
+    bc_len l;
+    int lrc = bc_seq_length(self->core->seq, false, &l);
+    bc_error_restore(&saved);
+    bc_error_state_clear(&saved);
+    if (lrc == 0 && check_hint(self->core, &l) < 0) {
+      bc_error_clear();
+      return NULL;
+    }
+  }
   const char *detail = rc == BC_ERANGE ? strstr(bc_errmsg(), "index ") : NULL;
   Py_ssize_t n = 0;
   const char *root = detail != NULL ? PyUnicode_AsUTF8AndSize(self->core->root, &n) : NULL;
@@ -931,8 +990,14 @@ static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
   if (lobj_check(self) < 0) return -1;
   bc_len l;
   int rc = bc_seq_length(self->seq, false, &l);
+  bool loader = self->seq == self->core->seq; /* not a view: the hint is its length */
+  if (rc == 0 && loader && check_hint(self->core, &l) < 0) return -1;
   if (rc == 0 && l.kind == BC_LEN_EXACT) {
     *out = l.value;
+    return 0;
+  }
+  if (rc == 0 && loader && !self->core->hint_done) {
+    *out = (uint64_t)self->core->length_hint; /* the source has not shown another yet */
     return 0;
   }
   PyObject *shown = NULL; /* the progress display of this drain, if any */
@@ -949,6 +1014,31 @@ static int lobj_exact_len(bcpy_lobj *self, uint64_t *out) {
   if (progress_end(shown, rc == 0) < 0 || rc != 0) return -1;
   *out = len;
   return 0;
+}
+
+/* Warns once (CacheWarning) when what is known of the length `l` shows
+ * the length hint wrong: the source ended elsewhere, or goes on past it;
+ * the hint is not used from then on (hint_done).  metadata.json drops the
+ * hint when the length is found (the engine).  -1 when the warning
+ * raised (warnings as errors). */
+static int check_hint(bcpy_core *core, const bc_len *l) {
+  if (core->hint_done) return 0;
+  uint64_t hint = (uint64_t)core->length_hint;
+  if (l->kind != BC_LEN_EXACT && l->value <= hint) return 0;
+  core->hint_done = true;
+  if (l->kind == BC_LEN_EXACT && l->value == hint) return 0;
+  if (l->kind == BC_LEN_EXACT)
+    return PyErr_WarnFormat(bcpy_CacheWarning, 1,
+                            "%U: the source ended after %llu records, not at the length "
+                            "given when the cache was created (length=%llu, a hint): "
+                            "len() is %llu",
+                            core->root, (unsigned long long)l->value,
+                            (unsigned long long)hint, (unsigned long long)l->value);
+  return PyErr_WarnFormat(bcpy_CacheWarning, 1,
+                          "%U: the source goes on past the length given when the cache "
+                          "was created (length=%llu, a hint): %llu records so far; len() "
+                          "reads it to its end", core->root, (unsigned long long)hint,
+                          (unsigned long long)l->value);
 }
 
 static Py_ssize_t lobj_length(bcpy_lobj *self) {
