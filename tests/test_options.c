@@ -657,6 +657,45 @@ static int next_none(void *payload, uint64_t *index) {
   return 0;
 }
 
+/* bc_parse_size: the sizes people write, every unit a power of 1024
+ * whatever its spelling, fractions rounded down; anything else and
+ * overflow are BC_EINVAL with the output untouched. */
+static void test_parse_size(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    uint64_t bytes;
+  } good[] = {
+      {"0", 0},          {"100", 100},        {"100b", 100},         {"100 B", 100},
+      {"1.9", 1},        {"512k", 512 << 10}, {"512K", 512 << 10},   {"512kb", 512 << 10},
+      {"512KiB", 512 << 10}, {"2g", 2ULL << 30}, {"2GiB", 2ULL << 30}, {"2 gb", 2ULL << 30},
+      {"1.5 GB", 3ULL << 29}, {" 64mb ", 64 << 20}, {".5m", 1 << 19},  {"0.001k", 1},
+      {"1.0000001k", 1024}, {"1.25 TiB", 5ULL << 38}, {"2p", 2ULL << 50},
+      {"16383.999999999999999999999999999999999p", 18446744073709551615ULL},
+      {"18446744073709551615", 18446744073709551615ULL},
+  };
+  static const char *const bad[] = {
+      "", " ", "k", ".", "1.5.2k", "1kk", "1 k b", "1e3", "-1k", "+1k", "1x", "0x10",
+      "1,5k", "16384p", "18446744073709551616", "99999999999999999999999", "1 2",
+  };
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    uint64_t n = 7;
+    if (bc_parse_size(good[i].text, &n) != BC_OK || n != good[i].bytes)
+      fail_msg("'%s': %llu (%s), expected %llu", good[i].text, (unsigned long long)n,
+               bc_errmsg(), (unsigned long long)good[i].bytes);
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    uint64_t n = 7;
+    if (bc_parse_size(bad[i], &n) != BC_EINVAL || n != 7)
+      fail_msg("'%s' accepted as %llu", bad[i], (unsigned long long)n);
+  }
+  uint64_t n = 0;
+  TU_RC(bc_parse_size("1.5 GiB", NULL), BC_EINVAL);
+  TU_RC(bc_parse_size(NULL, &n), BC_EINVAL);
+  TU_RC(bc_parse_size("lots", &n), BC_EINVAL);
+  assert_non_null(strstr(bc_errmsg(), "'lots' is not a size"));
+}
+
 /* Every options struct starts with its version: the _INIT macros and the
  * _init() functions set it; a function given another version refuses the
  * struct (BC_EINVAL, saying how to initialize one) before using any of
@@ -820,6 +859,7 @@ int main(void) {
       cmocka_unit_test(test_writer_bad_options),
       cmocka_unit_test(test_writer_file_mode),
       cmocka_unit_test(test_options_versions),
+      cmocka_unit_test(test_parse_size),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
