@@ -40,6 +40,11 @@ int cli_fail(int code) {
     fprintf(stderr, "bagcache: %s: %s\n", bc_strerror(code), detail);
   else
     fprintf(stderr, "bagcache: %s\n", bc_strerror(code));
+  /* The way out of a cache whose source changed. */
+  if (code == BC_ENONDET && strstr(detail, "cache clear") == NULL)
+    fprintf(stderr, "bagcache: if the source changed since the cache was filled, start "
+                    "over: delete what is cached with 'bagcache cache clear ROOT' (no "
+                    "process may be using it), or fill another root\n");
   return CLI_FAIL;
 }
 

@@ -125,6 +125,7 @@ sed 's/^2500$/x/' input >other
 bc_in other cache fill l -
 want_rc 1
 want_err 'not deterministic'
+want_err "start over: delete what is cached with 'bagcache cache clear ROOT'"
 # shellcheck disable=SC2046 # one argument per index
 bc cache get --text l $(seq 0 4999)
 want_out_file input
