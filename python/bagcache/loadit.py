@@ -38,15 +38,18 @@ Arguments (as loadit; what bagcache does with each):
   must exist; an uncached record then raises NotCachedError, an IndexError).
   ``LoadIt(create_iter, root_dir=...)`` (loadit's README form) works too.
 * ``max_shard_length`` - records per shard (int), or a size such as
-  ``"64mb"`` (also ``kb``, ``gb``): the record count is estimated once from
-  the first 16 records.  An existing root keeps its own shard length.
+  ``"64mb"``, ``"1.5 GiB"`` (units k, m, g, t, p in any case, also kb/kib,
+  ...: all powers of 1024, as the CLI's SIZE): the record count is
+  estimated once from the first 16 records.  An existing root keeps its own shard length.
 * ``max_cache_size`` - shard files kept open per process (readers are
   memory-mapped, so this bounds open files, not RAM).
 * ``max_workers`` - background fill threads; more than 1 needs
   ``iterator_thread_safe=True`` (ValueError otherwise, as loadit): several
   passes of ``create_iter()`` then run at once.
-* ``memory_limit`` - bytes of shard files on disk at most (every process
-  enforces the last limit set on the root).  With a size string for
+* ``memory_limit`` - bytes of shard files on disk at most (a number, or a
+  size string as above), stored with the root: every process enforces the
+  last limit set; omitted, the stored one holds; None given explicitly
+  means no limit and removes the stored one.  With a size string for
   ``max_shard_length``, the target shard size is lowered to the limit over
   ``3 + max_workers`` when larger.  A limit that cannot hold ``2 +
   max_workers`` shards (the one read, the one filled, those prefetched) is
@@ -69,8 +72,17 @@ Arguments (as loadit; what bagcache does with each):
   the start (with any ``max_workers``).
 * ``info`` - JSON-serializable user info stored with the cache
   (``loader.info()``, ``loader.set_info(obj)``); None keeps what is stored.
-* ``length`` - the iterator's length if known: a new cache starts with it
-  final (``len()`` then never drains).  ``mode`` - file mode of created files.
+* ``length`` - the iterator's length if known: a hint stored with a new
+  cache, which ``len()`` gives without draining until the source shows
+  another length; a source that ends before it or goes on past it has its
+  own length, with one CacheWarning naming the hint (nothing is cut
+  short).  ``mode`` - file mode of created files.
+* ``fingerprint`` (keyword only, bagcache's own) - any JSON value naming
+  the source (a version, a config hash), stored in metadata.json; an open
+  with another raises NondeterministicError (a ValueError) before
+  anything is read, instead of mixing two datasets.  None: no check.
+  ``on_mismatch="clear"`` clears the cache (a CacheWarning) and fills it
+  again instead; no other process may use the root then.
 * ``serializer`` (keyword only, bagcache's own) - None (pickle), ``"raw"``
   (items are bytes-like and come back as bytes) or any object with
   ``dumps(obj) -> bytes`` and ``loads(bytes) -> obj``.  Use the same one

@@ -91,7 +91,8 @@ want_err "invalid record count '0'"
 usage cache fill r --shard-records -5 -- true
 usage cache fill r --shard-size 0 -- true
 want_err "invalid shard size '0'"
-for bad in 1.5M 64MB 10X M '' -1 18446744073709551616 16777216T; do
+# (1.5M and 64MB are sizes now: bc_parse_size, cache_fill.sh.)
+for bad in 1.5.2M 64MBB 10X M '' -1 1e3 18446744073709551616 16777216T; do
   usage cache fill r --shard-size "$bad" -- true
   want_err 'invalid shard size'
   usage cache fill r --limit "$bad" -- true
@@ -108,7 +109,7 @@ want_err '--shard-records and --shard-size cannot be used together'
 usage cache fill r --limit
 want_err "option '--limit' requires an argument"
 
-t "sizes with suffixes are accepted (K, M, G, T; either case)"
+t "sizes with suffixes are accepted (K, M, G, T, also KB, KiB, ...; any case)"
 bc cache fill k --shard-size 1k --limit 1T -v -- seq 1 3
 want_rc 0
 check grep -q ', limit 1099511627776); ' out
