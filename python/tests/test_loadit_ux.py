@@ -132,6 +132,16 @@ def test_index_out_of_range_names_the_root(tmp_path):
     with pytest.raises(IndexError) as e:
         view[-6]
     assert str(e.value) == f"{root} (a view of it): index -6 out of range [-5, 5)"
+    # A view's index that resolves out of the cache's range: the cache's index.
+    with pytest.raises(IndexError) as e:
+        loader[[1, 100]][1]
+    assert str(e.value) == f"{root}: index 100 out of range [0, 30)"
+    with pytest.raises(IndexError) as e:
+        loader.read_indices([5, 100])
+    assert str(e.value) == f"indices[1] = 100: {root}: index 100 out of range [0, 30)"
+    with pytest.raises(IndexError) as e:
+        loader.read_indices([-31])
+    assert str(e.value) == f"indices[0] = -31: {root}: index -31 out of range [-30, 30)"
     loader.close()
     ro = LoadIt(root)
     with pytest.raises(IndexError, match=f"^{root}: index -31 out of range"):

@@ -872,6 +872,39 @@ static int check_hint(bcpy_core *core, const bc_len *l);
 /* Raises the error `rc` of reading an item.  Out of range, the sequence
  * layer names the sequence's type ("cache: index ...", "slice: ..."): the
  * message names the root instead. */
+/* A pending IndexError whose message names the cache by its type
+ * ("cache: index 100 out of range [0, 30)", also inside "indices[1] = 100:
+ * ..."): the root instead.  Returns NULL (the exception stays set). */
+static PyObject *name_the_root(bcpy_lobj *self) {
+  if (!PyErr_ExceptionMatches(PyExc_IndexError) || PyErr_ExceptionMatches(bcpy_NotCachedError))
+    return NULL;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  PyObject *text = value != NULL ? PyObject_Str(value) : NULL;
+  PyObject *fixed = NULL;
+  if (text != NULL) {
+    PyObject *old = PyUnicode_FromString("cache: index ");
+    PyObject *new = old != NULL ? PyUnicode_FromFormat("%U: index ", self->core->root) : NULL;
+    if (new != NULL && PyUnicode_Find(text, old, 0, PyUnicode_GET_LENGTH(text), 1) >= 0)
+      fixed = PyUnicode_Replace(text, old, new, 1);
+    Py_XDECREF(old);
+    Py_XDECREF(new);
+  }
+  if (fixed != NULL && Py_IS_TYPE(value, (PyTypeObject *)PyExc_IndexError)) {
+    PyErr_SetObject(PyExc_IndexError, fixed); /* a plain IndexError, as before */
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+  } else {
+    PyErr_Clear(); /* (of the lookups above) */
+    PyErr_Restore(type, value, tb);
+  }
+  Py_XDECREF(fixed);
+  Py_XDECREF(text);
+  return NULL;
+}
+
 static PyObject *item_error(bcpy_lobj *self, int rc) {
   if (rc == BC_ERANGE && !self->core->hint_done) {
     /* An index below the hint that is out of range shows it wrong. */
@@ -892,6 +925,11 @@ static PyObject *item_error(bcpy_lobj *self, int rc) {
   if (detail != NULL && root == NULL) PyErr_Clear(); /* not UTF-8: not in the message */
   if (detail == NULL || (root != NULL && strncmp(bc_errmsg(), root, (size_t)n) == 0))
     return bcpy_raise(rc, NULL);
+  if (strncmp(bc_errmsg(), "cache: ", 7) == 0) {
+    /* The leaf's own range (a view's index resolved to it): its index. */
+    bcpy_raise(rc, NULL);
+    return name_the_root(self);
+  }
   range_error(self, detail);
   bc_error_clear();
   return NULL;
@@ -1190,7 +1228,7 @@ static PyObject *lobj_read_indices(bcpy_lobj *self, PyObject *indices) {
                     ? NULL : bcpy_read_list((bcpy_sobj *)self, a.v, a.n);
   PyMem_RawFree(a.v);
   lobj_leave(self);
-  return r;
+  return r != NULL ? r : name_the_root(self);
 }
 
 static PyObject *lobj_known_length(bcpy_lobj *self, PyObject *unused) {
