@@ -21,6 +21,7 @@ BC_PY_C_SOURCES = \
 	python/src/module.c \
 	python/src/core/bcpy.h \
 	python/src/core/scratch.c \
+	python/src/core/notice.c \
 	python/src/core/indices.c \
 	python/src/core/sequence.c \
 	python/src/core/seq.c \

@@ -447,6 +447,17 @@ typedef struct bc_cache_stats {
   uint64_t publish_batches;  /* its transactions (one per batch) */
   uint64_t publish_largest;  /* shards in its largest batch */
   uint64_t publish_failures; /* queued shards whose publish failed */
+  /* The root's counters, summed over every process that has used it
+   * (kept in the shared state by the transactions that publish and evict;
+   * a root written by a version before them starts them at 0): */
+  struct {
+    uint64_t fills;             /* shards published for the first time */
+    uint64_t regenerations;     /* shards published again */
+    uint64_t evictions;         /* shards evicted under the limit */
+    uint64_t records_generated; /* records the source produced for them
+                                   (written, and skipped on the way) */
+    uint64_t bytes_written;     /* bytes of the shard files published */
+  } root;
 } bc_cache_stats;
 
 int bc_cache_stats_get(bc_cache *cache, bc_cache_stats *stats);

@@ -745,8 +745,15 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         items create_iter() produced for this process: written + skipped),
         misses (fills + regenerations), records_per_miss (generated per
         miss, 0.0 before any) and passes (where the parked passes of the
-        iterator stand: the next index each will produce)."""
+        iterator stand: the next index each will produce).  ``root`` is a
+        dict of the root's own counters, summed over every process that has
+        used it (torch workers, other jobs) and kept in its shared state:
+        misses, fills, regenerations, evictions, records_generated and
+        bytes_written (of shard files); 0 on a root last written by a
+        version that did not count them."""
         st = self._core.stats()
+        root = st["root"]
+        root["misses"] = root["fills"] + root["regenerations"]
         st["records_generated"] = st["records_written"] + st["records_skipped"]
         st["misses"] = st["fills"] + st["regenerations"]
         st["records_per_miss"] = st["records_generated"] / st["misses"] if st["misses"] else 0.0

@@ -926,6 +926,14 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   uint64_t limit = 0;
   bool have_limit = false;
   if (rc == 0) rc = bc__u64_get(t, bc__dbi_meta(c->env), "limit", &limit, &have_limit);
+  /* The root-wide counters (store_lmdb.c's names; absent on an old root: 0). */
+  const struct { const char *name; uint64_t *v; } counters[] = {
+      {"n_fills", &st->root.fills}, {"n_regenerations", &st->root.regenerations},
+      {"n_evictions", &st->root.evictions},
+      {"n_records_generated", &st->root.records_generated},
+      {"n_bytes_written", &st->root.bytes_written}};
+  for (size_t k = 0; rc == 0 && k < sizeof counters / sizeof counters[0]; k++)
+    rc = bc__u64_get(t, bc__dbi_meta(c->env), counters[k].name, counters[k].v, &found);
   if (rc == 0) {
     /* Count PRESENT shards (the database also holds claims). */
     MDB_cursor *cur;

@@ -364,6 +364,19 @@ extern const char bcpy_waits_mark[];
  * come from Python code or a decoder. */
 bc_seq *bcpy_record_seq(PyObject *obj);
 
+/* ---- notices (core/notice.c) ------------------------------------------- */
+
+/* Installs the library's notice handler that queues messages for the logger
+ * "bagcache", and adds _flush_notices() to the module. */
+int bcpy_notices_init(PyObject *mod);
+/* Delivers the queued notices to the logger (GIL held, no engine lock);
+ * a pending exception is kept.  bcpy_notices_flush is a cheap no-op when
+ * none is queued: call it after engine calls that may raise notices. */
+void bcpy_notices_flush(void);
+void bcpy_notices_flush_now(void);
+/* The child's side of a fork (module.c's handler). */
+void bcpy_notices_after_fork(void);
+
 /* Adds _gather, _epoch_indices and _iid_indices (train/train.c). */
 int bcpy_train_init(PyObject *mod);
 

@@ -430,6 +430,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   rc = bc_cache_open(&cache, root_s, has_source ? &source : NULL, &o);
   if (rc == 0) rc = bc_cache_stats_get(cache, &stats);
   Py_END_ALLOW_THREADS
+  bcpy_notices_flush(); /* what the open said (a kept option, a repair) */
   if (rc != 0) {
     bcpy_raise(rc, NULL);
     if (cache != NULL) teardown(cache, NULL, NULL);
@@ -503,7 +504,9 @@ static PyObject *core_close_method(bcpy_core *self, PyObject *args, PyObject *kw
   static char *kwlist[] = {"at_exit", NULL};
   int at_exit = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$p:close", kwlist, &at_exit)) return NULL;
-  if (core_close(self, at_exit ? CLOSE_EXIT : CLOSE_CALL) < 0) return NULL;
+  int r = core_close(self, at_exit ? CLOSE_EXIT : CLOSE_CALL);
+  bcpy_notices_flush(); /* a publish that failed at the close */
+  if (r < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -518,7 +521,7 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
   if (rc != 0) return bcpy_raise(rc, NULL);
   return Py_BuildValue(
       "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,"
-      "s:K,s:K,s:K,s:K,s:K}", "length",
+      "s:K,s:K,s:K,s:K,s:K,s:{s:K,s:K,s:K,s:K,s:K}}", "length",
       (unsigned long long)st.length, "length_final", st.length_final ? Py_True : Py_False,
       "shard_records", (unsigned long long)st.shard_records, "shards_present",
       (unsigned long long)st.shards_present, "bytes_on_disk",
@@ -534,7 +537,12 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
       "publishes_queued", (unsigned long long)st.publishes_queued,
       "publish_batches", (unsigned long long)st.publish_batches,
       "publish_largest", (unsigned long long)st.publish_largest,
-      "publish_failures", (unsigned long long)st.publish_failures);
+      "publish_failures", (unsigned long long)st.publish_failures,
+      "root", "fills", (unsigned long long)st.root.fills,
+      "regenerations", (unsigned long long)st.root.regenerations,
+      "evictions", (unsigned long long)st.root.evictions,
+      "records_generated", (unsigned long long)st.root.records_generated,
+      "bytes_written", (unsigned long long)st.root.bytes_written);
 }
 
 static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
@@ -868,6 +876,7 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   Py_BEGIN_ALLOW_THREADS
   rc = leaf == NULL ? bc_seq_get(seq, at, buf) : bc_cache_get(leaf, at, buf);
   Py_END_ALLOW_THREADS
+  bcpy_notices_flush(); /* a damaged shard regenerated, say */
   if (rc != 0) {
     bcpy_scratch_give(buf, &fallback);
     return bcpy_raise(rc, NULL);

@@ -1,0 +1,162 @@
+"""What a user can see of a root: the library's notices reach Python's
+logging (and sys.stderr, not file descriptor 2, while logging is not
+configured), and stats()["root"] counts the work of every process that used
+the root, which `bagcache cache info` reports too."""
+
+import contextlib
+import io
+import json
+import logging
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import bagcache
+
+from loadit_helpers import Source, item
+
+N = 400
+MSL = 20
+
+
+# ---- notices --------------------------------------------------------------------
+
+
+def _reopen_with_another_shard_length(root):
+    bagcache.LoadIt(root, Source(50), max_shard_length=10).close()
+    loader = bagcache.LoadIt(root, Source(50), max_shard_length=7)
+    assert loader[12] == item(12)
+    return loader
+
+
+def test_a_notice_goes_to_the_bagcache_logger(tmp_path, caplog, capfd):
+    caplog.set_level(logging.WARNING, logger="bagcache")
+    loader = _reopen_with_another_shard_length(str(tmp_path))
+    mine = [r for r in caplog.records if r.name == "bagcache"]
+    assert len(mine) == 1 and mine[0].levelno == logging.WARNING
+    assert mine[0].getMessage() == (
+        f"{tmp_path}: keeping the existing cache's shard length (10 records) "
+        "and compression (none) over the options given")
+    assert "keeping" not in capfd.readouterr().err  # not written to fd 2 as well
+    loader.close()
+
+
+def test_a_logger_level_above_warning_silences_notices(tmp_path, caplog, capfd):
+    caplog.set_level(logging.ERROR, logger="bagcache")
+    _reopen_with_another_shard_length(str(tmp_path)).close()
+    assert [r for r in caplog.records if r.name == "bagcache"] == []
+    assert "keeping" not in capfd.readouterr().err
+
+
+_UNCONFIGURED = r"""
+import contextlib, io, sys
+import bagcache
+sys.path.insert(0, sys.argv[2])
+from loadit_helpers import Source
+root = sys.argv[1]
+bagcache.LoadIt(root, Source(50), max_shard_length=10).close()
+buf = io.StringIO()
+with contextlib.redirect_stderr(buf):
+    bagcache.LoadIt(root, Source(50), max_shard_length=7).close()
+print(repr(buf.getvalue()))
+"""
+
+
+def test_without_logging_configured_a_notice_goes_to_sys_stderr(tmp_path):
+    # A fresh interpreter, where logging has no handler: the line reaches
+    # sys.stderr (so redirect_stderr, and Jupyter, see it), and fd 2 gets nothing.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run([sys.executable, "-c", _UNCONFIGURED, str(tmp_path), tests],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+    assert eval(run.stdout) == (
+        f"bagcache: notice: {tmp_path}: keeping the existing cache's shard length "
+        "(10 records) and compression (none) over the options given\n")
+
+
+def test_a_notice_raised_off_the_main_thread_is_delivered(tmp_path, caplog):
+    # A damaged shard is found by a read in another thread, inside the engine
+    # with the GIL released: the notice is queued and delivered with the GIL.
+    caplog.set_level(logging.WARNING, logger="bagcache")
+    root = str(tmp_path)
+    with bagcache.LoadIt(root, Source(60), max_shard_length=10) as loader:
+        assert list(loader) == [item(i) for i in range(60)]
+    shard = os.path.join(root, "shards", "20.30.bag")
+    with open(shard, "r+b") as f:
+        f.truncate(os.path.getsize(shard) - 3)
+    loader = bagcache.LoadIt(root, Source(60), max_shard_length=10)
+    got = []
+    t = threading.Thread(target=lambda: got.append(loader[25]))
+    t.start()
+    t.join()
+    assert got == [item(25)]
+    bagcache._bagcache._flush_notices()  # (delivered already, else now)
+    said = [r.getMessage() for r in caplog.records if r.name == "bagcache"]
+    assert len(said) == 1 and said[0].endswith("; regenerating it") and "20.30" in said[0]
+    loader.close()
+
+
+# ---- root-wide counters -----------------------------------------------------------
+
+
+def _worker(root, memory_limit, seed, queue):
+    import random
+    loader = bagcache.LoadIt(root, Source(N), max_shard_length=MSL,
+                             memory_limit=memory_limit, preload_fn=None)
+    rng = random.Random(seed)
+    for _ in range(40):
+        i = rng.randrange(N)
+        assert loader[i] == item(i)
+    loader.sync()
+    st = loader.stats()
+    loader.close()
+    queue.put({k: st[k] for k in ("fills", "regenerations", "evictions",
+                                  "records_generated")})
+
+
+def test_root_counters_sum_every_process(tmp_path):
+    root = str(tmp_path / "root")
+    probe = bagcache.LoadIt(str(tmp_path / "probe"), Source(N), max_shard_length=MSL)
+    list(probe)
+    limit = 5 * max(s["bytes"] for s in probe.shards())
+    probe.close()
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(root, limit, seed, queue)) for seed in (1, 2)]
+    for p in procs:
+        p.start()
+    seen = [queue.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    parent = bagcache.LoadIt(root)
+    st = parent.stats()
+    # The parent read nothing; the root counts what both workers did.
+    assert st["fills"] == st["regenerations"] == st["records_generated"] == 0
+    want = {k: sum(s[k] for s in seen) for k in seen[0]}
+    assert want["regenerations"] > 0 and want["evictions"] > 0
+    root_counts = st["root"]
+    assert {k: root_counts[k] for k in want} == want
+    assert root_counts["misses"] == want["fills"] + want["regenerations"]
+    assert root_counts["bytes_written"] >= st["bytes_on_disk"] > 0
+    parent.close()
+
+    # `bagcache cache info` shows the same counters, and no per-process ones.
+    exe = os.path.join(os.environ.get("BC_BUILDDIR", ""), "src", "cli", "bagcache")
+    if not os.path.exists(exe):
+        exe = os.path.join(os.environ.get("BC_BUILDDIR", ""), "bagcache")
+    if not os.path.exists(exe):
+        pytest.skip("the bagcache command is not built here")
+    out = subprocess.run([exe, "cache", "info", "--json", root], capture_output=True,
+                         text=True, check=True).stdout
+    counters = json.loads(out)["counters"]
+    assert counters == {"misses": root_counts["misses"], "fills": root_counts["fills"],
+                        "regenerations": root_counts["regenerations"],
+                        "evictions": root_counts["evictions"],
+                        "records_generated": root_counts["records_generated"],
+                        "bytes_written": root_counts["bytes_written"]}
