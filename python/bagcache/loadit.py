@@ -652,6 +652,8 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         self._progress = progress
         # The background drain's line, unless all is cached already.
         self._preload_shown = None
+        if create_iter is not None and progress is not False:
+            _progress.watch(core, root, progress)  # reads that wait long
         if (p["preload_all_async"] and create_iter is not None
                 and _progress.enabled(progress) and not self.all_cached_to_disk()):
             self._preload_shown = _progress.start(core, root, progress, background=True)

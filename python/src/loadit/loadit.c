@@ -58,6 +58,22 @@ typedef struct {
   /* NULL, or progress(core) -> an object whose close() ends the display:
    * called around a drain for a length (lobj_exact_len). */
   PyObject *progress;
+  /* Single reads (read_begin/read_end), for the progress display of long
+   * waits and the warning about reads that keep regenerating.  Updated
+   * and polled with the GIL held (a read counts before it releases the
+   * GIL and after it takes it back; the display's thread polls _reads()). */
+  uint64_t disk_limit;    /* the root's limit at open (0: none) */
+  bool seekable;          /* the source seeks (create_iter(start)) */
+  unsigned reading;       /* single reads in flight */
+  uint64_t read_seq;      /* single reads begun */
+  uint64_t served;        /* records they returned */
+  uint64_t gen_in_reads;  /* records the iterator produced during them */
+  uint64_t thrash_check;  /* gen_in_reads at which the warning is next
+                             considered */
+  bool thrash_warned;     /* the CacheWarning was given */
+  PyObject *read_shown;   /* NULL, or the display of waiting reads
+                             (_progress._Watch): suspend() is called when
+                             the last read in flight returns */
   /* Who holds the cache open (GIL): the loader and its views, and their
    * iterators.  close() drops their references, so the cache, its files
    * and the root's shared state are released then, not when the last of
@@ -438,6 +454,8 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   }
   self->cache = cache;
   self->R = stats.shard_records;
+  self->disk_limit = stats.disk_limit;
+  self->seekable = has_source && seekable;
   self->seq = bc_seq_ref(bc_cache_seq(self->cache));
   return (PyObject *)self;
 fail:
@@ -458,6 +476,7 @@ static void core_finalize(bcpy_core *self) {
 static int core_traverse(bcpy_core *self, visitproc visit, void *arg) {
   Py_VISIT(self->loads);
   Py_VISIT(self->progress);
+  Py_VISIT(self->read_shown);
   return bcpy_source_traverse(self->src, visit, arg);
 }
 
@@ -468,6 +487,7 @@ static int core_traverse(bcpy_core *self, visitproc visit, void *arg) {
 static int core_clear(bcpy_core *self) {
   Py_CLEAR(self->loads);
   Py_CLEAR(self->progress);
+  Py_CLEAR(self->read_shown);
   bcpy_source *s = self->src;
   if (s != NULL) {
     bcpy_source_close(s);
@@ -496,6 +516,7 @@ static void core_dealloc(bcpy_core *self) {
   self->src = NULL;
   Py_CLEAR(self->loads);
   Py_CLEAR(self->progress);
+  Py_CLEAR(self->read_shown);
   Py_CLEAR(self->root);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -637,6 +658,28 @@ static PyObject *core_worker_positions(bcpy_core *self, PyObject *unused) {
   return list;
 }
 
+/* _reads() -> (reading, read_seq, pulled, bytes_read): single reads in
+ * flight, begun so far, and the records and bytes the iterator produced so
+ * far (never waits; for the watch of long reads in _progress.py). */
+static PyObject *core_reads(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  return Py_BuildValue("IKKK", self->reading, (unsigned long long)self->read_seq,
+                       (unsigned long long)(self->src ? self->src->pulled : 0),
+                       (unsigned long long)(self->src ? self->src->bytes_read : 0));
+}
+
+/* _set_read_shown(display or None) (_progress._Watch). */
+static PyObject *core_set_read_shown(bcpy_core *self, PyObject *arg) {
+  if (arg == Py_None) {
+    Py_CLEAR(self->read_shown);
+  } else {
+    Py_INCREF(arg);
+    Py_XSETREF(self->read_shown, arg);
+  }
+  Py_RETURN_NONE;
+}
+
 /* _progress() -> (length, length_final, position, bytes_read, draining),
  * never waiting: the length known now, the furthest next record of this
  * process's source passes (0 when none is open), the bytes of records
@@ -771,6 +814,10 @@ static PyMethodDef core_methods[] = {
     {"info", (PyCFunction)core_info, METH_NOARGS, "info() -> the user info as JSON text."},
     {"set_info", (PyCFunction)core_set_info, METH_O,
      "set_info(json_text)\n\nReplaces the user info (atomically)."},
+    {"_set_read_shown", (PyCFunction)core_set_read_shown, METH_O,
+     "_set_read_shown(display or None): the display suspended when reads end."},
+    {"_reads", (PyCFunction)core_reads, METH_NOARGS,
+     "_reads() -> (reading, read_seq, pulled, bytes_read), never waiting."},
     {"_progress", (PyCFunction)core_progress, METH_NOARGS,
      "_progress() -> (length, length_final, position, bytes_read, draining), never waiting."},
     {"fill_all", (PyCFunction)core_fill_all, METH_NOARGS,
@@ -830,6 +877,87 @@ static void lobj_leave(bcpy_lobj *v) {
 
 static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index);
 
+/* ---- single reads: accounting and the regeneration warning --------------- */
+
+/* Before a single read releases the GIL: the iterator's count then. */
+static uint64_t read_begin(bcpy_core *c) {
+  c->reading++;
+  c->read_seq++;
+  return c->src != NULL ? c->src->pulled : 0;
+}
+
+#define THRASH_RATIO 10   /* records generated per record served */
+#define THRASH_SHARDS 8   /* ... and at least this many shards' worth */
+#define THRASH_REGENS 4   /* ... with this many shards regenerated */
+
+/* Random reads under a disk limit that keep regenerating: warned once per
+ * loader (CacheWarning), when the records the iterator produced during
+ * single reads exceed THRASH_RATIO times the records they served (and
+ * THRASH_SHARDS shards), and THRASH_REGENS shards were regenerated (not
+ * a first fill that ran the iterator up to a far record).  The engine's counters are
+ * read only when the first test passes, and then again only after the
+ * records generated have doubled.  -1 when the warning raised (a
+ * warnings filter "error"). */
+static int thrash_check(bcpy_core *c) {
+  uint64_t gen = c->gen_in_reads;
+  if (c->thrash_warned || c->disk_limit == 0 || c->src == NULL || gen < c->thrash_check ||
+      gen <= THRASH_RATIO * c->served || gen < THRASH_SHARDS * (c->R ? c->R : 1))
+    return 0;
+  c->thrash_check = 2 * gen;
+  bc_cache_stats st;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_stats_get(c->cache, &st);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) {
+    bc_error_clear(); /* only a hint: the read itself succeeded */
+    return 0;
+  }
+  if (st.regenerations < THRASH_REGENS) return 0;
+  c->thrash_warned = true;
+  PyObject *msg = PyUnicode_FromFormat(
+      "%U: reads under the disk limit (%llu bytes) keep regenerating evicted "
+      "shards: %llu records generated for %llu records read (%llu shards "
+      "regenerated).%s "
+      "Read in an order that stays within a few shards at a time "
+      "(bagcache.chunk_shuffle(data, chunk_size, seed=...) with chunk_size "
+      "about the records the limit holds), or raise memory_limit.",
+      c->root, (unsigned long long)c->disk_limit, (unsigned long long)gen,
+      (unsigned long long)c->served, (unsigned long long)st.regenerations,
+      c->seekable ? ""
+                  : " Each miss reruns create_iter() from the nearest parked pass "
+                    "before the shard: make the source seekable (def "
+                    "create_iter(start=0), yielding the items from index start on) "
+                    "so that a miss produces one shard.");
+  if (msg == NULL) return -1;
+  PyObject *text = PyUnicode_AsUTF8String(msg);
+  Py_DECREF(msg);
+  if (text == NULL) return -1;
+  int r = PyErr_WarnEx(bcpy_CacheWarning, PyBytes_AS_STRING(text), 1);
+  Py_DECREF(text);
+  return r;
+}
+
+/* After a single read took the GIL back: `got` records served.  The
+ * display of waiting reads, if shown, is erased by the last read in flight
+ * before it returns (its failure is dropped: the read succeeded). */
+static int read_end(bcpy_core *c, uint64_t pulled0, uint64_t got) {
+  c->reading--;
+  c->served += got;
+  uint64_t pulled = c->src != NULL ? c->src->pulled : 0;
+  c->gen_in_reads += pulled - pulled0;
+  if (c->read_shown != NULL && c->reading == 0) {
+    PyObject *shown = c->read_shown;
+    Py_INCREF(shown);
+    PyObject *r = PyObject_CallMethod(shown, "suspend", NULL);
+    if (r == NULL) PyErr_Clear();
+    Py_XDECREF(r);
+    Py_DECREF(shown);
+  }
+  return thrash_check(c);
+}
+
+
 /* Record `index` (negative counts from the end).  A close in another
  * thread meanwhile leaves self->seq to this call to drop. */
 static PyObject *lobj_item(bcpy_lobj *self, int64_t index) {
@@ -873,16 +1001,20 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   bc_buf fallback = BC_BUF_INIT;
   bc_buf *buf = bcpy_scratch_take(&fallback);
   int rc;
+  uint64_t pulled0 = read_begin(core);
   Py_BEGIN_ALLOW_THREADS
   rc = leaf == NULL ? bc_seq_get(seq, at, buf) : bc_cache_get(leaf, at, buf);
   Py_END_ALLOW_THREADS
   bcpy_notices_flush(); /* a damaged shard regenerated, say */
   if (rc != 0) {
+    core->reading--;
     bcpy_scratch_give(buf, &fallback);
     return bcpy_raise(rc, NULL);
   }
   PyObject *result = to_record(core, buf);
   bcpy_scratch_give(buf, &fallback);
+  if (result != NULL && read_end(core, pulled0, 1) < 0) Py_CLEAR(result);
+  else if (result == NULL) core->reading--;
   return result;
 }
 
