@@ -497,6 +497,17 @@ int bc_cache_info(bc_cache *cache, char **json);
 /* Replaces the user info (any JSON text), atomically in metadata.json. */
 int bc_cache_set_info(bc_cache *cache, const char *json);
 
+/* The source info: a JSON value kept in metadata.json ("source") that says
+ * how the cache's source can be run again, for a later process that opens
+ * the root without one (`bagcache cache fill -- CMD` stores the command
+ * there: doc/cli.md).  The library only keeps it: it never runs anything
+ * from it.  bc_cache_source_info gives it as malloc'd JSON text (free it),
+ * "null" when none; bc_cache_set_source_info replaces it atomically (any
+ * JSON text; NULL or "null" removes it), BC_EINVAL for text that is not
+ * JSON. */
+int bc_cache_source_info(bc_cache *cache, char **json);
+int bc_cache_set_source_info(bc_cache *cache, const char *json);
+
 /* Checks every present shard against its recorded size and checksum.
  * 0 when all match; otherwise the first problem, with the shard's start in
  * *bad_start (if not NULL). */

@@ -1053,23 +1053,49 @@ int bc_cache_info(bc_cache *c, char **json) {
   return 0;
 }
 
-int bc_cache_set_info(bc_cache *c, const char *json) {
+/* Replaces one JSON field of metadata.json (info: the user info; else the
+ * source info, NULL to remove it) in a read-modify-write. */
+static int set_meta_json(bc_cache *c, bool info, const char *json) {
   MDB_txn *t;
   int rc = bc__txn_begin(c->env, true, &t); /* serialises metadata writers */
   if (rc != 0) return rc;
   bc__meta m;
   rc = bc__meta_read(c->meta_path, &m);
   if (rc == 0) {
-    char *copy = strdup(json);
-    if (copy == NULL) {
+    char *copy = json != NULL ? strdup(json) : NULL;
+    if (copy == NULL && json != NULL) {
       rc = bc__error(BC_ENOMEM, "out of memory");
     } else {
-      free(m.info_json);
-      m.info_json = copy;
+      char **field = info ? &m.info_json : &m.source_json;
+      free(*field);
+      *field = copy;
       rc = bc__meta_write(c->meta_path, &m, c->mode);
     }
     bc__meta_free(&m);
   }
   mdb_txn_abort(t); /* nothing changed in LMDB: the lock was the point */
+  return rc;
+}
+
+int bc_cache_set_info(bc_cache *c, const char *json) {
+  return set_meta_json(c, true, json);
+}
+
+int bc_cache_source_info(bc_cache *c, char **json) {
+  bc__meta m;
+  int rc = bc__meta_read(c->meta_path, &m);
+  if (rc != 0) return rc;
+  char *out = m.source_json != NULL ? m.source_json : strdup("null");
+  m.source_json = NULL;
+  bc__meta_free(&m);
+  if (out == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  *json = out;
+  return 0;
+}
+
+int bc_cache_set_source_info(bc_cache *c, const char *json) {
+  bool null = true;
+  int rc = json != NULL ? bc__meta_check_json(json, "source info", &null) : 0;
+  if (rc == 0) rc = set_meta_json(c, false, null ? NULL : json);
   return rc;
 }

@@ -15,6 +15,17 @@
 void bc__meta_free(bc__meta *m) {
   free(m->info_json);
   m->info_json = NULL;
+  free(m->source_json);
+  m->source_json = NULL;
+}
+
+int bc__meta_check_json(const char *json, const char *what, bool *null) {
+  json_error_t err;
+  json_t *v = json_loads(json, JSON_DECODE_ANY, &err);
+  if (v == NULL) return bc__error(BC_EINVAL, "%s is not JSON: %s", what, err.text);
+  *null = json_is_null(v);
+  json_decref(v);
+  return 0;
 }
 
 static int corrupt(const char *path, const char *why) {
@@ -42,6 +53,7 @@ int bc__meta_read(const char *path, bc__meta *m) {
   json_t *comp = json_object_get(root, "compression");
   json_t *lvl = json_object_get(root, "zstd_level");
   json_t *info = json_object_get(root, "info");
+  json_t *source = json_object_get(root, "source");
   if (!json_is_object(root) || !json_is_string(fmt) ||
       strcmp(json_string_value(fmt), FORMAT_NAME) != 0) {
     rc = corrupt(path, "\"format\" is not \"" FORMAT_NAME "\"");
@@ -70,6 +82,11 @@ int bc__meta_read(const char *path, bc__meta *m) {
     m->info_json = json_dumps(info ? info : json_null(),
                               JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS);
     if (m->info_json == NULL) rc = bc__error(BC_ENOMEM, "out of memory");
+    if (rc == 0 && source != NULL &&
+        (m->source_json = json_dumps(source, JSON_ENCODE_ANY | JSON_COMPACT |
+                                                 JSON_SORT_KEYS)) == NULL)
+      rc = bc__error(BC_ENOMEM, "out of memory");
+    if (rc != 0) bc__meta_free(m);
   }
   json_decref(root);
   return rc;
@@ -95,6 +112,14 @@ int bc__meta_write(const char *path, const bc__meta *m, unsigned mode) {
       "length_final", m->length_final, "compression", m->zstd ? "zstd" : "none",
       "zstd_level", m->zstd_level, "info", info);
   if (root == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  if (m->source_json != NULL) {
+    json_t *source = json_loads(m->source_json, JSON_DECODE_ANY, &err);
+    if (source == NULL || json_object_set_new(root, "source", source) != 0) {
+      json_decref(root);
+      return bc__error(BC_EINVAL, "source info is not JSON: %s",
+                       source == NULL ? err.text : "out of memory");
+    }
+  }
   char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
   json_decref(root);
   if (text == NULL) return bc__error(BC_ENOMEM, "out of memory");
