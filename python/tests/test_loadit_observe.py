@@ -160,3 +160,62 @@ def test_root_counters_sum_every_process(tmp_path):
                         "evictions": root_counts["evictions"],
                         "records_generated": root_counts["records_generated"],
                         "bytes_written": root_counts["bytes_written"]}
+
+
+# ---- a root filled by `bagcache cache fill -- CMD` -------------------------------
+
+
+def _bagcache_exe():
+    exe = os.path.join(os.environ.get("BC_BUILDDIR", ""), "bagcache")
+    if not os.path.exists(exe):
+        pytest.skip("the bagcache command is not built here")
+    return exe
+
+
+@pytest.mark.filterwarnings("ignore::bagcache.CacheWarning")  # (random reads, on purpose)
+@pytest.mark.parametrize("seek", [False, True])
+def test_source_command_reruns_the_stored_command(tmp_path, seek):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data").write_text("".join(f"line {i}\n" for i in range(1500)))
+    # The command leaves a mark each time it runs.
+    (work / "cmd.sh").write_text('#!/bin/sh\necho run >>ran\nexec tail -n "+$1" data\n')
+    (work / "cmd.sh").chmod(0o755)
+    root = str(tmp_path / "root")
+    argv = [_bagcache_exe(), "cache", "fill", "--shard-records", "100", "--limit", "8k"]
+    argv += ["--seek-arg", root, "--", "./cmd.sh", "{start1}"] if seek else \
+            [root, "--", "./cmd.sh", "1"]
+    subprocess.run(argv, cwd=work, check=True, timeout=120)
+    runs = (work / "ran").read_text().count("run")
+    want = [f"line {i}".encode() for i in range(1500)]
+
+    # Without the opt-in the command never runs: an evicted record is a miss.
+    plain = bagcache.LoadIt(root, serializer="raw")
+    assert plain[1499] == want[1499]
+    with pytest.raises(bagcache.NotCachedError):
+        plain[5]
+    plain.close()
+    assert (work / "ran").read_text().count("run") == runs
+
+    loader = bagcache.LoadIt(root, source="command")
+    assert loader[5] == want[5] and loader[250] == want[250] and len(loader) == 1500
+    order = (0, 99, 100, 1499, 300, 700, 1100, 0)
+    assert [loader[i] for i in order] == [want[i] for i in order]
+    assert (work / "ran").read_text().count("run") > runs
+    st = loader.stats()
+    assert st["regenerations"] >= 3
+    # A seekable command rebuilds a shard from its start: one shard per miss.
+    if seek:
+        assert st["records_skipped"] == 0
+    loader.close()
+
+
+def test_source_command_needs_a_stored_command(tmp_path):
+    root = str(tmp_path / "root")
+    bagcache.LoadIt(root, Source(10)).close()
+    with pytest.raises(ValueError, match="no command is stored with the cache"):
+        bagcache.LoadIt(root, source="command")
+    with pytest.raises(ValueError, match="source must be None or 'command'"):
+        bagcache.LoadIt(root, source="cmd")
+    with pytest.raises(TypeError, match="not both"):
+        bagcache.LoadIt(root, Source(10), source="command")

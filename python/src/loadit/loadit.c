@@ -927,8 +927,9 @@ static int thrash_check(bcpy_core *c) {
       c->seekable ? ""
                   : " Each miss reruns create_iter() from the nearest parked pass "
                     "before the shard: make the source seekable (def "
-                    "create_iter(start=0), yielding the items from index start on) "
-                    "so that a miss produces one shard.");
+                    "create_iter(start=0), yielding the items from index start on; "
+                    "for a command stored by `bagcache cache fill`, fill with "
+                    "--seek-arg) so that a miss produces one shard.");
   if (msg == NULL) return -1;
   PyObject *text = PyUnicode_AsUTF8String(msg);
   Py_DECREF(msg);
