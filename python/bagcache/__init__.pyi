@@ -3,7 +3,7 @@
 import enum
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, TypedDict, TypeVar, overload
+from typing import Any, ClassVar, Literal, TypedDict, TypeVar, overload
 
 import numpy
 import numpy.typing
@@ -269,6 +269,7 @@ class LoadIt(Sequence[Any]):
         max_passes: int | None = None,
         publish_behind: bool = True,
         evict_ahead: bool | None = None,
+        source: Literal["command"] | None = None,
     ) -> None: ...
     @overload
     def __init__(
@@ -293,6 +294,7 @@ class LoadIt(Sequence[Any]):
         max_passes: int | None = None,
         publish_behind: bool = True,
         evict_ahead: bool | None = None,
+        source: Literal["command"] | None = None,
     ) -> None: ...
     @overload
     def __getitem__(self, key: int) -> Any: ...
