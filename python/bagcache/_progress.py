@@ -466,10 +466,11 @@ class _Watch:
                     return
                 try:
                     self._poll(core, w)
-                except Exception:  # closed: nothing more to show
+                except Exception:  # closed: nothing more to show, or watch
                     if w.shown is not None:
                         self._end(core, w)
-                    w.since = None
+                    with self._cores_lock:
+                        self._cores.pop(core, None)
 
     def _poll(self, core, w):
         global _active

@@ -473,7 +473,8 @@ def source(start=0):
 limit = 8 * 2200  # 8 shards of 20 records (about 2.1 KB each)
 loader = LoadIt(root, {factory}, max_shard_length=20, memory_limit=limit,
                 serializer="raw", preload_fn=None)
-n = len(loader)
+if {drain}:
+    n = len(loader)  # the last shards stay; the first ones were evicted
 rng = random.Random(0)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -485,14 +486,14 @@ say(repr(mine))
 """
 
 
-@pytest.mark.parametrize("factory, order, warned", [
-    ("lambda: source()", "rng.randrange(2000)", True),        # not seekable
-    ("source", "rng.randrange(2000)", True),                  # seekable: 20 per read
-    ("lambda: source()", "_ * 7 % 80", False),                # within the limit
-    ("lambda: source()", "_", False),                         # sequential
+@pytest.mark.parametrize("factory, order, drain, warned", [
+    ("lambda: source()", "rng.randrange(2000)", True, True),   # not seekable
+    ("source", "rng.randrange(2000)", True, True),             # seekable: 20 per read
+    ("lambda: source()", "_ * 7 % 80", False, False),          # within the limit
+    ("lambda: source()", "_", True, False),                    # sequential
 ])
-def test_reads_that_keep_regenerating_warn_once(tmp_path, factory, order, warned):
-    _, err = run(tmp_path, THRASH.format(factory=factory, order=order))
+def test_reads_that_keep_regenerating_warn_once(tmp_path, factory, order, drain, warned):
+    _, err = run(tmp_path, THRASH.format(factory=factory, order=order, drain=drain))
     mine = eval(err)
     if not warned:
         assert mine == []
@@ -501,3 +502,34 @@ def test_reads_that_keep_regenerating_warn_once(tmp_path, factory, order, warned
     text = mine[0]
     assert "keep regenerating evicted shards" in text and "chunk_shuffle" in text
     assert ("create_iter(start=0)" in text) == (factory != "source")
+
+
+def test_bulk_reads_count_too(tmp_path):
+    # read_indices (what a torch Dataset's __getitems__ does): the same
+    # warning, once, and a long batch shows the line of waiting reads.
+    _, err = run(tmp_path, """
+        import random, warnings
+        from bagcache import CacheWarning
+        def source():
+            for i in range(2000):
+                yield i.to_bytes(4, "little") * 25
+        loader = LoadIt(root, source, max_shard_length=20, memory_limit=8 * 2200,
+                        serializer="raw", preload_fn=None)
+        n = len(loader)
+        rng = random.Random(0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(15):
+                idx = [rng.randrange(2000) for _ in range(4)]
+                assert loader.read_indices(idx) == [i.to_bytes(4, "little") * 25 for i in idx]
+        mine = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+        say(repr(len(mine)))
+        slow = LoadIt(Slow(40, 0.1), root_dir=root + "2", max_shard_length=8,
+                      serializer="raw", preload_fn=None, progress=True)
+        got = slow.read_indices([30])
+        say(f"GOT {got == [bytes([30]) * 65536]}")
+    """)
+    first, rest = err.split("\n", 1)
+    assert first == "1"
+    states, rest = reads_states(rest)
+    assert rest == "GOT True\n" and states

@@ -150,6 +150,11 @@ struct bcpy_call {
   int rc; /* run's result */
 };
 
+/* Records the wait policy's call reads on success while a bulk read's
+ * round runs it (core/bulk.c sets it around kind->wait), else 0: for a
+ * policy that counts reads (a LoadIt's).  Per thread. */
+extern _Thread_local size_t bcpy_wait_records;
+
 /* c->rc = c->run(c) (no GIL). */
 void bcpy_call_run(bcpy_call *c);
 

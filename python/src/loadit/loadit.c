@@ -1185,11 +1185,26 @@ static PyObject *lobj_item_seq(bcpy_sobj *self, int64_t i) {
   return lobj_item((bcpy_lobj *)self, i);
 }
 
+/* The wait policy of a LoadIt and its views: the call with the GIL
+ * released, counted as a read (a bulk read's round: read_indices, a torch
+ * Dataset's __getitems__) for the progress of reads that wait and the
+ * warning about reads that keep regenerating. */
+static int lobj_wait(bcpy_sobj *base, bcpy_call *c) {
+  bcpy_lobj *self = (bcpy_lobj *)base;
+  bcpy_core *core = self->core;
+  size_t records = bcpy_wait_records;
+  if (core == NULL || records == 0) return bcpy_wait_plain(base, c);
+  uint64_t pulled0 = read_begin(core);
+  bcpy_wait_plain(base, c);
+  bcpy_notices_flush();
+  return read_end(core, pulled0, c->rc == 0 ? records : 0);
+}
+
 static const bcpy_seq_kind lobj_kind = {
     .check = lobj_check_seq,
     .item = lobj_item_seq,
     .take = get_take,
-    .wait = bcpy_wait_plain,
+    .wait = lobj_wait,
     .wrap = lobj_wrap,
     .raise = bcpy_raise_errno,
     .decode = lobj_decode,
