@@ -91,6 +91,7 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit_dropin.py \
 	python/tests/test_loadit_root.py \
 	python/tests/test_loadit_progress.py \
+	python/tests/test_loadit_observe.py \
 	python/tests/test_loadit_damage.py \
 	python/tests/test_loadit_publish.py \
 	python/tests/test_loadit_close.py \
