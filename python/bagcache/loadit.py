@@ -482,6 +482,8 @@ def _close_all():
     # at once on Ctrl-C) so that the process can end; see LoadIt.close().
     for core in list(_live):
         core.close(at_exit=True)
+    # Notices from now on go to fd 2: the interpreter is going away.
+    _bagcache._notices_at_exit()
 
 
 # ---- loadit's internals, read-only --------------------------------------------------

@@ -20,9 +20,11 @@
  * its caller.  Delivery runs with the GIL held and no engine lock.
  *
  * Bounded: at most QUEUE_MAX messages wait; more are counted and reported
- * as one "N more notices were dropped" message.  Once the interpreter is
- * finalizing (Py_AtExit), queued and new messages go to file descriptor 2
- * as the C default writes them, since no Python code runs any more.
+ * as one "N more notices were dropped" message.  At exit (the package's
+ * atexit handler calls _notices_at_exit() once the loaders are closed, so
+ * before the interpreter is torn down and Py_AddPendingCall would find no
+ * interpreter; Py_AtExit as a last resort) queued and new messages go to
+ * file descriptor 2 as the C default writes them.
  */
 #include "core/bcpy.h"
 
@@ -73,6 +75,8 @@ static void notice_to_queue(void *payload, const char *message) {
     to_stderr(message);
     return;
   }
+  /* (A notice racing with _notices_at_exit may still be queued and ask for
+   * a pending call; the interpreter is alive until the atexit handlers end.) */
   char *copy = strdup(message);
   pthread_mutex_lock(&notice_lock);
   if (copy != NULL && queue_count < QUEUE_MAX) {
@@ -206,9 +210,23 @@ static PyObject *flush_notices(PyObject *mod, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+/* At exit, before finalization: what is queued is delivered, and later
+ * notices go to fd 2 (no pending call is asked of an interpreter that is
+ * going away). */
+static PyObject *notices_at_exit(PyObject *mod, PyObject *unused) {
+  (void)mod;
+  (void)unused;
+  bcpy_notices_flush_now();
+  atomic_store(&python_gone, true);
+  bcpy_notices_flush_now(); /* one queued meanwhile */
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef notice_methods[] = {
     {"_flush_notices", flush_notices, METH_NOARGS,
      "_flush_notices()\n\nDelivers the queued notices to the logger 'bagcache' now."},
+    {"_notices_at_exit", notices_at_exit, METH_NOARGS,
+     "_notices_at_exit()\n\nDelivers the queued notices; later ones go to fd 2."},
     {NULL, NULL, 0, NULL}};
 
 int bcpy_notices_init(PyObject *mod) {
