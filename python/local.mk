@@ -21,6 +21,7 @@ BC_PY_C_SOURCES = \
 	python/src/module.c \
 	python/src/core/bcpy.h \
 	python/src/core/scratch.c \
+	python/src/core/notice.c \
 	python/src/core/indices.c \
 	python/src/core/sequence.c \
 	python/src/core/seq.c \
@@ -91,6 +92,7 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit_ux.py \
 	python/tests/test_loadit_root.py \
 	python/tests/test_loadit_progress.py \
+	python/tests/test_loadit_observe.py \
 	python/tests/test_loadit_damage.py \
 	python/tests/test_loadit_publish.py \
 	python/tests/test_loadit_close.py \

@@ -460,6 +460,17 @@ typedef struct bc_cache_stats {
   uint64_t publish_batches;  /* its transactions (one per batch) */
   uint64_t publish_largest;  /* shards in its largest batch */
   uint64_t publish_failures; /* queued shards whose publish failed */
+  /* The root's counters, summed over every process that has used it
+   * (kept in the shared state by the transactions that publish and evict;
+   * a root written by a version before them starts them at 0): */
+  struct {
+    uint64_t fills;             /* shards published for the first time */
+    uint64_t regenerations;     /* shards published again */
+    uint64_t evictions;         /* shards evicted under the limit */
+    uint64_t records_generated; /* records the source produced for them
+                                   (written, and skipped on the way) */
+    uint64_t bytes_written;     /* bytes of the shard files published */
+  } root;
 } bc_cache_stats;
 
 int bc_cache_stats_get(bc_cache *cache, bc_cache_stats *stats);
@@ -504,6 +515,17 @@ int bc_cache_fingerprint(bc_cache *cache, char **json);
 /* The length hint stored in metadata.json (the known_length the root was
  * created with), or -1 when there is none. */
 int bc_cache_length_hint(bc_cache *cache, int64_t *hint);
+
+/* The source info: a JSON value kept in metadata.json ("source") that says
+ * how the cache's source can be run again, for a later process that opens
+ * the root without one (`bagcache cache fill -- CMD` stores the command
+ * there: doc/cli.md).  The library only keeps it: it never runs anything
+ * from it.  bc_cache_source_info gives it as malloc'd JSON text (free it),
+ * "null" when none; bc_cache_set_source_info replaces it atomically (any
+ * JSON text; NULL or "null" removes it), BC_EINVAL for text that is not
+ * JSON. */
+int bc_cache_source_info(bc_cache *cache, char **json);
+int bc_cache_set_source_info(bc_cache *cache, const char *json);
 
 /* Checks every present shard against its recorded size and checksum.
  * 0 when all match; otherwise the first problem, with the shard's start in

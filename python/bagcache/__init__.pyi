@@ -271,6 +271,7 @@ class LoadIt(Sequence[Any]):
         evict_ahead: bool | None = None,
         fingerprint: Any = None,
         on_mismatch: Literal["raise", "clear"] = "raise",
+        source: Literal["command"] | None = None,
     ) -> None: ...
     @overload
     def __init__(
@@ -297,6 +298,7 @@ class LoadIt(Sequence[Any]):
         evict_ahead: bool | None = None,
         fingerprint: Any = None,
         on_mismatch: Literal["raise", "clear"] = "raise",
+        source: Literal["command"] | None = None,
     ) -> None: ...
     @overload
     def __getitem__(self, key: int) -> Any: ...

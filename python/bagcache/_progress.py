@@ -16,6 +16,21 @@ furthest position of this process's passes over it, or the length known);
 MiB are the bytes of the records read from the iterator during the wait
 (serialized, before compression); the rates are over the wait.
 
+Single reads too: a read (``data[i]``, a torch Dataset's ``__getitem__``)
+that waits for the iterator for more than about a second (WAIT_AFTER) -
+one long read, or reads that keep regenerating evicted shards one after
+another - shows the line of the wait, labelled "ROOT (reads wait for the
+iterator)", with the records the iterator produced since the wait began::
+
+    cache/ (reads wait for the iterator): 52000 records, 3.1 MiB, ...
+
+The line is a status: the read that ends a wait erases it before it
+returns (so the caller's own output never lands on it), and the next wait
+draws it again, counting on; two seconds with no read in flight end it.  A
+watch thread per process (started by the first LoadIt whose progress is
+on, polling ``_CacheCore._reads()``, which never waits) decides; a wait of
+another kind (``len()``, ...) takes the line over.
+
 Who draws: a daemon thread per display, polling ``_CacheCore._progress()``
 (which never waits) while the caller's thread is inside the engine with the
 GIL released.  close() stops the thread, joins it and draws the final state:
@@ -40,11 +55,12 @@ _active = None  # the display shown now (or finished, see _Display.done)
 
 
 def _after_fork_in_child():
-    # The parent's display thread is not in the child, and _lock may have
-    # been held by another thread at the fork: start afresh.
-    global _lock, _active
+    # The parent's display and watch threads are not in the child, and
+    # _lock may have been held by another thread at the fork: start afresh.
+    global _lock, _active, _watch
     _lock = _threading.Lock()
     _active = None
+    _watch = None
 
 
 if hasattr(_os, "register_at_fork"):
@@ -138,10 +154,16 @@ class _Line:
 
     def finish(self, s, rates, erase):
         if erase:
-            self._write("\r" + " " * self._width + "\r")
+            self.clear()
         else:
             self.draw(s, rates)
             self._write("\n")
+
+    def clear(self):
+        """Erases the line (the next draw writes it anew)."""
+        if self._width:
+            self._write("\r" + " " * self._width + "\r")
+            self._width = 0
 
 
 class _Bar:
@@ -186,17 +208,31 @@ class _Bar:
         except Exception:
             pass
 
+    def clear(self):
+        if self._broken:
+            return
+        try:
+            self._bar.clear()
+        except Exception:
+            self._broken = True
+
 
 class _Display:
-    def __init__(self, core, label, background, stream):
+    def __init__(self, core, label, background, stream, reads=None, started=None):
         self._core = _weakref.ref(core)
         self._background = background
-        self._started = _time.monotonic()
+        # The display of single reads (_Watch): the iterator's count when
+        # the wait began, else None.
+        self.reads = reads is not None
+        self._pulled0 = reads or 0
+        self.suspended = False  # reads: erased while no read waits (GIL-free flag)
+        self._started = _time.monotonic() if started is None else started
         self._stop = _threading.Event()
         self._draw_lock = _threading.Lock()  # one draw at a time; guards done
         self.done = False  # finished: nothing more is drawn
         first = self._poll(core)
-        self._records0 = first.records
+        # (Rates over the wait: a read's began before its display.)
+        self._records0 = 0 if self.reads else first.records
         self._bytes0 = first.bytes
         self._last = first
         tqdm = _tqdm_class()
@@ -212,9 +248,17 @@ class _Display:
         self._thread.start()
 
     def _poll(self, core):
-        length, final, position, nbytes, draining = core._progress()
         s = _Sample()
         last = getattr(self, "_last", None)  # None: the first poll
+        if self.reads:
+            # The records the iterator produced (given or skipped), from 0 at
+            # the start of the wait (_Watch), as a count with no length.
+            _, _, pulled, nbytes = core._reads()
+            s.records, s.length, s.final = pulled - self._pulled0, 0, False
+            s.bytes, s.draining = nbytes, True
+            s.seconds = _time.monotonic() - self._started
+            return s
+        length, final, position, nbytes, draining = core._progress()
         if final and not draining and last is not None:
             records = length  # the drain went to the end
         elif final:
@@ -249,6 +293,8 @@ class _Display:
             with self._draw_lock:
                 if self.done or self._stop.is_set():
                     return
+                if self.suspended:
+                    continue
                 if s is None or (self._background and not s.draining):
                     # The loader is gone, or the background drain ended.
                     s = self._last
@@ -283,8 +329,21 @@ class _Display:
                 if _active is self:
                     _active = None
 
+    def suspend(self):
+        """A display of reads, when the last read in flight returns (called
+        by the engine binding before the read returns to its caller): the
+        line is erased and drawn again only when reads wait again."""
+        with self._draw_lock:
+            if not self.done and not self.suspended:
+                self.suspended = True
+                self._out.clear()
+
+    def resume(self):
+        with self._draw_lock:
+            self.suspended = False
+
     def covers(self, core):
-        return self._background and self._core() is core
+        return (self._background or self.reads) and self._core() is core
 
 
 def start(core, label, setting, background=False):
@@ -297,18 +356,25 @@ def start(core, label, setting, background=False):
     with _lock:
         current = _active
         if current is not None and not current.done:
-            if background or not current.covers(core):
+            if current.reads and not background:
+                current._end(erase=True)  # a wait of its own takes over
+            elif background or not current.covers(core):
                 return None
-            current._end(erase=True)  # its thread never takes _lock
+            else:
+                current._end(erase=True)  # its thread never takes _lock
             _active = None
         _active = _Display(core, label, background, _sys.stderr)
         return _active
 
 
 def close_all():
-    """Ends the display shown, if any (at exit, before the caches close)."""
+    """Ends the watch and the display shown, if any (at exit, before the
+    caches close)."""
+    global _watch
     with _lock:
-        current = _active
+        current, watch, _watch = _active, _watch, None
+    if watch is not None:
+        watch.stop()
     if current is not None:
         current.close()
 
@@ -325,3 +391,124 @@ class Hook:
 
     def __call__(self, core):
         return start(core, self.label, self.setting)
+
+
+# ---- the watch of single reads -------------------------------------------------------
+
+WAIT_AFTER = 1.0  # seconds reads wait for the iterator before they are shown
+QUIET_AFTER = 2.0  # seconds with no read in flight that end a display
+
+_watch = None  # the process's _Watch, once a LoadIt with progress on opened
+
+
+class _Watched:
+    """A core's last poll: the read begun last, the iterator's count, since
+    when reads have been waiting for it (None: they are not) and since
+    when no read has been in flight (None: one is)."""
+
+    __slots__ = ("label", "seq", "pulled", "since", "pulled0", "quiet_since", "shown")
+
+    def __init__(self, label, seq, pulled):
+        self.label, self.seq, self.pulled = label, seq, pulled
+        self.since = self.quiet_since = None
+        self.pulled0 = 0
+        self.shown = None
+
+
+class _Watch:
+    """Polls the watched cores every INTERVAL.  A core is waiting when a
+    single read is in flight and either the iterator produced records since
+    the last poll or the same read is still running (it waits for another
+    filler).  WAIT_AFTER seconds of that show a display (when no other one
+    is shown).  The last read in flight to return erases the line
+    (_Display.suspend, called by the binding); the next wait draws it again,
+    counting on; QUIET_AFTER seconds with no read in flight end it."""
+
+    def __init__(self):
+        self._cores = _weakref.WeakKeyDictionary()  # core -> _Watched
+        self._cores_lock = _threading.Lock()
+        self._stop = _threading.Event()
+        self._thread = _threading.Thread(
+            target=self._run, name="bagcache-progress-watch", daemon=True)
+        self._thread.start()
+
+    def add(self, core, label):
+        with self._cores_lock:
+            self._cores[core] = _Watched(label, *core._reads()[1:3])
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not _threading.current_thread():
+            self._thread.join()
+        with self._cores_lock:
+            items = [(c, w) for c, w in self._cores.items() if w.shown is not None]
+        for core, w in items:
+            self._end(core, w)
+
+    def _end(self, core, w):
+        shown, w.shown = w.shown, None
+        try:
+            core._set_read_shown(None)
+        except Exception:
+            pass
+        shown._end(erase=True)
+        with _lock:
+            global _active
+            if _active is shown:
+                _active = None
+
+    def _run(self):
+        while not self._stop.wait(INTERVAL):
+            with self._cores_lock:
+                items = list(self._cores.items())
+            for core, w in items:
+                if self._stop.is_set():
+                    return
+                try:
+                    self._poll(core, w)
+                except Exception:  # closed: nothing more to show, or watch
+                    if w.shown is not None:
+                        self._end(core, w)
+                    with self._cores_lock:
+                        self._cores.pop(core, None)
+
+    def _poll(self, core, w):
+        global _active
+        reading, seq, pulled, _ = core._reads()
+        now = _time.monotonic()
+        waiting = reading > 0 and (pulled > w.pulled or seq == w.seq)
+        if waiting and w.since is None:
+            w.since, w.pulled0 = now - INTERVAL, w.pulled  # since the last poll
+        elif not waiting:
+            w.since = None
+        if reading > 0:
+            w.quiet_since = None
+        elif w.quiet_since is None:
+            w.quiet_since = now
+        w.seq, w.pulled = seq, pulled
+        shown = w.shown
+        if shown is not None:
+            if shown.done or (w.quiet_since is not None and now - w.quiet_since >= QUIET_AFTER):
+                self._end(core, w)
+            elif waiting and shown.suspended and now - w.since >= 2 * INTERVAL:
+                shown.resume()  # (a wait of two polls: not a flash per miss)
+        elif w.since is not None and now - w.since >= WAIT_AFTER:
+            with _lock:
+                if _active is not None and not _active.done:
+                    return  # another wait is shown
+                _active = w.shown = _Display(
+                    core, f"{w.label} (reads wait for the iterator)", False,
+                    _sys.stderr, reads=w.pulled0, started=w.since)
+            core._set_read_shown(w.shown)
+
+
+def watch(core, label, setting):
+    """Watches the single reads of `core` (when progress is on: enabled())."""
+    global _watch
+    if not enabled(setting):
+        return
+    with _lock:
+        if _watch is None:
+            _watch = _Watch()
+        w = _watch
+    w.add(core, label)

@@ -100,6 +100,14 @@ Arguments (as loadit; what bagcache does with each):
   create_iter(start=0)``, yielding the items from index ``start`` on): an
   evicted shard is then rebuilt by ``create_iter(start=its first index)``,
   one shard of items per miss.  True or False says so explicitly.
+* ``source`` (keyword only, bagcache's own) - ``"command"``: the source
+  is the command ``bagcache cache fill ROOT -- COMMAND`` stored in the
+  root's metadata.json (run in its working directory, with its
+  ``--seek-arg`` and ``--from``), so that records the disk limit evicted
+  are rebuilt by running it again; its records are bytes (``serializer``
+  defaults to ``"raw"``).  Without it a stored command never runs: it is
+  code, so running it is the caller's decision.  None (default): the
+  ``create_iter`` given, if any.
 * ``max_passes`` (keyword only, bagcache's own) - passes of
   ``create_iter()`` kept open, parked where their fills stopped (default
   64), so that a rebuilt shard starts from the nearest one before it
@@ -324,6 +332,85 @@ def _factory(create_iter):
     raise TypeError(f"create_iter must be callable, not {type(create_iter).__name__}")
 
 
+class _StoredCommand:
+    """create_iter of ``LoadIt(root, source="command")``: runs the command
+    `bagcache cache fill ROOT -- COMMAND` stored in metadata.json ("source")
+    as that command's own source does: in its working directory, standard
+    input /dev/null, its output cut into lines (each without its newline; a
+    last line without one counts) or frames (a 4-byte little-endian length,
+    then the bytes), "{start}" and "{start1}" in its arguments replaced by
+    the first index (and + 1) with --seek-arg (0 and 1 without a start).  A
+    pass abandoned early terminates the process; an exit status other than
+    0 at the end raises SourceError."""
+
+    def __init__(self, argv, cwd, seek_arg, frames):
+        self.argv, self.cwd, self.seek_arg, self.frames = list(argv), cwd, seek_arg, frames
+
+    def __call__(self, start=0):
+        argv = self.argv
+        if self.seek_arg:
+            argv = [a.replace("{start1}", str(start + 1)).replace("{start}", str(start))
+                    for a in argv]
+        return self._records(argv)
+
+    def _records(self, argv):
+        import subprocess
+
+        proc = subprocess.Popen(argv, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE)
+        ended = False
+        try:
+            out = proc.stdout
+            if self.frames:
+                while True:
+                    head = out.read(4)
+                    if not head:
+                        break
+                    n = int.from_bytes(head.ljust(4, b"\0"), "little")
+                    data = out.read(n) if len(head) == 4 else b""
+                    if len(head) < 4 or len(data) < n:
+                        raise SourceError(f"{argv[0]}: its output ends inside a frame")
+                    yield data
+            else:
+                for line in out:
+                    yield line[:-1] if line.endswith(b"\n") else line
+            ended = True
+        finally:
+            if not ended:
+                proc.terminate()
+            proc.stdout.close()
+            status = proc.wait()
+        if status != 0:
+            raise SourceError(f"{argv[0]} exited with status {status}" if status > 0
+                              else f"{argv[0]} was killed by signal {-status}")
+
+    def __reduce__(self):
+        return (_StoredCommand, (self.argv, self.cwd, self.seek_arg, self.frames))
+
+
+def _stored_command(root):
+    """The command `bagcache cache fill` stored with the root, as a
+    _StoredCommand; ValueError when the root has none."""
+    path = _os.path.join(root, "metadata.json")
+    with open(path, "rb") as f:
+        source = _json.load(f).get("source")
+    if source is None:
+        raise ValueError(
+            f"{root}: source='command': no command is stored with the cache (only "
+            f"'bagcache cache fill ROOT -- COMMAND' stores one)")
+    ok = (isinstance(source, dict) and source.get("type") == "command"
+          and isinstance(source.get("argv"), list) and source["argv"]
+          and all(isinstance(a, str) for a in source["argv"])
+          and isinstance(source.get("cwd"), str)
+          and isinstance(source.get("seek_arg"), bool)
+          and source.get("from") in ("lines", "frames"))
+    if not ok:
+        raise ValueError(f"{path}: \"source\" is not a command stored by "
+                         f"'bagcache cache fill': {source!r}")
+    return _StoredCommand(source["argv"], source["cwd"], source["seek_arg"],
+                          source["from"] == "frames")
+
+
 def _serializer(serializer):
     """(dumps, dumps_args, loads) for the engine, which stores
     dumps(record, *dumps_args); (None, None, None) for raw bytes."""
@@ -449,6 +536,8 @@ def _close_all():
     # at once on Ctrl-C) so that the process can end; see LoadIt.close().
     for core in list(_live):
         core.close(at_exit=True)
+    # Notices from now on go to fd 2: the interpreter is going away.
+    _bagcache._notices_at_exit()
 
 
 # ---- loadit's internals, read-only --------------------------------------------------
@@ -700,7 +789,7 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
 
     def __init__(self, *args, serializer=None, progress=None, seekable=None,
                  max_passes=None, publish_behind=True, evict_ahead=None, fingerprint=None,
-                 on_mismatch="raise", **kwargs):
+                 on_mismatch="raise", source=None, **kwargs):
         args = list(args)
         if args and not _is_path(args[0]) and args[0] is not None:
             # loadit's README form: LoadIt(create_iter, root_dir=...).
@@ -714,6 +803,18 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         p = _bind(args, kwargs)
 
         root = _path(p["root_dir"])
+        if source is not None:
+            # The command stored by `bagcache cache fill` (code: run only on
+            # this opt-in); its records are bytes.
+            if source != "command":
+                raise ValueError(f"source must be None or 'command', not {source!r}")
+            if p["create_iter"] is not None:
+                raise TypeError("LoadIt() takes create_iter or source='command', not both")
+            p["create_iter"] = _stored_command(root)
+            if seekable is None:
+                seekable = p["create_iter"].seek_arg
+            if serializer is None:
+                serializer = "raw"
         create_iter = _factory(p["create_iter"])
         max_workers = _count("max_workers", p["max_workers"], 1)
         if max_workers != 1 and not p["iterator_thread_safe"]:
@@ -822,6 +923,8 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         self._progress = progress
         # The background drain's line, unless all is cached already.
         self._preload_shown = None
+        if create_iter is not None and progress is not False:
+            _progress.watch(core, root, progress)  # reads that wait long
         if (p["preload_all_async"] and create_iter is not None
                 and _progress.enabled(progress) and not self.all_cached_to_disk()):
             self._preload_shown = _progress.start(core, root, progress, background=True)
@@ -921,8 +1024,15 @@ class LoadIt(_bagcache._CacheSeq, _abc.Sequence):
         items create_iter() produced for this process: written + skipped),
         misses (fills + regenerations), records_per_miss (generated per
         miss, 0.0 before any) and passes (where the parked passes of the
-        iterator stand: the next index each will produce)."""
+        iterator stand: the next index each will produce).  ``root`` is a
+        dict of the root's own counters, summed over every process that has
+        used it (torch workers, other jobs) and kept in its shared state:
+        misses, fills, regenerations, evictions, records_generated and
+        bytes_written (of shard files); 0 on a root last written by a
+        version that did not count them."""
         st = self._core.stats()
+        root = st["root"]
+        root["misses"] = root["fills"] + root["regenerations"]
         st["records_generated"] = st["records_written"] + st["records_skipped"]
         st["misses"] = st["fills"] + st["regenerations"]
         st["records_per_miss"] = st["records_generated"] / st["misses"] if st["misses"] else 0.0

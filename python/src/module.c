@@ -84,6 +84,7 @@ PyObject *bcpy_raise_errno(int code, int sys_errno, const char *message) {
   set_exception(code, sys_errno, message);
   /* The thread's error is reported: its payload (an exception) goes. */
   bc_error_clear();
+  bcpy_notices_flush(); /* what the failing call said before (kept exception) */
   return NULL;
 }
 
@@ -217,6 +218,7 @@ unsigned bcpy_forks(void) { return atomic_load_explicit(&forks, memory_order_rel
 static void after_fork_child(void) {
   atomic_fetch_add(&forks, 1);
   main_thread = pthread_self();
+  bcpy_notices_after_fork();
   bcpy_interrupt_install(); /* this thread runs the signal handlers now */
 }
 
@@ -341,7 +343,8 @@ PyMODINIT_FUNC PyInit__bagcache(void) {
       bcpy_add_type(mod, &bcpy_MultiIndex_Type, "MultiIndex") < 0 ||
       bcpy_add_type(mod, &bcpy_View_Type, "_View") < 0 ||
       bcpy_add_type(mod, &bcpy_ViewIterator_Type, "ViewIterator") < 0 ||
-      bcpy_loadit_init(mod) < 0 || bcpy_train_init(mod) < 0)
+      bcpy_loadit_init(mod) < 0 || bcpy_train_init(mod) < 0 ||
+      bcpy_notices_init(mod) < 0)
     goto fail;
   /* (TypeError, IndexError): bagz raises TypeError for a bad slice,
    * sackli IndexError("Invalid slice"); this one satisfies both. */

@@ -1,6 +1,7 @@
 """LoadIt on first contact: what loadit users write (loadit 0.0.8's own
 test suite and README habits), run through bagcache unchanged."""
 
+import logging
 import math
 import os
 
@@ -117,12 +118,18 @@ def test_memory_cache_bound_holds_under_threads(tmp_path):
 # ---- the notice about keeping a root's layout -------------------------------------
 
 
-def test_no_notice_when_reopening_with_no_options(tmp_path, capfd):
+def _notices(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "bagcache"]
+
+
+def test_no_notice_when_reopening_with_no_options(tmp_path, caplog, capfd):
+    # Notices go to the logger "bagcache" (and never to fd 2 directly).
+    caplog.set_level(logging.WARNING, logger="bagcache")
     root = str(tmp_path)
     with LoadIt(root, Source(50), max_shard_length=10, compression="zstd") as loader:
         assert list(loader) == model(50)
     assert LoadIt(root, Source(50), max_shard_length=10, compression="zstd")[3] == item(3)
-    assert "notice" not in capfd.readouterr().err
+    assert _notices(caplog) == [] and "notice" not in capfd.readouterr().err
     for kw in ({}, dict(max_shard_length="64mb"), dict(compression=None)):
         loader = LoadIt(root, **kw)
         assert loader[49] == item(49) and len(loader) == 50
@@ -130,21 +137,23 @@ def test_no_notice_when_reopening_with_no_options(tmp_path, capfd):
         loader = LoadIt(root, Source(50), **kw)
         assert loader[7] == item(7)
         loader.close()
-    assert "notice" not in capfd.readouterr().err
+    assert _notices(caplog) == [] and "notice" not in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("kw, says", [
     (dict(max_shard_length=7), "10 records"),
     (dict(compression="zstd"), "compression (none)"),
 ])
-def test_notice_when_a_given_option_differs(tmp_path, capfd, kw, says):
+def test_notice_when_a_given_option_differs(tmp_path, caplog, kw, says):
+    caplog.set_level(logging.WARNING, logger="bagcache")
     root = str(tmp_path)
     LoadIt(root, Source(50), max_shard_length=10).close()
-    capfd.readouterr()
+    assert _notices(caplog) == []
     loader = LoadIt(root, Source(50), **kw)
     assert loader.shards.max_shard_length == 10 and loader[12] == item(12)
-    err = capfd.readouterr().err
-    assert err.count("keeping the existing cache's shard length") == 1 and says in err
+    said = _notices(caplog)
+    assert len(said) == 1 and "keeping the existing cache's shard length" in said[0]
+    assert says in said[0]
     loader.close()
 
 

@@ -401,3 +401,135 @@ def test_the_real_tqdm_when_installed(tmp_path):
     bars = [f for f in frames if "records" in f]
     assert bars and "100%" in bars[-1] and f"{N}.0/{N}.0" in bars[-1] and "2.5 MiB" in bars[-1]
     assert err.rstrip("\n").endswith("returned")
+
+
+# ---- single reads that wait (the watch) ----------------------------------------------
+
+READS_LINE = re.compile(
+    r"(?P<label>.*) \(reads wait for the iterator\): (?P<records>\d+) records, "
+    r"(?P<mib>\d+\.\d) MiB, (?P<rate>\d+) records/s, (?P<mibrate>\d+\.\d) MiB/s, "
+    r"(?P<secs>\d+) s *"
+)
+
+
+def reads_states(text):
+    """The states drawn by the line of waiting reads at the start of text,
+    up to its erasure ("\\r", spaces, "\\r"): (match dicts, the rest)."""
+    m = re.match(r"((?:\r[^\r\n]+)+)\r( +)\r", text)
+    assert m is not None, repr(text[:300])
+    states = []
+    for seg in m.group(1)[1:].split("\r"):
+        got = READS_LINE.fullmatch(seg)
+        assert got is not None, repr(seg)
+        states.append(got.groupdict())
+    assert len(m.group(2)) >= max(len(seg) for seg in m.group(1)[1:].split("\r"))
+    return states, text[m.end():]
+
+
+@pytest.mark.parametrize("tty, arg", [(True, ""), (False, ", progress=True")])
+def test_a_long_single_read_shows_a_line_erased_before_it_returns(tmp_path, tty, arg):
+    # data[30] on a new root runs the iterator over 31 records, 0.1 s each:
+    # about 3 s, shown after 1 s; the quick reads after it show nothing.
+    root, err = run(tmp_path, f"""
+        loader = LoadIt(Slow({N}, 0.1), root_dir=root, max_shard_length=8,
+                        serializer="raw", preload_fn=None{arg})
+        got = loader[30]
+        say(f"GOT {{got == bytes([30]) * {SIZE}}}")
+        for i in (31, 25, 30):
+            loader[i]
+        time.sleep(0.6)
+        say("END")
+    """, tty=tty)
+    states, rest = reads_states(err)
+    assert rest == "GOT True\nEND\n"
+    assert states and all(s["label"] == root for s in states)
+    records = [int(s["records"]) for s in states]
+    assert records == sorted(records) and 0 < records[-1] <= 31
+    assert int(states[0]["secs"]) >= 1  # shown once the read had waited a second
+
+
+def test_quick_reads_and_progress_off_show_nothing(tmp_path):
+    _, err = run(tmp_path, f"""
+        loader = LoadIt(Slow({N}, 0.001), root_dir=root, max_shard_length=8,
+                        serializer="raw", progress=True)
+        for i in range({N}):
+            loader[i]
+        slow = LoadIt(Slow({N}, 0.1), root_dir=root + "2", max_shard_length=8,
+                      serializer="raw", progress=False)
+        slow[20]
+        say("END")
+    """, tty=True)
+    assert err == "END\n"
+
+
+# ---- the warning about reads that keep regenerating ----------------------------------
+
+THRASH = """
+import random, warnings
+from bagcache import CacheWarning
+def source(start=0):
+    for i in range(start, 2000):
+        yield i.to_bytes(4, "little") * 25   # 100 bytes
+limit = 8 * 2200  # 8 shards of 20 records (about 2.1 KB each)
+loader = LoadIt(root, {factory}, max_shard_length=20, memory_limit=limit,
+                serializer="raw", preload_fn=None)
+if {drain}:
+    n = len(loader)  # the last shards stay; the first ones were evicted
+rng = random.Random(0)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(60):
+        i = {order}
+        assert loader[i] == i.to_bytes(4, "little") * 25
+mine = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+say(repr(mine))
+"""
+
+
+@pytest.mark.parametrize("factory, order, drain, warned", [
+    ("lambda: source()", "rng.randrange(2000)", True, True),   # not seekable
+    ("source", "rng.randrange(2000)", True, True),             # seekable: 20 per read
+    ("lambda: source()", "_ * 7 % 80", False, False),          # within the limit
+    ("lambda: source()", "_", True, False),                    # sequential
+])
+def test_reads_that_keep_regenerating_warn_once(tmp_path, factory, order, drain, warned):
+    _, err = run(tmp_path, THRASH.format(factory=factory, order=order, drain=drain))
+    mine = eval(err)
+    if not warned:
+        assert mine == []
+        return
+    assert len(mine) == 1
+    text = mine[0]
+    assert "keep regenerating evicted shards" in text and "chunk_shuffle" in text
+    assert ("create_iter(start=0)" in text) == (factory != "source")
+
+
+def test_bulk_reads_count_too(tmp_path):
+    # read_indices (what a torch Dataset's __getitems__ does): the same
+    # warning, once, and a long batch shows the line of waiting reads.
+    _, err = run(tmp_path, """
+        import random, warnings
+        from bagcache import CacheWarning
+        def source():
+            for i in range(2000):
+                yield i.to_bytes(4, "little") * 25
+        loader = LoadIt(root, source, max_shard_length=20, memory_limit=8 * 2200,
+                        serializer="raw", preload_fn=None)
+        n = len(loader)
+        rng = random.Random(0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(15):
+                idx = [rng.randrange(2000) for _ in range(4)]
+                assert loader.read_indices(idx) == [i.to_bytes(4, "little") * 25 for i in idx]
+        mine = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+        say(repr(len(mine)))
+        slow = LoadIt(Slow(40, 0.1), root_dir=root + "2", max_shard_length=8,
+                      serializer="raw", preload_fn=None, progress=True)
+        got = slow.read_indices([30])
+        say(f"GOT {got == [bytes([30]) * 65536]}")
+    """)
+    first, rest = err.split("\n", 1)
+    assert first == "1"
+    states, rest = reads_states(rest)
+    assert rest == "GOT True\n" and states

@@ -991,6 +991,14 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   uint64_t limit = 0;
   bool have_limit = false;
   if (rc == 0) rc = bc__u64_get(t, bc__dbi_meta(c->env), "limit", &limit, &have_limit);
+  /* The root-wide counters (store_lmdb.c's names; absent on an old root: 0). */
+  const struct { const char *name; uint64_t *v; } counters[] = {
+      {"n_fills", &st->root.fills}, {"n_regenerations", &st->root.regenerations},
+      {"n_evictions", &st->root.evictions},
+      {"n_records_generated", &st->root.records_generated},
+      {"n_bytes_written", &st->root.bytes_written}};
+  for (size_t k = 0; rc == 0 && k < sizeof counters / sizeof counters[0]; k++)
+    rc = bc__u64_get(t, bc__dbi_meta(c->env), counters[k].name, counters[k].v, &found);
   if (rc == 0) {
     /* Count PRESENT shards (the database also holds claims). */
     MDB_cursor *cur;
@@ -1129,23 +1137,49 @@ int bc_cache_length_hint(bc_cache *c, int64_t *hint) {
   return 0;
 }
 
-int bc_cache_set_info(bc_cache *c, const char *json) {
+/* Replaces one JSON field of metadata.json (info: the user info; else the
+ * source info, NULL to remove it) in a read-modify-write. */
+static int set_meta_json(bc_cache *c, bool info, const char *json) {
   MDB_txn *t;
   int rc = bc__txn_begin(c->env, true, &t); /* serialises metadata writers */
   if (rc != 0) return rc;
   bc__meta m;
   rc = bc__meta_read(c->meta_path, &m);
   if (rc == 0) {
-    char *copy = strdup(json);
-    if (copy == NULL) {
+    char *copy = json != NULL ? strdup(json) : NULL;
+    if (copy == NULL && json != NULL) {
       rc = bc__error(BC_ENOMEM, "out of memory");
     } else {
-      free(m.info_json);
-      m.info_json = copy;
+      char **field = info ? &m.info_json : &m.source_json;
+      free(*field);
+      *field = copy;
       rc = bc__meta_write(c->meta_path, &m, c->mode);
     }
     bc__meta_free(&m);
   }
   mdb_txn_abort(t); /* nothing changed in LMDB: the lock was the point */
+  return rc;
+}
+
+int bc_cache_set_info(bc_cache *c, const char *json) {
+  return set_meta_json(c, true, json);
+}
+
+int bc_cache_source_info(bc_cache *c, char **json) {
+  bc__meta m;
+  int rc = bc__meta_read(c->meta_path, &m);
+  if (rc != 0) return rc;
+  char *out = m.source_json != NULL ? m.source_json : strdup("null");
+  m.source_json = NULL;
+  bc__meta_free(&m);
+  if (out == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  *json = out;
+  return 0;
+}
+
+int bc_cache_set_source_info(bc_cache *c, const char *json) {
+  bool null = true;
+  int rc = json != NULL ? bc__meta_check_json(json, "source info", &null) : 0;
+  if (rc == 0) rc = set_meta_json(c, false, null ? NULL : json);
   return rc;
 }

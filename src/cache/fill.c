@@ -324,15 +324,17 @@ static void note_shard_bytes(bc_cache *c, uint64_t bytes) {
  * appended to determinism errors (the start a seekable source's pass was
  * opened at), "" when none. */
 static int publish(bc_cache *c, uint64_t shard, uint64_t token,
-                   const char *scratch, uint64_t records, uint64_t checksum,
-                   bool ended, const char *note, bool *regenerated) {
+                   const char *scratch, uint64_t records, uint64_t skipped,
+                   uint64_t checksum, bool ended, const char *note,
+                   bool *regenerated) {
   struct stat st;
   if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
   pass_snapshot ps; /* taken before the transaction: no lock inside it */
   pass_snapshot_take(c, ended ? UINT64_MAX : shard * c->R + records, &ps);
   bc__publish_req q = {
       .shard = shard, .token = token, .scratch = scratch, .records = records,
-      .size = (uint64_t)st.st_size, .checksum = checksum, .ended = ended,
+      .skipped = skipped, .size = (uint64_t)st.st_size, .checksum = checksum,
+      .ended = ended,
       .zstd = c->zstd, .note = note, .default_limit = c->opts.disk_limit,
       .passes = ps.pos, .npasses = ps.n, .seekable = c->src.open_at != NULL,
       .bump = bc__access_bump, .bump_arg = c};
@@ -514,7 +516,7 @@ int bc__fill_sync_scratch(bc_cache *c, const char *scratch) {
  * full or closed) the caller publishes it synchronously.  A failed check
  * is returned as it would be by the publish. */
 static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
-                          uint64_t n, uint64_t sum, bool ended,
+                          uint64_t n, uint64_t skipped, uint64_t sum, bool ended,
                           const char *note, bool *queued, bc_bag **bag) {
   *queued = false;
   struct stat st;
@@ -542,6 +544,7 @@ static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
   }
   e->f = f;
   e->checksum = sum;
+  e->skipped = skipped;
   e->ended = ended;
   snprintf(e->note, sizeof e->note, "%s", note);
   /* Readable first (a reference for the entry), then queued; a queue that
@@ -591,13 +594,15 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
   bc_buf buf = BC_BUF_INIT, crcs = BC_BUF_INIT;
   bc_writer *w = NULL;
   bool ended = false, keep = false;
-  uint64_t n = 0;
+  uint64_t n = 0, skipped = 0;
   char note[160] = "";
   if (c->src.open_at != NULL && p->opened_at > 0) /* a pass from 0 is open()'s */
     snprintf(note, sizeof note, " (its pass was opened at record %llu with the "
              "source's open_at)", (unsigned long long)p->opened_at);
   char *scratch = NULL;
+  uint64_t pos0 = p->pos;
   if ((rc = pass_advance(c, p, start, &buf, &ended)) != 0) goto cleanup;
+  skipped = p->pos - pos0; /* produced on the way, dropped */
   if (ended) { /* the source has no record `start` */
     rc = record_end(c, shard, p->pos);
     if (rc == 0)
@@ -662,7 +667,8 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
                                     bc_writer_records_bytes(w), !behind)) != 0)
     goto cleanup;
   if (behind) {
-    if ((rc = publish_behind(c, f, scratch, n, sum, ended, note, queued, bag)) != 0)
+    if ((rc = publish_behind(c, f, scratch, n, skipped, sum, ended, note, queued,
+                             bag)) != 0)
       goto cleanup;
     if (!*queued) {
       /* Synchronously after all: the data first, as the writer would
@@ -675,7 +681,8 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
   }
   if (!*queued) {
     bool regenerated = false;
-    rc = publish(c, shard, f->token, scratch, n, sum, ended, note, &regenerated);
+    rc = publish(c, shard, f->token, scratch, n, skipped, sum, ended, note,
+                 &regenerated);
     if (rc == 0)
       atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
   }
@@ -1129,7 +1136,7 @@ void bc__fill_release_claim(bc_cache *c, uint64_t shard, uint64_t token,
 int bc__fill_publish(bc_cache *c, uint64_t shard, uint64_t token,
                      const char *scratch, uint64_t records, uint64_t checksum,
                      bool ended, bool *regenerated) {
-  return publish(c, shard, token, scratch, records, checksum, ended, "",
+  return publish(c, shard, token, scratch, records, 0, checksum, ended, "",
                  regenerated);
 }
 

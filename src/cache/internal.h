@@ -70,6 +70,9 @@ typedef struct {
    * -1 when none.  The engine never trusts it; the length it finds
    * (length, length_final) is the truth. */
   int64_t length_hint;
+  char *source_json;      /* malloc'd JSON text of "source", how the cache's
+                             source can be run again (bc_cache_set_source_info);
+                             NULL when absent (then not written) */
 } bc__meta;
 
 /* Reads ROOT/metadata.json.  BC_ENOTFOUND when absent; BC_ECORRUPT for
@@ -78,6 +81,9 @@ int bc__meta_read(const char *path, bc__meta *m);
 /* Replaces it atomically (temp file, fsync, rename, fsync dir). */
 int bc__meta_write(const char *path, const bc__meta *m, unsigned mode);
 void bc__meta_free(bc__meta *m);
+/* 0 when `json` is JSON text (*null: it is null), else BC_EINVAL naming
+ * `what`. */
+int bc__meta_check_json(const char *json, const char *what, bool *null);
 
 /* ---- the shared state (state.c) ---------------------------------------- */
 

@@ -17,6 +17,33 @@ void bc__meta_free(bc__meta *m) {
   m->info_json = NULL;
   free(m->fingerprint_json);
   m->fingerprint_json = NULL;
+  free(m->source_json);
+  m->source_json = NULL;
+}
+
+int bc__meta_check_json(const char *json, const char *what, bool *null) {
+  json_error_t err;
+  json_t *v = json_loads(json, JSON_DECODE_ANY, &err);
+  if (v == NULL) return bc__error(BC_EINVAL, "%s is not JSON: %s", what, err.text);
+  *null = json_is_null(v);
+  json_decref(v);
+  return 0;
+}
+
+/* *out = the compact JSON text of v (an optional field), NULL when absent. */
+static int dup_optional_json(json_t *v, char **out) {
+  if (v == NULL) return 0;
+  *out = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS);
+  return *out == NULL ? bc__error(BC_ENOMEM, "out of memory") : 0;
+}
+
+/* root[key] = the JSON text `text` (an optional field); nothing when NULL. */
+static int set_optional_json(json_t *root, const char *key, const char *text) {
+  if (text == NULL) return 0;
+  json_error_t err;
+  json_t *v = json_loads(text, JSON_DECODE_ANY, &err);
+  if (v == NULL) return bc__error(BC_EINVAL, "%s is not JSON: %s", key, err.text);
+  return json_object_set_new(root, key, v) != 0 ? bc__error(BC_ENOMEM, "out of memory") : 0;
 }
 
 static int corrupt(const char *path, const char *why) {
@@ -47,6 +74,7 @@ int bc__meta_read(const char *path, bc__meta *m) {
   json_t *info = json_object_get(root, "info");
   json_t *fp = json_object_get(root, "fingerprint"); /* optional: absent = none */
   json_t *hint = json_object_get(root, "length_hint"); /* optional */
+  json_t *source = json_object_get(root, "source");    /* optional */
   if (!json_is_object(root) || !json_is_string(fmt) ||
       strcmp(json_string_value(fmt), FORMAT_NAME) != 0) {
     rc = corrupt(path, "\"format\" is not \"" FORMAT_NAME "\"");
@@ -76,10 +104,8 @@ int bc__meta_read(const char *path, bc__meta *m) {
     m->info_json = json_dumps(info ? info : json_null(),
                               JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS);
     if (m->info_json == NULL) rc = bc__error(BC_ENOMEM, "out of memory");
-    if (rc == 0 && fp != NULL &&
-        (m->fingerprint_json = json_dumps(fp, JSON_ENCODE_ANY | JSON_COMPACT |
-                                                  JSON_SORT_KEYS)) == NULL)
-      rc = bc__error(BC_ENOMEM, "out of memory");
+    if (rc == 0) rc = dup_optional_json(fp, &m->fingerprint_json);
+    if (rc == 0) rc = dup_optional_json(source, &m->source_json);
     if (hint != NULL) m->length_hint = (int64_t)json_integer_value(hint);
     if (rc != 0) bc__meta_free(m);
   }
@@ -109,13 +135,8 @@ int bc__meta_write(const char *path, const bc__meta *m, unsigned mode) {
   if (root == NULL) return bc__error(BC_ENOMEM, "out of memory");
   /* The optional fields, only when set (files without them stay as they
    * were, and older readers ignore them). */
-  int rc = 0;
-  if (m->fingerprint_json != NULL) {
-    json_t *fp = json_loads(m->fingerprint_json, JSON_DECODE_ANY, &err);
-    if (fp == NULL) rc = bc__error(BC_EINVAL, "fingerprint is not JSON: %s", err.text);
-    else if (json_object_set_new(root, "fingerprint", fp) != 0)
-      rc = bc__error(BC_ENOMEM, "out of memory");
-  }
+  int rc = set_optional_json(root, "fingerprint", m->fingerprint_json);
+  if (rc == 0) rc = set_optional_json(root, "source", m->source_json);
   if (rc == 0 && m->length_hint >= 0 &&
       json_object_set_new(root, "length_hint", json_integer((json_int_t)m->length_hint)) != 0)
     rc = bc__error(BC_ENOMEM, "out of memory");

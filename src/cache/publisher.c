@@ -145,7 +145,8 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
     q[m] = (bc__publish_req){
         .shard = f->shard, .token = f->token, .scratch = f->scratch,
         .records = f->rec.records, .size = f->rec.bytes,
-        .checksum = e->checksum, .ended = e->ended, .zstd = c->zstd,
+        .checksum = e->checksum, .skipped = e->skipped, .ended = e->ended,
+        .zstd = c->zstd,
         .note = e->note, .default_limit = c->opts.disk_limit,
         .passes = passes, .npasses = npasses,
         .seekable = c->src.open_at != NULL,

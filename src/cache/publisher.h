@@ -46,6 +46,7 @@ typedef struct bc__pub_entry {
   struct bc__filling *f; /* its fill record (a reference): f->scratch is
                             the file, f->rec its size and records */
   uint64_t checksum;
+  uint64_t skipped;      /* records dropped on the way to it (counters) */
   bool ended;            /* the source ended after its records */
   char note[160];        /* for determinism errors (fill.c) */
 } bc__pub_entry;

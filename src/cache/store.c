@@ -395,6 +395,16 @@ static int publish_limit(const bc__store *s, bc__store_txn *t,
   return rc;
 }
 
+/* Adds `n` to the root-wide counter `key` (absent: 0) in transaction t. */
+static int count_root(const bc__store *s, bc__store_txn *t, bc__store_key key,
+                      uint64_t n) {
+  uint64_t v = 0;
+  bool found = false;
+  int rc = n == 0 ? 0 : s->ops->u64_get(t, key, &v, &found);
+  if (rc == 0 && n != 0) rc = s->ops->u64_put(t, key, v + n);
+  return rc;
+}
+
 typedef struct {
   const bc__store *s;
   const bc__publish_req *keep;
@@ -489,6 +499,7 @@ static int make_room(const bc__store *s, bc__store_txn *t,
     if (rc != 0) break;
     victims->shards[victims->n++] = victim;
     rc = s->ops->del(t, victim);
+    if (rc == 0) rc = count_root(s, t, BC__KEY_N_EVICTIONS, 1);
     st->bytes = vrec.bytes > st->bytes ? 0 : st->bytes - vrec.bytes;
   }
   return rc;
@@ -521,6 +532,9 @@ static int publish_install(const bc__store *s, bc__store_txn *parent,
   if (rc == 0) rc = o->u64_put(t, BC__KEY_BYTES, st->bytes + q->size);
   if (rc == 0) rc = o->u64_put(t, BC__KEY_CLOCK, st->clock);
   if (rc == 0 && !st->have_sum) rc = o->sum_put(t, q->shard, q->checksum);
+  if (rc == 0) rc = count_root(s, t, st->have_sum ? BC__KEY_N_REGENS : BC__KEY_N_FILLS, 1);
+  if (rc == 0) rc = count_root(s, t, BC__KEY_N_RECORDS, q->records + q->skipped);
+  if (rc == 0) rc = count_root(s, t, BC__KEY_N_WRITTEN, q->size);
   if (rc == 0 && grow) {
     rc = o->u64_put(t, BC__KEY_LENGTH, new_length);
     if (rc == 0 && q->ended) rc = o->u64_put(t, BC__KEY_FINAL, 1);

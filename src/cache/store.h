@@ -42,7 +42,18 @@ typedef enum {
   BC__KEY_CLOCK,  /* the access clock */
   BC__KEY_LENGTH, /* records known to exist */
   BC__KEY_FINAL,  /* 1: the length is the source's end */
-  BC__KEY_LIMIT   /* the disk limit every process enforces (0: none) */
+  BC__KEY_LIMIT,  /* the disk limit every process enforces (0: none) */
+  /* Root-wide counters, summed over every process that used the root (a
+   * root written before they existed lacks them: 0).  Updated in the
+   * transactions that publish and evict, never in one of their own. */
+  BC__KEY_N_FILLS,     /* shards published for the first time */
+  BC__KEY_N_REGENS,    /* shards published again (a checksum was known) */
+  BC__KEY_N_EVICTIONS, /* shards evicted under the limit */
+  BC__KEY_N_RECORDS,   /* records the source produced for published
+                          shards: their records and those skipped on the
+                          way to them */
+  BC__KEY_N_WRITTEN,   /* bytes of the shard files published */
+  BC__KEY_COUNT        /* (the number of keys) */
 } bc__store_key;
 
 /* Called by `each` for every shard record in ascending shard order;
@@ -173,6 +184,8 @@ struct bc__publish_req {
   uint64_t records;     /* in it (R, or fewer when the source ended) */
   uint64_t size;        /* its bytes */
   uint64_t checksum;    /* of its records (bc__sum_add) */
+  uint64_t skipped;     /* records the source produced and dropped on the
+                           way to this shard (root-wide counters) */
   bool ended;           /* the source ended after them */
   bool zstd;            /* the file is .bagz */
   const char *note;     /* appended to determinism errors ("" for none) */

@@ -105,7 +105,9 @@ static int s_sum_put(bc__store_txn *t, uint64_t shard, uint64_t sum) {
 static const char *const key_names[] = {
     [BC__KEY_BYTES] = "bytes", [BC__KEY_CLOCK] = "clock",
     [BC__KEY_LENGTH] = "length", [BC__KEY_FINAL] = "final",
-    [BC__KEY_LIMIT] = "limit"};
+    [BC__KEY_LIMIT] = "limit", [BC__KEY_N_FILLS] = "n_fills",
+    [BC__KEY_N_REGENS] = "n_regenerations", [BC__KEY_N_EVICTIONS] = "n_evictions",
+    [BC__KEY_N_RECORDS] = "n_records_generated", [BC__KEY_N_WRITTEN] = "n_bytes_written"};
 
 static int s_u64_get(bc__store_txn *t, bc__store_key key, uint64_t *v, bool *found) {
   return bc__u64_get(t->txn, bc__dbi_meta(t->env), key_names[key], v, found);

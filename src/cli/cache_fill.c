@@ -54,6 +54,11 @@ static const char fill_usage[] =
     "print the same records every time.  A run that is no longer needed is\n"
     "stopped with SIGTERM.  The '--' is required.\n"
     "\n"
+    "The command (its arguments, the working directory, --seek-arg and\n"
+    "--from) is stored in ROOT/metadata.json, so that `cache get --rerun`\n"
+    "can run it again to rebuild shards the limit evicted.  Nothing else\n"
+    "runs a stored command: it is code, run only on that opt-in.\n"
+    "\n"
     "With '-' instead of a command, the records are read from standard\n"
     "input, once, and cached as they arrive (each shard is published when\n"
     "its last record has been read); the input's end makes the length\n"
@@ -542,6 +547,9 @@ int cli_cache_fill(int argc, char **argv) {
     status = cli_fail(rc); /* the payload was freed by bc_cache_open */
     goto cleanup;
   }
+  /* Remembered for `cache get --rerun` (which alone ever runs it again). */
+  status = cli_command_store(cache, argv + sep + 1, cmd.seek_arg, cmd.from);
+  if (status != CLI_OK) goto cleanup;
   show_progress = cmd.progress == 1 || (cmd.progress < 0 && isatty(2));
   if (show_progress) progress_start(&prog, &counters);
   rc = bc_cache_fill_all(cache);

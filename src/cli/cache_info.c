@@ -22,10 +22,12 @@ static const char info_usage[] =
     "Describe the cache at ROOT, one 'key: value' per line: its length (a\n"
     "lower bound until the source has ended, then final), the records per\n"
     "shard, the shards present, their bytes on disk, the disk limit stored\n"
-    "with the cache, this process's counters (all zero: info reads no\n"
-    "records), and the user info (JSON) from metadata.json; then, when\n"
-    "stored there, the source's fingerprint (JSON) and the length hint the\n"
-    "cache was created with (until the source's end is seen).\n"
+    "with the cache, the root's counters (summed over every process that\n"
+    "has used it: misses, fills, regenerations, evictions, records\n"
+    "generated, bytes written; 0 on a root written before they were kept),\n"
+    "and the user info (JSON) from metadata.json; then, when stored there,\n"
+    "the source's fingerprint (JSON) and the length hint the cache was\n"
+    "created with (until the source's end is seen).\n"
     "\n"
     "Options:\n"
     "      --json                print one JSON object with the same fields\n"
@@ -116,14 +118,12 @@ static json_t *stats_json(const bc_cache_stats *s) {
             put(obj, "shards_present", u64(s->shards_present)) &&
             put(obj, "bytes_on_disk", u64(s->bytes_on_disk)) &&
             put(obj, "disk_limit", u64(s->disk_limit)) &&
-            put(counters, "hits", u64(s->hits)) &&
-            put(counters, "shard_opens", u64(s->shard_opens)) &&
-            put(counters, "fills", u64(s->fills)) &&
-            put(counters, "regenerations", u64(s->regenerations)) &&
-            put(counters, "evictions", u64(s->evictions)) &&
-            put(counters, "passes_opened", u64(s->passes_opened)) &&
-            put(counters, "records_skipped", u64(s->records_skipped)) &&
-            put(counters, "waits", u64(s->waits));
+            put(counters, "misses", u64(s->root.fills + s->root.regenerations)) &&
+            put(counters, "fills", u64(s->root.fills)) &&
+            put(counters, "regenerations", u64(s->root.regenerations)) &&
+            put(counters, "evictions", u64(s->root.evictions)) &&
+            put(counters, "records_generated", u64(s->root.records_generated)) &&
+            put(counters, "bytes_written", u64(s->root.bytes_written));
   /* put() consumes counters; if it was never called, drop it here. */
   if (!ok)
     json_decref(counters);
@@ -218,14 +218,13 @@ static int print_lines(bc_cache *cache, const bc_cache_stats *s) {
     cli_printf("disk limit: %" PRIu64 "\n", s->disk_limit);
   else
     cli_outs("disk limit: none\n");
-  cli_printf("hits: %" PRIu64 "\n", s->hits);
-  cli_printf("shard opens: %" PRIu64 "\n", s->shard_opens);
-  cli_printf("fills: %" PRIu64 "\n", s->fills);
-  cli_printf("regenerations: %" PRIu64 "\n", s->regenerations);
-  cli_printf("evictions: %" PRIu64 "\n", s->evictions);
-  cli_printf("passes opened: %" PRIu64 "\n", s->passes_opened);
-  cli_printf("records skipped: %" PRIu64 "\n", s->records_skipped);
-  cli_printf("waits: %" PRIu64 "\n", s->waits);
+  /* The root's counters: this process's would all be 0 (it reads nothing). */
+  cli_printf("misses: %" PRIu64 "\n", s->root.fills + s->root.regenerations);
+  cli_printf("fills: %" PRIu64 "\n", s->root.fills);
+  cli_printf("regenerations: %" PRIu64 "\n", s->root.regenerations);
+  cli_printf("evictions: %" PRIu64 "\n", s->root.evictions);
+  cli_printf("records generated: %" PRIu64 "\n", s->root.records_generated);
+  cli_printf("bytes written: %" PRIu64 "\n", s->root.bytes_written);
   cli_printf("info: %s\n", text);
   /* Only when stored, each on one line. */
   if (fingerprint != NULL) cli_printf("fingerprint: %s\n", fingerprint);

@@ -36,6 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "cli/internal.h"
 
 /* Bytes read from the pipe at once. */
@@ -49,6 +51,7 @@ typedef struct command_payload {
   cli_framing framing;
   cli_source_counters *counters; /* borrowed; may be NULL */
   bool seek;         /* argv holds {start} or {start1} to substitute */
+  const char *cwd;   /* borrowed; NULL: run in this process's directory */
 } command_payload;
 
 typedef struct command_pass {
@@ -227,6 +230,16 @@ static int spawn_argv(const command_payload *p, command_pass *pass,
                                               O_RDONLY, 0)) != 0 ||
       (err = posix_spawn_file_actions_adddup2(&actions, fds[1], 1)) != 0)
     goto spawn_error;
+  if (p->cwd != NULL) {
+#ifdef HAVE_POSIX_SPAWN_FILE_ACTIONS_ADDCHDIR_NP
+    if ((err = posix_spawn_file_actions_addchdir_np(&actions, p->cwd)) != 0)
+      goto spawn_error;
+#else
+    rc = bc_set_errmsg(BC_ESOURCE, "cannot run %s in %s: this system cannot "
+                       "start a command in another directory", p->argv[0], p->cwd);
+    goto cleanup;
+#endif
+  }
   /* This program ignores SIGPIPE (see output.c), and ignored signals stay
    * ignored across exec: give the child the default back, so that it dies
    * quietly when a pass is abandoned.  No signal is blocked in the child. */
@@ -471,6 +484,7 @@ int cli_command_source(bc_source *source, char *const *argv,
   p->framing = framing;
   p->counters = counters;
   p->seek = false;
+  p->cwd = NULL;
   memset(source, 0, sizeof *source);
   source->version = BC_SOURCE_VERSION;
   source->open = source_open;
@@ -493,6 +507,104 @@ int cli_command_source_seekable(bc_source *source) {
   p->seek = true;
   source->open_at = source_open_at;
   return CLI_OK;
+}
+
+void cli_command_source_cwd(bc_source *source, const char *cwd) {
+  ((command_payload *)source->payload)->cwd = cwd;
+}
+
+/* ---- the stored command ----------------------------------------------------- */
+
+int cli_command_store(bc_cache *cache, char *const *argv, bool seek_arg,
+                      cli_framing from) {
+  char *cwd = getcwd(NULL, 0);
+  json_t *args = json_array();
+  json_t *obj = NULL;
+  char *text = NULL;
+  int status = CLI_FAIL;
+  if (!cwd) {
+    cli_error("cannot store the command", "getcwd: %s", strerror(errno));
+    goto cleanup;
+  }
+  for (size_t i = 0; args && argv[i]; i++)
+    if (json_array_append_new(args, json_string(argv[i])) != 0) {
+      json_decref(args);
+      args = NULL;
+    }
+  /* (json_pack's "o" takes args, also when it fails) */
+  obj = args ? json_pack("{s:s, s:o, s:s, s:b, s:s}", "type", "command", "argv", args,
+                         "cwd", cwd, "seek_arg", seek_arg, "from",
+                         from == CLI_FRAMING_FRAMES ? "frames" : "lines")
+             : NULL;
+  if (!obj || !(text = json_dumps(obj, JSON_COMPACT))) {
+    cli_error("out of memory", "storing the command");
+    goto cleanup;
+  }
+  int rc = bc_cache_set_source_info(cache, text);
+  status = rc == BC_OK ? CLI_OK : cli_fail(rc);
+cleanup:
+  free(text);
+  json_decref(obj);
+  free(cwd);
+  return status;
+}
+
+void cli_stored_command_free(cli_stored_command *c) {
+  for (size_t i = 0; c->argv && c->argv[i]; i++) free(c->argv[i]);
+  free(c->argv);
+  free(c->cwd);
+  memset(c, 0, sizeof *c);
+}
+
+int cli_command_load(bc_cache *cache, cli_stored_command *out, bool *found) {
+  char *text = NULL;
+  json_t *v = NULL;
+  json_error_t err;
+  int status = CLI_FAIL;
+  memset(out, 0, sizeof *out);
+  *found = false;
+  int rc = bc_cache_source_info(cache, &text);
+  if (rc != BC_OK) return cli_fail(rc);
+  if (!(v = json_loads(text, JSON_DECODE_ANY, &err))) {
+    cli_error(bc_strerror(BC_ECORRUPT), "the stored source is not JSON: %s", err.text);
+    goto cleanup;
+  }
+  if (json_is_null(v)) {
+    status = CLI_OK;
+    goto cleanup;
+  }
+  json_t *type = json_object_get(v, "type"), *args = json_object_get(v, "argv");
+  json_t *cwd = json_object_get(v, "cwd"), *seek = json_object_get(v, "seek_arg");
+  json_t *from = json_object_get(v, "from");
+  size_t n = json_array_size(args);
+  bool ok = json_is_string(type) && strcmp(json_string_value(type), "command") == 0 &&
+            n > 0 && json_is_string(cwd) && json_is_boolean(seek) && json_is_string(from) &&
+            (strcmp(json_string_value(from), "lines") == 0 ||
+             strcmp(json_string_value(from), "frames") == 0);
+  for (size_t i = 0; ok && i < n; i++) ok = json_is_string(json_array_get(args, i));
+  if (!ok) {
+    cli_error(bc_strerror(BC_ECORRUPT), "the stored source is not a command "
+              "stored by 'bagcache cache fill' (%s)", text);
+    goto cleanup;
+  }
+  out->argv = calloc(n + 1, sizeof *out->argv);
+  out->cwd = strdup(json_string_value(cwd));
+  for (size_t i = 0; out->argv && i < n; i++)
+    if (!(out->argv[i] = strdup(json_string_value(json_array_get(args, i))))) ok = false;
+  if (!out->argv || !out->cwd || !ok) {
+    cli_stored_command_free(out);
+    cli_error("out of memory", "loading the stored command");
+    goto cleanup;
+  }
+  out->seek_arg = json_is_true(seek);
+  out->from = strcmp(json_string_value(from), "frames") == 0 ? CLI_FRAMING_FRAMES
+                                                             : CLI_FRAMING_LINES;
+  *found = true;
+  status = CLI_OK;
+cleanup:
+  json_decref(v);
+  free(text);
+  return status;
 }
 
 /* ---- a stream: records read once from a descriptor ------------------------ */

@@ -113,7 +113,8 @@ enum {
   CLI_OPT_TEE,
   CLI_OPT_NO_PUBLISH_BEHIND,
   CLI_OPT_EVICT_AHEAD,
-  CLI_OPT_NO_EVICT_AHEAD
+  CLI_OPT_NO_EVICT_AHEAD,
+  CLI_OPT_RERUN
 };
 
 /* The reader options every reading command accepts, for splicing into a
@@ -300,6 +301,35 @@ int cli_command_source(bc_source *source, char *const *argv,
  * the start gets 0 and 1.  Returns CLI_USAGE (with a message) when no
  * argument holds either. */
 int cli_command_source_seekable(bc_source *source);
+
+/* Runs every pass of cli_command_source's source in directory `cwd`
+ * (borrowed, must outlive the cache; NULL: this process's). */
+void cli_command_source_cwd(bc_source *source, const char *cwd);
+
+/* ---- the stored command (cache_source.c) ----------------------------------
+ *
+ * `cache fill ROOT -- COMMAND` stores how to run COMMAND again in ROOT's
+ * metadata.json ("source", bc_cache_set_source_info):
+ *   {"type": "command", "argv": [...], "cwd": "/abs/dir",
+ *    "seek_arg": true|false, "from": "lines"|"frames"}
+ * so that `cache get --rerun` can rebuild evicted shards.  A stored
+ * command is code: it is run only when the caller opts in. */
+typedef struct cli_stored_command {
+  char **argv;      /* NULL-terminated, malloc'd strings */
+  char *cwd;
+  bool seek_arg;
+  cli_framing from;
+} cli_stored_command;
+
+/* Stores argv (with cwd = this process's directory) as ROOT's command.
+ * Returns CLI_OK or CLI_FAIL (printed). */
+int cli_command_store(bc_cache *cache, char *const *argv, bool seek_arg,
+                      cli_framing from);
+/* The stored command of `cache` into *out (*found false when none is
+ * stored; a value that is not a stored command is an error).  Returns
+ * CLI_OK or CLI_FAIL (printed). */
+int cli_command_load(bc_cache *cache, cli_stored_command *out, bool *found);
+void cli_stored_command_free(cli_stored_command *c);
 
 /* Records read once from descriptor `fd` (standard input), cut as
  * `framing` (counted in `counters`, may be NULL); `name` names it in

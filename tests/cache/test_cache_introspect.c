@@ -17,7 +17,99 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/internal.h"
 #include "fixture.h"
+
+/* ---- the root's counters ----------------------------------------------------- */
+
+typedef struct root_counts {
+  uint64_t fills, regenerations, evictions, records_generated, bytes_written;
+} root_counts;
+
+static void check_root(bc_cache *c, root_counts e, const char *when) {
+  bc_cache_stats st = fx_stats(c);
+  if (st.root.fills != e.fills || st.root.regenerations != e.regenerations ||
+      st.root.evictions != e.evictions ||
+      st.root.records_generated != e.records_generated ||
+      st.root.bytes_written != e.bytes_written)
+    fail_msg("%s: root fills %llu regen %llu evict %llu records %llu bytes %llu; "
+             "expected %llu %llu %llu %llu %llu", when,
+             (unsigned long long)st.root.fills, (unsigned long long)st.root.regenerations,
+             (unsigned long long)st.root.evictions,
+             (unsigned long long)st.root.records_generated,
+             (unsigned long long)st.root.bytes_written, (unsigned long long)e.fills,
+             (unsigned long long)e.regenerations, (unsigned long long)e.evictions,
+             (unsigned long long)e.records_generated, (unsigned long long)e.bytes_written);
+}
+
+/* Deletes the root's counters from its shared state, as a root last
+ * written by a version before them has none. */
+static void drop_root_counters(const char *root) {
+  char *locks = cu_path(root, "locks");
+  bc__env *env = NULL;
+  bool fresh = false;
+  CU_OK(bc__env_acquire(&env, locks, 0644, &fresh));
+  MDB_txn *t = NULL;
+  CU_OK(bc__txn_begin(env, true, &t));
+  static const char *const names[] = {"n_fills", "n_regenerations", "n_evictions",
+                                      "n_records_generated", "n_bytes_written"};
+  for (size_t i = 0; i < 5; i++) {
+    MDB_val k = {strlen(names[i]), (void *)names[i]};
+    int rc = mdb_del(t, bc__dbi_meta(env), &k, NULL);
+    assert_true(rc == 0 || rc == MDB_NOTFOUND);
+  }
+  assert_int_equal(mdb_txn_commit(t), 0);
+  bc__env_release(env);
+  free(locks);
+}
+
+static void test_root_counters(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  bc_cache_options o = fx_quiet_options(10);
+  fx_open(f, &cfg, &o);
+  check_root(f->c, (root_counts){0}, "fresh");
+  fx_get_ok(f->c, 0);  /* fill shard 0: 10 records */
+  fx_get_ok(f->c, 35); /* skip 10..29, fill shard 3: 30 records generated */
+  uint64_t b1 = fx_stats(f->c).bytes_on_disk;
+  check_root(f->c, (root_counts){2, 0, 0, 40, b1}, "two fills");
+  /* A second cache object (another process would do the same) counts into
+   * the same root; its own counters start at 0. */
+  fx_reopen(f, &cfg, &o);
+  assert_int_equal(fx_stats(f->c).fills, 0);
+  check_root(f->c, (root_counts){2, 0, 0, 40, b1}, "reopened");
+  fx_get_ok(f->c, 15); /* a new pass: skip 0..9, fill shard 1 */
+  uint64_t b2 = fx_stats(f->c).bytes_on_disk;
+  check_root(f->c, (root_counts){3, 0, 0, 60, b2}, "after the reopen");
+
+  /* A root without counters (written before them) starts them at 0. */
+  bc_cache_close(f->c);
+  f->c = NULL;
+  drop_root_counters(f->root);
+  fx_open(f, &cfg, &o);
+  check_root(f->c, (root_counts){0}, "old root");
+  fx_get_ok(f->c, 25); /* a new cache's pass: skip 0..19, fill shard 2 */
+  uint64_t b3 = fx_stats(f->c).bytes_on_disk;
+  check_root(f->c, (root_counts){1, 0, 0, 30, b3 - b2}, "old root, one fill");
+
+  /* Under a limit of two shards: evictions and regenerations are counted. */
+  bc_cache_close(f->c);
+  f->c = NULL;
+  drop_root_counters(f->root);
+  o.disk_limit = 2 * (b1 / 2) + (b1 / 2) / 2; /* 2.5 shards of shard 0's size */
+  fx_open(f, &cfg, &o);
+  fx_get_ok(f->c, 5); /* present */
+  fx_get_ok(f->c, 45); /* fill shard 4: evicts down to the limit */
+  bc_cache_stats st = fx_stats(f->c);
+  assert_true(st.root.evictions >= 2);
+  assert_int_equal(st.root.evictions, st.evictions);
+  assert_int_equal(st.root.fills, 1);
+  fx_get_ok(f->c, 35); /* regenerated if it went */
+  st = fx_stats(f->c);
+  assert_int_equal(st.root.regenerations, st.regenerations);
+  assert_int_equal(st.root.evictions, st.evictions);
+  assert_int_equal(st.root.records_generated, st.records_written + st.records_skipped);
+}
 
 /* ---- statistics for a scripted access pattern --------------------------------- */
 
@@ -443,6 +535,7 @@ static void test_clear(void **state) {
 int main(void) {
   bc_set_notice_handler(NULL, NULL);
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_root_counters, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_stats_with_skip, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_stats_without_skip, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_stats_reader_lru, fx_setup, fx_teardown),

@@ -34,8 +34,8 @@ typedef struct {
   size_t n; /* ascending shards */
   uint64_t sum_shard[MAXN], sum[MAXN];
   size_t nsums;
-  uint64_t key[5];
-  bool have[5];
+  uint64_t key[BC__KEY_COUNT];
+  bool have[BC__KEY_COUNT];
 } fake_state;
 
 typedef struct {

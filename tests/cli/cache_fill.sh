@@ -391,6 +391,54 @@ check [ "$(ls noahead/shards)" = "$(ls behind/shards)" ]
 bc cache fill --evict-ahead=on x -- seq 1 3
 want_rc 2
 
+t "the command is stored; cache get runs it only with --rerun"
+mkdir -p work
+seq 1 600 >work/data
+# The command leaves a mark each time it runs.
+cat >work/cmd.sh <<'EOF2'
+#!/bin/sh
+echo run >>ran
+exec cat data
+EOF2
+chmod +x work/cmd.sh
+(cd work && "$BAGCACHE" cache fill --shard-records 100 --limit 3k ../st -- ./cmd.sh) \
+  >out 2>err
+rc=$?
+want_rc 0
+check grep -q '"type": "command"' st/metadata.json
+check grep -q "\"cwd\": \"$tmp/work\"" st/metadata.json
+check grep -q '"seek_arg": false' st/metadata.json
+check grep -q '"from": "lines"' st/metadata.json
+check [ "$(wc -l <work/ran)" -eq 1 ]
+# Shard 0 was evicted: without --rerun it is an error that names the option,
+# and the command does not run.
+bc cache get --text st 5
+want_rc 1
+want_err 'a command is stored with the cache: --rerun runs it'
+check [ "$(wc -l <work/ran)" -eq 1 ]
+# With --rerun (from another directory: the command runs in its own).
+bc cache get --text --rerun st 5 599 250
+want_rc 0
+want_out '6\n600\n251\n'
+check [ "$(wc -l <work/ran)" -gt 1 ]
+
+t "--rerun with --seek-arg runs the command from the shard's start"
+(cd work && "$BAGCACHE" cache fill --shard-records 100 --limit 3k --seek-arg ../sk -- \
+  tail -n +{start1} data) >out 2>err
+rc=$?
+want_rc 0
+check grep -q '"seek_arg": true' sk/metadata.json
+check grep -q '"+{start1}"' sk/metadata.json
+bc cache get --text --rerun sk 0 101 599
+want_rc 0
+want_out '1\n102\n600\n'
+
+t "--rerun on a root with no stored command is an error"
+printf 'a\nb\n' | "$BAGCACHE" cache fill in - >out 2>err
+bc cache get --rerun in 0
+want_rc 1
+want_err 'no command is stored with the cache'
+
 t "a full disk is an error, not a crash (LMDB's lock file is allocated first)"
 # A 2 MiB tmpfs of a private mount namespace, filled up; needs root (CI runs
 # as root).  Where mounting is refused, the check is skipped with a notice.

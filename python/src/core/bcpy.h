@@ -150,6 +150,11 @@ struct bcpy_call {
   int rc; /* run's result */
 };
 
+/* Records the wait policy's call reads on success while a bulk read's
+ * round runs it (core/bulk.c sets it around kind->wait), else 0: for a
+ * policy that counts reads (a LoadIt's).  Per thread. */
+extern _Thread_local size_t bcpy_wait_records;
+
 /* c->rc = c->run(c) (no GIL). */
 void bcpy_call_run(bcpy_call *c);
 
@@ -363,6 +368,19 @@ extern const char bcpy_waits_mark[];
  * serializer="raw"): new reference.  NULL with TypeError when its elements
  * come from Python code or a decoder. */
 bc_seq *bcpy_record_seq(PyObject *obj);
+
+/* ---- notices (core/notice.c) ------------------------------------------- */
+
+/* Installs the library's notice handler that queues messages for the logger
+ * "bagcache", and adds _flush_notices() to the module. */
+int bcpy_notices_init(PyObject *mod);
+/* Delivers the queued notices to the logger (GIL held, no engine lock);
+ * a pending exception is kept.  bcpy_notices_flush is a cheap no-op when
+ * none is queued: call it after engine calls that may raise notices. */
+void bcpy_notices_flush(void);
+void bcpy_notices_flush_now(void);
+/* The child's side of a fork (module.c's handler). */
+void bcpy_notices_after_fork(void);
 
 /* Adds _gather, _epoch_indices and _iid_indices (train/train.c). */
 int bcpy_train_init(PyObject *mod);

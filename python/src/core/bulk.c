@@ -30,6 +30,8 @@ typedef struct {
   size_t n;
 } round_call;
 
+_Thread_local size_t bcpy_wait_records;
+
 static int round_run(bcpy_call *c) {
   round_call *r = (round_call *)c;
   return bc_seq_get_many(r->seq, r->idx, r->n, r->bufs);
@@ -63,7 +65,10 @@ static int round_read(bcpy_sobj *self, const int64_t *idx, bc_buf *bufs, size_t 
                       size_t off) {
   const bcpy_seq_kind *kind = self->kind;
   round_call c = {{round_run, NULL, 0}, self->seq, idx, bufs, n};
-  if (kind->wait(self, &c.base) < 0) return -1;
+  bcpy_wait_records = n;
+  int waited = kind->wait(self, &c.base);
+  bcpy_wait_records = 0;
+  if (waited < 0) return -1;
   int rc = c.base.rc;
   if (rc == 0) return 0;
   if (kind->waits != NULL && kind->waits(self)) {

@@ -63,6 +63,22 @@ typedef struct {
    * another length (check_hint), which warns once (GIL). */
   int64_t length_hint;
   bool hint_done;
+  /* Single reads (read_begin/read_end), for the progress display of long
+   * waits and the warning about reads that keep regenerating.  Updated
+   * and polled with the GIL held (a read counts before it releases the
+   * GIL and after it takes it back; the display's thread polls _reads()). */
+  uint64_t disk_limit;    /* the root's limit at open (0: none) */
+  bool seekable;          /* the source seeks (create_iter(start)) */
+  unsigned reading;       /* single reads in flight */
+  uint64_t read_seq;      /* single reads begun */
+  uint64_t served;        /* records they returned */
+  uint64_t gen_in_reads;  /* records the iterator produced during them */
+  uint64_t thrash_check;  /* gen_in_reads at which the warning is next
+                             considered */
+  bool thrash_warned;     /* the CacheWarning was given */
+  PyObject *read_shown;   /* NULL, or the display of waiting reads
+                             (_progress._Watch): suspend() is called when
+                             the last read in flight returns */
   /* Who holds the cache open (GIL): the loader and its views, and their
    * iterators.  close() drops their references, so the cache, its files
    * and the root's shared state are released then, not when the last of
@@ -438,6 +454,7 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   if (rc == 0) rc = bc_cache_stats_get(cache, &stats);
   if (rc == 0 && !stats.length_final) rc = bc_cache_length_hint(cache, &hint);
   Py_END_ALLOW_THREADS
+  bcpy_notices_flush(); /* what the open said (a kept option, a repair) */
   if (rc != 0) {
     bcpy_raise(rc, NULL);
     if (cache != NULL) teardown(cache, NULL, NULL);
@@ -447,6 +464,8 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   self->R = stats.shard_records;
   self->length_hint = hint;
   self->hint_done = hint < 0;
+  self->disk_limit = stats.disk_limit;
+  self->seekable = has_source && seekable;
   self->seq = bc_seq_ref(bc_cache_seq(self->cache));
   return (PyObject *)self;
 fail:
@@ -467,6 +486,7 @@ static void core_finalize(bcpy_core *self) {
 static int core_traverse(bcpy_core *self, visitproc visit, void *arg) {
   Py_VISIT(self->loads);
   Py_VISIT(self->progress);
+  Py_VISIT(self->read_shown);
   return bcpy_source_traverse(self->src, visit, arg);
 }
 
@@ -477,6 +497,7 @@ static int core_traverse(bcpy_core *self, visitproc visit, void *arg) {
 static int core_clear(bcpy_core *self) {
   Py_CLEAR(self->loads);
   Py_CLEAR(self->progress);
+  Py_CLEAR(self->read_shown);
   bcpy_source *s = self->src;
   if (s != NULL) {
     bcpy_source_close(s);
@@ -505,6 +526,7 @@ static void core_dealloc(bcpy_core *self) {
   self->src = NULL;
   Py_CLEAR(self->loads);
   Py_CLEAR(self->progress);
+  Py_CLEAR(self->read_shown);
   Py_CLEAR(self->root);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -513,7 +535,9 @@ static PyObject *core_close_method(bcpy_core *self, PyObject *args, PyObject *kw
   static char *kwlist[] = {"at_exit", NULL};
   int at_exit = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$p:close", kwlist, &at_exit)) return NULL;
-  if (core_close(self, at_exit ? CLOSE_EXIT : CLOSE_CALL) < 0) return NULL;
+  int r = core_close(self, at_exit ? CLOSE_EXIT : CLOSE_CALL);
+  bcpy_notices_flush(); /* a publish that failed at the close */
+  if (r < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -528,7 +552,7 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
   if (rc != 0) return bcpy_raise(rc, NULL);
   return Py_BuildValue(
       "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,"
-      "s:K,s:K,s:K,s:K,s:K}", "length",
+      "s:K,s:K,s:K,s:K,s:K,s:{s:K,s:K,s:K,s:K,s:K}}", "length",
       (unsigned long long)st.length, "length_final", st.length_final ? Py_True : Py_False,
       "shard_records", (unsigned long long)st.shard_records, "shards_present",
       (unsigned long long)st.shards_present, "bytes_on_disk",
@@ -544,7 +568,12 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
       "publishes_queued", (unsigned long long)st.publishes_queued,
       "publish_batches", (unsigned long long)st.publish_batches,
       "publish_largest", (unsigned long long)st.publish_largest,
-      "publish_failures", (unsigned long long)st.publish_failures);
+      "publish_failures", (unsigned long long)st.publish_failures,
+      "root", "fills", (unsigned long long)st.root.fills,
+      "regenerations", (unsigned long long)st.root.regenerations,
+      "evictions", (unsigned long long)st.root.evictions,
+      "records_generated", (unsigned long long)st.root.records_generated,
+      "bytes_written", (unsigned long long)st.root.bytes_written);
 }
 
 static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
@@ -637,6 +666,28 @@ static PyObject *core_worker_positions(bcpy_core *self, PyObject *unused) {
     else PyList_SET_ITEM(list, (Py_ssize_t)k, v);
   }
   return list;
+}
+
+/* _reads() -> (reading, read_seq, pulled, bytes_read): single reads in
+ * flight, begun so far, and the records and bytes the iterator produced so
+ * far (never waits; for the watch of long reads in _progress.py). */
+static PyObject *core_reads(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  if (core_check(self) < 0) return NULL;
+  return Py_BuildValue("IKKK", self->reading, (unsigned long long)self->read_seq,
+                       (unsigned long long)(self->src ? self->src->pulled : 0),
+                       (unsigned long long)(self->src ? self->src->bytes_read : 0));
+}
+
+/* _set_read_shown(display or None) (_progress._Watch). */
+static PyObject *core_set_read_shown(bcpy_core *self, PyObject *arg) {
+  if (arg == Py_None) {
+    Py_CLEAR(self->read_shown);
+  } else {
+    Py_INCREF(arg);
+    Py_XSETREF(self->read_shown, arg);
+  }
+  Py_RETURN_NONE;
 }
 
 /* _progress() -> (length, length_final, position, bytes_read, draining),
@@ -808,6 +859,10 @@ static PyMethodDef core_methods[] = {
      "fingerprint() -> the source's fingerprint stored with the root, as JSON text, or None."},
     {"set_info", (PyCFunction)core_set_info, METH_O,
      "set_info(json_text)\n\nReplaces the user info (atomically)."},
+    {"_set_read_shown", (PyCFunction)core_set_read_shown, METH_O,
+     "_set_read_shown(display or None): the display suspended when reads end."},
+    {"_reads", (PyCFunction)core_reads, METH_NOARGS,
+     "_reads() -> (reading, read_seq, pulled, bytes_read), never waiting."},
     {"_progress", (PyCFunction)core_progress, METH_NOARGS,
      "_progress() -> (length, length_final, position, bytes_read, draining), never waiting."},
     {"fill_all", (PyCFunction)core_fill_all, METH_NOARGS,
@@ -869,9 +924,6 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index);
 static PyObject *range_error(bcpy_lobj *self, const char *detail);
 static int check_hint(bcpy_core *core, const bc_len *l);
 
-/* Raises the error `rc` of reading an item.  Out of range, the sequence
- * layer names the sequence's type ("cache: index ...", "slice: ..."): the
- * message names the root instead. */
 /* A pending IndexError whose message names the cache by its type
  * ("cache: index 100 out of range [0, 30)", also inside "indices[1] = 100:
  * ..."): the root instead.  Returns NULL (the exception stays set). */
@@ -905,6 +957,7 @@ static PyObject *name_the_root(bcpy_lobj *self) {
   return NULL;
 }
 
+/* Raises the error `rc` of reading an item (out of range: naming the root). */
 static PyObject *item_error(bcpy_lobj *self, int rc) {
   if (rc == BC_ERANGE && !self->core->hint_done) {
     /* An index below the hint that is out of range shows it wrong. */
@@ -941,6 +994,88 @@ static PyObject *range_error(bcpy_lobj *self, const char *detail) {
   return PyErr_Format(PyExc_IndexError, "%U%s: %s", self->core->root,
                       self->parent != NULL ? " (a view of it)" : "", detail);
 }
+
+/* ---- single reads: accounting and the regeneration warning --------------- */
+
+/* Before a single read releases the GIL: the iterator's count then. */
+static uint64_t read_begin(bcpy_core *c) {
+  c->reading++;
+  c->read_seq++;
+  return c->src != NULL ? c->src->pulled : 0;
+}
+
+#define THRASH_RATIO 10   /* records generated per record served */
+#define THRASH_SHARDS 8   /* ... and at least this many shards' worth */
+#define THRASH_REGENS 4   /* ... with this many shards regenerated */
+
+/* Random reads under a disk limit that keep regenerating: warned once per
+ * loader (CacheWarning), when the records the iterator produced during
+ * single reads exceed THRASH_RATIO times the records they served (and
+ * THRASH_SHARDS shards), and THRASH_REGENS shards were regenerated (not
+ * a first fill that ran the iterator up to a far record).  The engine's counters are
+ * read only when the first test passes, and then again only after the
+ * records generated have doubled.  -1 when the warning raised (a
+ * warnings filter "error"). */
+static int thrash_check(bcpy_core *c) {
+  uint64_t gen = c->gen_in_reads;
+  if (c->thrash_warned || c->disk_limit == 0 || c->src == NULL || gen < c->thrash_check ||
+      gen <= THRASH_RATIO * c->served || gen < THRASH_SHARDS * (c->R ? c->R : 1))
+    return 0;
+  c->thrash_check = 2 * gen;
+  bc_cache_stats st;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bc_cache_stats_get(c->cache, &st);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) {
+    bc_error_clear(); /* only a hint: the read itself succeeded */
+    return 0;
+  }
+  if (st.regenerations < THRASH_REGENS) return 0;
+  c->thrash_warned = true;
+  PyObject *msg = PyUnicode_FromFormat(
+      "%U: reads under the disk limit (%llu bytes) keep regenerating evicted "
+      "shards: %llu records generated for %llu records read (%llu shards "
+      "regenerated).%s "
+      "Read in an order that stays within a few shards at a time "
+      "(bagcache.chunk_shuffle(data, chunk_size, seed=...) with chunk_size "
+      "about the records the limit holds), or raise memory_limit.",
+      c->root, (unsigned long long)c->disk_limit, (unsigned long long)gen,
+      (unsigned long long)c->served, (unsigned long long)st.regenerations,
+      c->seekable ? ""
+                  : " Each miss reruns create_iter() from the nearest parked pass "
+                    "before the shard: make the source seekable (def "
+                    "create_iter(start=0), yielding the items from index start on; "
+                    "for a command stored by `bagcache cache fill`, fill with "
+                    "--seek-arg) so that a miss produces one shard.");
+  if (msg == NULL) return -1;
+  PyObject *text = PyUnicode_AsUTF8String(msg);
+  Py_DECREF(msg);
+  if (text == NULL) return -1;
+  int r = PyErr_WarnEx(bcpy_CacheWarning, PyBytes_AS_STRING(text), 1);
+  Py_DECREF(text);
+  return r;
+}
+
+/* After a single read took the GIL back: `got` records served.  The
+ * display of waiting reads, if shown, is erased by the last read in flight
+ * before it returns (its failure is dropped: the read succeeded). */
+static int read_end(bcpy_core *c, uint64_t pulled0, uint64_t got) {
+  c->reading--;
+  c->served += got;
+  uint64_t pulled = c->src != NULL ? c->src->pulled : 0;
+  c->gen_in_reads += pulled - pulled0;
+  if (c->read_shown != NULL && c->reading == 0) {
+    PyObject *shown = c->read_shown;
+    Py_INCREF(shown);
+    PyObject *r = PyObject_CallMethod(shown, "suspend", NULL);
+    if (r == NULL) PyErr_Clear();
+    Py_XDECREF(r);
+    Py_DECREF(shown);
+  }
+  return thrash_check(c);
+}
+
 
 /* Record `index` (negative counts from the end).  A close in another
  * thread meanwhile leaves self->seq to this call to drop. */
@@ -987,15 +1122,20 @@ static PyObject *lobj_item_held(bcpy_lobj *self, int64_t index) {
   bc_buf fallback = BC_BUF_INIT;
   bc_buf *buf = bcpy_scratch_take(&fallback);
   int rc;
+  uint64_t pulled0 = read_begin(core);
   Py_BEGIN_ALLOW_THREADS
   rc = leaf == NULL ? bc_seq_get(seq, at, buf) : bc_cache_get(leaf, at, buf);
   Py_END_ALLOW_THREADS
+  bcpy_notices_flush(); /* a damaged shard regenerated, say */
   if (rc != 0) {
+    core->reading--;
     bcpy_scratch_give(buf, &fallback);
     return item_error(self, rc);
   }
   PyObject *result = to_record(core, buf);
   bcpy_scratch_give(buf, &fallback);
+  if (result != NULL && read_end(core, pulled0, 1) < 0) Py_CLEAR(result);
+  else if (result == NULL) core->reading--;
   return result;
 }
 
@@ -1196,11 +1336,26 @@ static PyObject *lobj_item_seq(bcpy_sobj *self, int64_t i) {
   return lobj_item((bcpy_lobj *)self, i);
 }
 
+/* The wait policy of a LoadIt and its views: the call with the GIL
+ * released, counted as a read (a bulk read's round: read_indices, a torch
+ * Dataset's __getitems__) for the progress of reads that wait and the
+ * warning about reads that keep regenerating. */
+static int lobj_wait(bcpy_sobj *base, bcpy_call *c) {
+  bcpy_lobj *self = (bcpy_lobj *)base;
+  bcpy_core *core = self->core;
+  size_t records = bcpy_wait_records;
+  if (core == NULL || records == 0) return bcpy_wait_plain(base, c);
+  uint64_t pulled0 = read_begin(core);
+  bcpy_wait_plain(base, c);
+  bcpy_notices_flush();
+  return read_end(core, pulled0, c->rc == 0 ? records : 0);
+}
+
 static const bcpy_seq_kind lobj_kind = {
     .check = lobj_check_seq,
     .item = lobj_item_seq,
     .take = get_take,
-    .wait = bcpy_wait_plain,
+    .wait = lobj_wait,
     .wrap = lobj_wrap,
     .raise = bcpy_raise_errno,
     .decode = lobj_decode,

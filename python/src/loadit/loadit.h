@@ -63,6 +63,9 @@ typedef struct bcpy_source {
   atomic_bool tee_active; /* tee != NULL: no prefetch meanwhile */
   uint64_t bytes_read;   /* bytes of the records passes pulled from the
                             iterator, serialized (GIL): for progress */
+  uint64_t pulled;       /* records passes pulled from the iterator, given
+                            or skipped (GIL): for progress and the warning
+                            about reads that keep regenerating */
 } bcpy_source;
 
 enum { BCPY_PREFETCH_NONE = 0, BCPY_PREFETCH_NEXT = 1, BCPY_PREFETCH_PYTHON = 2 };

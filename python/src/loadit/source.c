@@ -391,6 +391,7 @@ static int pull_one(bcpy_source *s, pass *p, bc_buf *out) {
   if (n > 0) memcpy(out->data, PyBytes_AS_STRING(record), n);
   out->size = n;
   s->bytes_read += n;
+  s->pulled++;
   Py_DECREF(record);
   return 1;
 }
@@ -485,6 +486,7 @@ static int src_skip(void *payload, void *pass_, uint64_t n, uint64_t *skipped) {
     Py_DECREF(item);
     p->pos++;
     k++;
+    s->pulled++;
   }
   gil_leave(gil);
   if (rc == 0) *skipped = k;
