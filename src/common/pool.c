@@ -9,13 +9,26 @@
  * join) and waits until the helpers that joined have finished their tasks.
  *
  * Fanning out costs the caller a wake-up and, when a helper joined, a wait
- * for it: a few microseconds on an idle machine, tens where the CPUs are
- * busy (a woken helper waits for a CPU while the caller waits for it).  A
- * batch of records already in the page cache reads in less than that.  So
- * the caller first runs tasks itself, timing them, and publishes the job
- * only once the tasks left would take, at the pace so far, at least
- * FANOUT_MIN_NS: cheap jobs never wake anyone, slow ones (cold reads,
- * decompression, big batches) fan out after their first task.
+ * for it: a few microseconds on an idle machine, and up to a scheduler
+ * time slice where the CPUs are busy (a helper preempted in the middle of
+ * its task holds the caller until it runs again).  A batch of records
+ * already in the page cache reads in less than that.  So the caller first
+ * runs tasks itself, timing them, and publishes the job only once the
+ * tasks left would take at least FANOUT_MIN_NS at the pace of the FASTEST
+ * task so far, and at least FANOUT_MIN_TIMED tasks were timed: a task
+ * that was preempted (milliseconds on a loaded machine) says nothing of
+ * the work, and with the mean pace it made page-cache batches fan out on
+ * every preemption and lose up to 2x in wall time (doc/performance.md).
+ * Cheap jobs never wake anyone; slow ones (cold reads, decompression)
+ * fan out after their second task.
+ *
+ * Helpers run no code that may block for an unbounded time: a task that
+ * would have to run the user's source (a cache fill, which may sleep for
+ * an hour and cannot be interrupted in a thread other than the main one)
+ * gives itself back (bc__pool_give_back) and the caller runs it after the
+ * helpers are done, in its own thread, where its interrupt handler
+ * reaches it.  So the caller's wait for helpers is always short, and an
+ * interrupt of the caller stops the whole job (issue 25).
  *
  * Threads are created lazily, never destroyed (they sleep on a condition
  * variable), and grown to the largest parallelism asked for (up to
@@ -29,6 +42,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,6 +53,8 @@
 /* Work left, in nanoseconds at the pace of the tasks run so far, below
  * which the caller does it alone (see above). */
 #define FANOUT_MIN_NS 100000.0
+/* Tasks timed before the caller may fan out (see above). */
+#define FANOUT_MIN_TIMED 2
 
 typedef struct job {
   bc__task_fn fn;
@@ -57,8 +73,23 @@ typedef struct job {
    * interrupted), so the whole job stops promptly. */
   bool hooked;
   atomic_bool cancelled;
+  /* Tasks helpers gave back (bc__pool_give_back): back[t] (pool.lock;
+   * allocated at the first), run by the caller after the join. */
+  bool *back;
+  size_t nback;
   struct job *next_job;
 } job;
+
+/* This thread is a pool thread working on a job's task; the task gave
+ * itself back (bc__pool_give_back). */
+static _Thread_local bool in_helper, gave_back;
+
+bool bc__pool_helper(void) { return in_helper; }
+
+int bc__pool_give_back(const char *what) {
+  gave_back = true;
+  return bc__error(BC_EAGAIN, "%s: left to the caller of the batch", what);
+}
 
 static struct {
   pthread_mutex_t lock;
@@ -114,12 +145,30 @@ static int job_cancelled(void *ctx) {
   return atomic_load(&((job *)ctx)->cancelled);
 }
 
+/* Marks task t given back by a helper (its failure is not an error). */
+static void job_give_back(job *j, size_t t) {
+  bc_error_clear();
+  pthread_mutex_lock(&pool.lock);
+  if (j->back == NULL) j->back = calloc(j->ntasks, sizeof *j->back);
+  bool ok = j->back != NULL;
+  if (ok) {
+    j->back[t] = true;
+    j->nback++;
+  }
+  pthread_mutex_unlock(&pool.lock);
+  if (!ok) job_record_error(j, t, bc__error(BC_ENOMEM, "out of memory"));
+}
+
 static void job_run_tasks(job *j) {
   for (;;) {
     size_t t = atomic_fetch_add(&j->next, 1);
     if (t >= j->ntasks) return;
+    gave_back = false;
     int rc = j->fn(j->arg, t);
-    if (rc != 0) job_record_error(j, t, rc);
+    if (rc != 0 && in_helper && gave_back)
+      job_give_back(j, t);
+    else if (rc != 0)
+      job_record_error(j, t, rc);
   }
 }
 
@@ -151,7 +200,9 @@ static void *worker_main(void *unused) {
     j->active_helpers++;
     pthread_mutex_unlock(&pool.lock);
     if (j->hooked) bc_set_interrupt_handler(job_cancelled, j);
+    in_helper = true;
     job_run_tasks(j);
+    in_helper = false;
     if (j->hooked) bc_set_interrupt_handler(NULL, NULL);
     bc_error_clear(); /* recorded in the job (payload included) */
     pthread_mutex_lock(&pool.lock);
@@ -183,12 +234,13 @@ static double now_ns(void) {
 }
 
 /* Runs tasks 0, 1, ... in the calling thread while the tasks left would
- * take less than FANOUT_MIN_NS at the pace so far (all of them when
- * `timed` is false).  Returns the number of tasks run; a failing task
- * stops the loop with its code in *rc (it is the lowest failing one). */
+ * take less than FANOUT_MIN_NS at the pace of the fastest task so far, or
+ * fewer than FANOUT_MIN_TIMED were timed (all of them when `timed` is
+ * false).  Returns the number of tasks run; a failing task stops the loop
+ * with its code in *rc (it is the lowest failing one). */
 static size_t run_inline(size_t ntasks, bc__task_fn fn, void *arg, bool timed,
                          int *rc) {
-  double start = timed ? now_ns() : 0;
+  double last = timed ? now_ns() : 0, fastest = 0;
   size_t done = 0;
   while (done < ntasks) {
     int r = fn(arg, done++);
@@ -196,8 +248,11 @@ static size_t run_inline(size_t ntasks, bc__task_fn fn, void *arg, bool timed,
       *rc = r;
       break;
     }
-    if (timed && done < ntasks &&
-        (now_ns() - start) / (double)done * (double)(ntasks - done) >= FANOUT_MIN_NS)
+    if (!timed || done == ntasks) continue;
+    double now = now_ns(), took = now - last;
+    last = now;
+    if (done == 1 || took < fastest) fastest = took;
+    if (done >= FANOUT_MIN_TIMED && fastest * (double)(ntasks - done) >= FANOUT_MIN_NS)
       break;
   }
   return done;
@@ -242,7 +297,19 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
   pthread_mutex_unlock(&pool.lock);
   pthread_cond_destroy(&j.helpers_done);
 
-  if (j.err.code != 0) rc = bc_error_restore(&j.err);
+  /* Tasks given back, in order, below the lowest failing one (whose error
+   * a lower failure replaces); none after an interrupt. */
+  int brc = 0;
+  if (j.nback > 0 && atomic_load(&j.cancelled) && j.err.code == 0)
+    brc = bc__error(BC_ECANCELED, "interrupted");
+  for (size_t t = 0; j.nback > 0 && brc == 0 && !atomic_load(&j.cancelled) &&
+                     t < j.ntasks && t < j.err_task; t++)
+    if (j.back[t]) brc = fn(arg, t);
+  free(j.back);
+  if (brc != 0)
+    rc = brc;
+  else if (j.err.code != 0)
+    rc = bc_error_restore(&j.err);
   bc_error_state_clear(&j.err);
   return rc;
 }
