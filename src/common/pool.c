@@ -19,8 +19,13 @@
  * that was preempted (milliseconds on a loaded machine) says nothing of
  * the work, and with the mean pace it made page-cache batches fan out on
  * every preemption and lose up to 2x in wall time (doc/performance.md).
- * Cheap jobs never wake anyone; slow ones (cold reads, decompression)
- * fan out after their second task.
+ * Cheap jobs never wake anyone; slow ones (cold reads, decompression of
+ * large records) fan out after their second task.  300 us, not less:
+ * on this 2-CPU machine, shared with other work, a fan-out cost about
+ * 100 us of wall time per batch (the wake-ups, the wait for a helper that
+ * lost its CPU), and batches of 1 KiB zstd records (a few hundred us)
+ * that fanned out at 150 us ran 9-29% slower than on one thread.
+ * Helpers are woken one at a time (worker_main).
  *
  * Helpers run no code that may block for an unbounded time: a task that
  * would have to run the user's source (a cache fill, which may sleep for
@@ -52,7 +57,7 @@
 #define MAX_THREADS 256
 /* Work left, in nanoseconds at the pace of the tasks run so far, below
  * which the caller does it alone (see above). */
-#define FANOUT_MIN_NS 100000.0
+#define FANOUT_MIN_NS 300000.0
 /* Tasks timed before the caller may fan out (see above). */
 #define FANOUT_MIN_TIMED 2
 
@@ -77,6 +82,8 @@ typedef struct job {
    * allocated at the first), run by the caller after the join. */
   bool *back;
   size_t nback;
+  /* The fastest task's time in the caller's first tasks (ns). */
+  double pace_ns;
   struct job *next_job;
 } job;
 
@@ -198,6 +205,16 @@ static void *worker_main(void *unused) {
     }
     j->helpers_allowed--;
     j->active_helpers++;
+    /* Helpers are woken one at a time, each by the one before, while the
+     * tasks left would still take FANOUT_MIN_NS shared among one more
+     * thread: a broadcast woke every idle thread (up to 4 per CPU for a
+     * Reader), which then took turns on the lock and the CPUs (6
+     * context switches per batch of 256 page-cache records). */
+    size_t next = atomic_load(&j->next);
+    size_t left = next < j->ntasks ? j->ntasks - next : 0;
+    if (j->helpers_allowed > 0 && pool.idle > 0 &&
+        j->pace_ns * (double)left / (double)(j->active_helpers + 2) >= FANOUT_MIN_NS)
+      pthread_cond_signal(&pool.work);
     pthread_mutex_unlock(&pool.lock);
     if (j->hooked) bc_set_interrupt_handler(job_cancelled, j);
     in_helper = true;
@@ -239,7 +256,7 @@ static double now_ns(void) {
  * false).  Returns the number of tasks run; a failing task stops the loop
  * with its code in *rc (it is the lowest failing one). */
 static size_t run_inline(size_t ntasks, bc__task_fn fn, void *arg, bool timed,
-                         int *rc) {
+                         int *rc, double *pace) {
   double last = timed ? now_ns() : 0, fastest = 0;
   size_t done = 0;
   while (done < ntasks) {
@@ -255,6 +272,7 @@ static size_t run_inline(size_t ntasks, bc__task_fn fn, void *arg, bool timed,
     if (done >= FANOUT_MIN_TIMED && fastest * (double)(ntasks - done) >= FANOUT_MIN_NS)
       break;
   }
+  *pace = fastest;
   return done;
 }
 
@@ -263,7 +281,8 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
   if (max_parallelism == 0) max_parallelism = bc__cpu_count();
   int rc = 0;
   bool timed = max_parallelism > 1 && ntasks > 1;
-  size_t done = run_inline(ntasks, fn, arg, timed, &rc);
+  double pace = 0;
+  size_t done = run_inline(ntasks, fn, arg, timed, &rc, &pace);
   if (rc != 0 || done == ntasks) return rc;
   if (done + 1 == ntasks) return fn(arg, done); /* nothing to share */
   pthread_once(&atfork_once, register_atfork);
@@ -272,7 +291,7 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
   if (helpers > ntasks - done - 1) helpers = ntasks - done - 1;
   job j = {.fn = fn, .arg = arg, .ntasks = ntasks, .helpers_allowed = helpers,
            .linked = true, .err_task = SIZE_MAX, .err = BC_ERROR_STATE_INIT,
-           .hooked = bc__interrupt_fn != NULL};
+           .hooked = bc__interrupt_fn != NULL, .pace_ns = pace};
   atomic_init(&j.next, done);
   atomic_init(&j.cancelled, false);
   pthread_cond_init(&j.helpers_done, NULL);
@@ -281,7 +300,7 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
   pool_grow(helpers);
   j.next_job = pool.queue;
   pool.queue = &j;
-  pthread_cond_broadcast(&pool.work);
+  pthread_cond_signal(&pool.work); /* one helper: it calls the next (worker_main) */
   pthread_mutex_unlock(&pool.lock);
 
   job_run_tasks(&j);
