@@ -95,6 +95,8 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit_observe.py \
 	python/tests/test_loadit_damage.py \
 	python/tests/test_loadit_publish.py \
+	python/tests/test_batch_fanout.py \
+	python/tests/test_interrupt.py \
 	python/tests/test_loadit_close.py \
 	python/tests/test_loadit_passes.py \
 	python/tests/test_loadit_fork_locks.py

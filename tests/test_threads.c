@@ -627,9 +627,59 @@ static void test_pool_runs_each_task_once(void **state) {
   }
 }
 
+/* A task a pool thread gives back (bc__pool_give_back: what a cache fill
+ * does in a helper) is run again by the caller after the helpers are
+ * done: every task completes exactly once, in the caller when given back,
+ * and a failure of a given-back task is reported if it is the lowest. */
+typedef struct {
+  atomic_int done[64];    /* completed runs */
+  atomic_int by_helper;   /* tasks given back */
+  atomic_int in_caller;   /* completions in the calling thread */
+  pthread_t caller;
+  size_t fail_at;         /* this task fails when run by the caller */
+} back_job;
+
+static int back_task(void *arg, size_t task) {
+  back_job *j = arg;
+  usleep(2000); /* slow: the job fans out */
+  if (bc__pool_helper() && task % 2 == 1) {
+    atomic_fetch_add(&j->by_helper, 1);
+    return bc__pool_give_back("task");
+  }
+  if (task == j->fail_at) return bc__error(BC_EIO, "task %zu failed", task);
+  if (pthread_equal(pthread_self(), j->caller)) atomic_fetch_add(&j->in_caller, 1);
+  atomic_fetch_add(&j->done[task], 1);
+  return 0;
+}
+
+static void test_pool_helpers_give_back(void **state) {
+  (void)state;
+  for (int fail = 0; fail < 2; fail++) {
+    back_job j = {.caller = pthread_self(), .fail_at = fail ? 41 : SIZE_MAX};
+    for (size_t t = 0; t < 64; t++) atomic_init(&j.done[t], 0);
+    atomic_init(&j.by_helper, 0);
+    atomic_init(&j.in_caller, 0);
+    int rc = bc__parallel_for(48, 4, back_task, &j);
+    if (!fail) {
+      assert_int_equal(rc, 0);
+      for (size_t t = 0; t < 64; t++) assert_int_equal(atomic_load(&j.done[t]), t < 48);
+    } else {
+      assert_int_equal(rc, BC_EIO);
+      assert_string_equal(bc_errmsg(), "task 41 failed");
+      for (size_t t = 0; t < 41; t++) assert_int_equal(atomic_load(&j.done[t]), 1);
+    }
+    /* Helpers joined (2 ms tasks fan out, 96 ms of them) and gave their
+     * odd tasks back; without a failure the caller completed each of
+     * them itself. */
+    assert_true(atomic_load(&j.by_helper) > 0);
+    if (!fail) assert_true(atomic_load(&j.in_caller) >= atomic_load(&j.by_helper));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pool_runs_each_task_once),
+      cmocka_unit_test(test_pool_helpers_give_back),
       cmocka_unit_test_setup_teardown(test_shared_reader, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_get_many, setup, teardown),
       cmocka_unit_test_setup_teardown(test_shared_index, setup, teardown),

@@ -845,6 +845,13 @@ int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
       if (frc != 0) return frc;
       continue;
     }
+    /* A pool thread helping with another thread's batch fills nothing:
+     * the source may block for good where no interrupt reaches it, and
+     * the batch's caller would wait for it (pool.c). */
+    if (bc__pool_helper()) {
+      pthread_mutex_unlock(&reg->lock);
+      return bc__pool_give_back(c->root);
+    }
     /* Become this process's filler of the shard (others wait above). */
     f = calloc(1, sizeof *f);
     if (f == NULL) {

@@ -177,6 +177,17 @@ typedef int (*bc__task_fn)(void *arg, size_t task);
 int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
                      void *arg);
 
+/* True in a pool thread running a task of another thread's job.  Such a
+ * thread must not start work that may block for an unbounded time and
+ * that its handler cannot interrupt (a cache fill runs the user's
+ * source): the task returns bc__pool_give_back(what) instead, and the
+ * job's caller runs that task again itself after the helpers are done.
+ * Tasks must therefore be safe to run again from the start. */
+bool bc__pool_helper(void);
+/* Marks the running task given back; returns BC_EAGAIN ("WHAT: left to
+ * the caller of the batch"). */
+int bc__pool_give_back(const char *what);
+
 /* Online CPUs (>= 1). */
 int bc__cpu_count(void);
 

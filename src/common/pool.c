@@ -9,13 +9,31 @@
  * join) and waits until the helpers that joined have finished their tasks.
  *
  * Fanning out costs the caller a wake-up and, when a helper joined, a wait
- * for it: a few microseconds on an idle machine, tens where the CPUs are
- * busy (a woken helper waits for a CPU while the caller waits for it).  A
- * batch of records already in the page cache reads in less than that.  So
- * the caller first runs tasks itself, timing them, and publishes the job
- * only once the tasks left would take, at the pace so far, at least
- * FANOUT_MIN_NS: cheap jobs never wake anyone, slow ones (cold reads,
- * decompression, big batches) fan out after their first task.
+ * for it: a few microseconds on an idle machine, and up to a scheduler
+ * time slice where the CPUs are busy (a helper preempted in the middle of
+ * its task holds the caller until it runs again).  A batch of records
+ * already in the page cache reads in less than that.  So the caller first
+ * runs tasks itself, timing them, and publishes the job only once the
+ * tasks left would take at least FANOUT_MIN_NS at the pace of the FASTEST
+ * task so far, and at least FANOUT_MIN_TIMED tasks were timed: a task
+ * that was preempted (milliseconds on a loaded machine) says nothing of
+ * the work, and with the mean pace it made page-cache batches fan out on
+ * every preemption and lose up to 2x in wall time (doc/performance.md).
+ * Cheap jobs never wake anyone; slow ones (cold reads, decompression of
+ * large records) fan out after their second task.  300 us, not less:
+ * on this 2-CPU machine, shared with other work, a fan-out cost about
+ * 100 us of wall time per batch (the wake-ups, the wait for a helper that
+ * lost its CPU), and batches of 1 KiB zstd records (a few hundred us)
+ * that fanned out at 150 us ran 9-29% slower than on one thread.
+ * Helpers are woken one at a time (worker_main).
+ *
+ * Helpers run no code that may block for an unbounded time: a task that
+ * would have to run the user's source (a cache fill, which may sleep for
+ * an hour and cannot be interrupted in a thread other than the main one)
+ * gives itself back (bc__pool_give_back) and the caller runs it after the
+ * helpers are done, in its own thread, where its interrupt handler
+ * reaches it.  So the caller's wait for helpers is always short, and an
+ * interrupt of the caller stops the whole job (issue 25).
  *
  * Threads are created lazily, never destroyed (they sleep on a condition
  * variable), and grown to the largest parallelism asked for (up to
@@ -29,6 +47,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,7 +57,9 @@
 #define MAX_THREADS 256
 /* Work left, in nanoseconds at the pace of the tasks run so far, below
  * which the caller does it alone (see above). */
-#define FANOUT_MIN_NS 100000.0
+#define FANOUT_MIN_NS 300000.0
+/* Tasks timed before the caller may fan out (see above). */
+#define FANOUT_MIN_TIMED 2
 
 typedef struct job {
   bc__task_fn fn;
@@ -57,8 +78,25 @@ typedef struct job {
    * interrupted), so the whole job stops promptly. */
   bool hooked;
   atomic_bool cancelled;
+  /* Tasks helpers gave back (bc__pool_give_back): back[t] (pool.lock;
+   * allocated at the first), run by the caller after the join. */
+  bool *back;
+  size_t nback;
+  /* The fastest task's time in the caller's first tasks (ns). */
+  double pace_ns;
   struct job *next_job;
 } job;
+
+/* This thread is a pool thread working on a job's task; the task gave
+ * itself back (bc__pool_give_back). */
+static _Thread_local bool in_helper, gave_back;
+
+bool bc__pool_helper(void) { return in_helper; }
+
+int bc__pool_give_back(const char *what) {
+  gave_back = true;
+  return bc__error(BC_EAGAIN, "%s: left to the caller of the batch", what);
+}
 
 static struct {
   pthread_mutex_t lock;
@@ -114,12 +152,30 @@ static int job_cancelled(void *ctx) {
   return atomic_load(&((job *)ctx)->cancelled);
 }
 
+/* Marks task t given back by a helper (its failure is not an error). */
+static void job_give_back(job *j, size_t t) {
+  bc_error_clear();
+  pthread_mutex_lock(&pool.lock);
+  if (j->back == NULL) j->back = calloc(j->ntasks, sizeof *j->back);
+  bool ok = j->back != NULL;
+  if (ok) {
+    j->back[t] = true;
+    j->nback++;
+  }
+  pthread_mutex_unlock(&pool.lock);
+  if (!ok) job_record_error(j, t, bc__error(BC_ENOMEM, "out of memory"));
+}
+
 static void job_run_tasks(job *j) {
   for (;;) {
     size_t t = atomic_fetch_add(&j->next, 1);
     if (t >= j->ntasks) return;
+    gave_back = false;
     int rc = j->fn(j->arg, t);
-    if (rc != 0) job_record_error(j, t, rc);
+    if (rc != 0 && in_helper && gave_back)
+      job_give_back(j, t);
+    else if (rc != 0)
+      job_record_error(j, t, rc);
   }
 }
 
@@ -149,9 +205,21 @@ static void *worker_main(void *unused) {
     }
     j->helpers_allowed--;
     j->active_helpers++;
+    /* Helpers are woken one at a time, each by the one before, while the
+     * tasks left would still take FANOUT_MIN_NS shared among one more
+     * thread: a broadcast woke every idle thread (up to 4 per CPU for a
+     * Reader), which then took turns on the lock and the CPUs (6
+     * context switches per batch of 256 page-cache records). */
+    size_t next = atomic_load(&j->next);
+    size_t left = next < j->ntasks ? j->ntasks - next : 0;
+    if (j->helpers_allowed > 0 && pool.idle > 0 &&
+        j->pace_ns * (double)left / (double)(j->active_helpers + 2) >= FANOUT_MIN_NS)
+      pthread_cond_signal(&pool.work);
     pthread_mutex_unlock(&pool.lock);
     if (j->hooked) bc_set_interrupt_handler(job_cancelled, j);
+    in_helper = true;
     job_run_tasks(j);
+    in_helper = false;
     if (j->hooked) bc_set_interrupt_handler(NULL, NULL);
     bc_error_clear(); /* recorded in the job (payload included) */
     pthread_mutex_lock(&pool.lock);
@@ -183,12 +251,13 @@ static double now_ns(void) {
 }
 
 /* Runs tasks 0, 1, ... in the calling thread while the tasks left would
- * take less than FANOUT_MIN_NS at the pace so far (all of them when
- * `timed` is false).  Returns the number of tasks run; a failing task
- * stops the loop with its code in *rc (it is the lowest failing one). */
+ * take less than FANOUT_MIN_NS at the pace of the fastest task so far, or
+ * fewer than FANOUT_MIN_TIMED were timed (all of them when `timed` is
+ * false).  Returns the number of tasks run; a failing task stops the loop
+ * with its code in *rc (it is the lowest failing one). */
 static size_t run_inline(size_t ntasks, bc__task_fn fn, void *arg, bool timed,
-                         int *rc) {
-  double start = timed ? now_ns() : 0;
+                         int *rc, double *pace) {
+  double last = timed ? now_ns() : 0, fastest = 0;
   size_t done = 0;
   while (done < ntasks) {
     int r = fn(arg, done++);
@@ -196,10 +265,14 @@ static size_t run_inline(size_t ntasks, bc__task_fn fn, void *arg, bool timed,
       *rc = r;
       break;
     }
-    if (timed && done < ntasks &&
-        (now_ns() - start) / (double)done * (double)(ntasks - done) >= FANOUT_MIN_NS)
+    if (!timed || done == ntasks) continue;
+    double now = now_ns(), took = now - last;
+    last = now;
+    if (done == 1 || took < fastest) fastest = took;
+    if (done >= FANOUT_MIN_TIMED && fastest * (double)(ntasks - done) >= FANOUT_MIN_NS)
       break;
   }
+  *pace = fastest;
   return done;
 }
 
@@ -208,7 +281,8 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
   if (max_parallelism == 0) max_parallelism = bc__cpu_count();
   int rc = 0;
   bool timed = max_parallelism > 1 && ntasks > 1;
-  size_t done = run_inline(ntasks, fn, arg, timed, &rc);
+  double pace = 0;
+  size_t done = run_inline(ntasks, fn, arg, timed, &rc, &pace);
   if (rc != 0 || done == ntasks) return rc;
   if (done + 1 == ntasks) return fn(arg, done); /* nothing to share */
   pthread_once(&atfork_once, register_atfork);
@@ -217,7 +291,7 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
   if (helpers > ntasks - done - 1) helpers = ntasks - done - 1;
   job j = {.fn = fn, .arg = arg, .ntasks = ntasks, .helpers_allowed = helpers,
            .linked = true, .err_task = SIZE_MAX, .err = BC_ERROR_STATE_INIT,
-           .hooked = bc__interrupt_fn != NULL};
+           .hooked = bc__interrupt_fn != NULL, .pace_ns = pace};
   atomic_init(&j.next, done);
   atomic_init(&j.cancelled, false);
   pthread_cond_init(&j.helpers_done, NULL);
@@ -226,7 +300,7 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
   pool_grow(helpers);
   j.next_job = pool.queue;
   pool.queue = &j;
-  pthread_cond_broadcast(&pool.work);
+  pthread_cond_signal(&pool.work); /* one helper: it calls the next (worker_main) */
   pthread_mutex_unlock(&pool.lock);
 
   job_run_tasks(&j);
@@ -242,7 +316,19 @@ int bc__parallel_for(size_t ntasks, int max_parallelism, bc__task_fn fn,
   pthread_mutex_unlock(&pool.lock);
   pthread_cond_destroy(&j.helpers_done);
 
-  if (j.err.code != 0) rc = bc_error_restore(&j.err);
+  /* Tasks given back, in order, below the lowest failing one (whose error
+   * a lower failure replaces); none after an interrupt. */
+  int brc = 0;
+  if (j.nback > 0 && atomic_load(&j.cancelled) && j.err.code == 0)
+    brc = bc__error(BC_ECANCELED, "interrupted");
+  for (size_t t = 0; j.nback > 0 && brc == 0 && !atomic_load(&j.cancelled) &&
+                     t < j.ntasks && t < j.err_task; t++)
+    if (j.back[t]) brc = fn(arg, t);
+  free(j.back);
+  if (brc != 0)
+    rc = brc;
+  else if (j.err.code != 0)
+    rc = bc_error_restore(&j.err);
   bc_error_state_clear(&j.err);
   return rc;
 }

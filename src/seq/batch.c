@@ -11,7 +11,10 @@
  *    between the caller's array and the batch, so results land in request
  *    order and the caller's buffer capacity is reused.
  * On failure the error reported is that of the first failing position in
- * request order: failing groups are re-read one by one to find it.
+ * request order: failing groups are re-read one by one to find it.  Not
+ * after an interrupt or a failure of a cache's source (bc__seq_final_error): a
+ * re-read would run the source again (an hour's sleep that the interrupt
+ * had just ended), so the batch's own error is returned at once.
  * A leaf asked directly skips steps 1 and 2 (until something fails).
  * Steps 1 and 2 (bc__seq_group) serve bc_seq_read_into too.
  */
@@ -60,11 +63,11 @@ static int leaf_get(void *leaf, int64_t index, bc_buf *out) {
 /* Reads a leaf's group: its get_many, or get on the pool.  (Positions are
  * below 2^63: the cast to int64_t and back in leaf_get keeps them.) */
 static int leaf_get_many(bc_seq *leaf, const uint64_t *indices, size_t count,
-                         bc_buf *outs) {
+                         bc_buf *outs, bool name) {
   if (leaf->ops->get_many != NULL)
     return leaf->ops->get_many(leaf, indices, count, outs);
   int par = (leaf->flags & BC_SEQ_F_THREAD_SAFE) ? 0 : 1;
-  return bc__get_each(leaf, leaf_get, (const int64_t *)indices, count, outs, par, false);
+  return bc__get_each(leaf, leaf_get, (const int64_t *)indices, count, outs, par, name);
 }
 
 /* Leaf pointer -> small number, by open addressing (few leaves usually). */
@@ -107,7 +110,9 @@ static void table_free(leaf_table *t) {
 
 /* A leaf read directly: its positions are its indices, one group in
  * request order.  Returns 1 (nothing reported) when anything fails: the
- * general path then finds and reports the first failing position. */
+ * general path then finds and reports the first failing position; but a
+ * final error is returned as it is, naming the position where it
+ * happened (the pool keeps the lowest failing task's). */
 static int leaf_direct(bc_seq *leaf, const int64_t *indices, size_t count,
                        bc_buf *outs) {
   uint64_t *pos = malloc((count ? count : 1) * sizeof *pos);
@@ -115,9 +120,9 @@ static int leaf_direct(bc_seq *leaf, const int64_t *indices, size_t count,
   int rc = 0;
   for (size_t p = 0; p < count && rc == 0; p++)
     rc = bc__seq_position(leaf, indices[p], &pos[p]);
-  if (rc == 0) rc = leaf_get_many(leaf, pos, count, outs);
+  if (rc == 0) rc = leaf_get_many(leaf, pos, count, outs, true);
   free(pos);
-  return rc == 0 ? 0 : 1;
+  return rc == 0 ? 0 : bc__seq_final_error(rc) ? rc : 1;
 }
 
 void bc__seq_groups_free(bc__seq_groups *g) {
@@ -196,8 +201,10 @@ cleanup:
 int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
                     bc_buf *outs) {
   /* A leaf needs no resolving nor grouping (a Reader's own batches). */
-  if (seq->ops->resolve == NULL && leaf_direct(seq, indices, count, outs) == 0)
-    return 0;
+  if (seq->ops->resolve == NULL) {
+    int drc = leaf_direct(seq, indices, count, outs);
+    if (drc != 1) return drc;
+  }
   bc__seq_groups g = {0};
   uint64_t *group_indices = NULL;
   bc_buf *group_bufs = NULL;
@@ -219,16 +226,26 @@ int bc_seq_get_many(bc_seq *seq, const int64_t *indices, size_t count,
       group_bufs[lo + k] = outs[g.order[lo + k]];
     }
     int grc = leaf_get_many(g.leaves[id], group_indices + lo, n,
-                            group_bufs + lo);
+                            group_bufs + lo, false);
     for (size_t k = 0; k < n; k++) outs[g.order[lo + k]] = group_bufs[lo + k];
     if (grc == 0) continue;
+    if (bc__seq_final_error(grc)) {
+      rc = grc;
+      goto cleanup;
+    }
     /* Find this group's first failing position (request order). */
     bool found = false;
     for (size_t k = 0; k < n && !found; k++) {
       size_t p = g.order[lo + k];
       if (p >= first_failed) break; /* positions ascend within a group */
       bc_seq *leaf = g.leaves[id];
-      if (leaf->ops->get(leaf, g.leaf_index[p], &outs[p]) != 0) {
+      int one = leaf->ops->get(leaf, g.leaf_index[p], &outs[p]);
+      if (bc__seq_final_error(one)) {
+        rc = bc__error_wrap(one, "indices[%zu] = %lld: %s", p, (long long)indices[p],
+                            bc_errmsg());
+        goto cleanup;
+      }
+      if (one != 0) {
         first_failed = p;
         found = true;
       }

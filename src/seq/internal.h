@@ -59,6 +59,14 @@ typedef int (*bc__get_fn)(void *obj, int64_t index, bc_buf *out);
  * threads (bc__parallel_for).  The error is the first failing position's;
  * `name` prefixes its message with "indices[P] = I: ". */
 #define BC__GET_TASK 32
+
+/* Errors of a batch after which nothing is read again to find its first
+ * failing position: an interrupt, or a failure of a cache's source (its
+ * exception as the payload).  A re-read would run the source again, for
+ * as long as the interrupt had just ended (issue 25). */
+static inline bool bc__seq_final_error(int rc) {
+  return rc == BC_ECANCELED || rc == BC_ESOURCE;
+}
 int bc__get_each(void *obj, bc__get_fn get, const int64_t *indices, size_t count,
                  bc_buf *outs, int max_parallelism, bool name);
 

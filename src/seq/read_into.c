@@ -166,6 +166,6 @@ int bc_seq_read_into(bc_seq *seq, const int64_t *indices, size_t count,
   int rc = seq->ops->resolve == NULL
                ? read_leaf(seq, indices, count, dst, size, max_parallelism)
                : read_groups(seq, indices, count, dst, size, max_parallelism);
-  if (rc != 0) rc = first_failure(seq, indices, count, size, rc);
+  if (rc != 0 && !bc__seq_final_error(rc)) rc = first_failure(seq, indices, count, size, rc);
   return rc;
 }

@@ -11,7 +11,7 @@ Options: --build DIR (the build tree: python/pkg and .libs/libbagcache.so;
 default $BC_BUILDDIR or the current directory), --records N (200,000),
 --reads N (1,000,000), --loadit-reads N (200,000), --repeat R (5),
 --cold-reads N (2,000), --cold-shard N (65,536 records),
---batch-reads N (100,000), --dir DIR (where the data goes; default a new
+--batch-reads N (300,000), --dir DIR (where the data goes; default a new
 temporary directory), --only KEY,... (rows: get view-get read-indices
 indices-iter loadit-get loadit-fill loadit-cold loadit-checksums batches),
 --quick (tiny sizes).
@@ -68,31 +68,28 @@ Rows (doc/performance.md, section "Python", explains them):
                 (.bagz), against a copy of the same root without them
                 (format version 1; .bagz shards rewritten by a Writer):
                 the reading thread's CPU time.
-  read_indices batch B: SUBJECT
-                SUBJECT.read_indices(numpy array of B random indices)
-                against `for i in batch: SUBJECT[i]` over the same
-                indices, for B = 32, 256, 1,024, 10,000 and 100,000 and
-                for a Reader of DIR/data.bag and of a zstd copy
-                (data.bagz), a view of each (reader[::-1]: reader[::1] is
-                the reader itself), a LoadIt of
-                the records (serializer='raw'; .bag shards, and .bagz
-                shards with compression='zstd'), a view of it
-                (loader[::1]) and a LoadIt of the records pickled (the
-                default serializer).  At least --batch-reads records per
-                run (whole batches); the same batches for both sides.
-                Reported: both in records per second (wall clock) and
-                their ratio, and the ratio of the process's CPU time
-                (all threads: steadier on a shared machine).
-  (floor batch B: ...)
-                information: the batch's records as new bytes objects
-                sliced from a mapping of data.bag and kept in a list
-                (what any read_indices must at least do), against the
-                Reader's r[i] loop; pickle.loads of the batch's pickles
-                alone, against the pickled LoadIt's r[i] loop.
+  read_indices batch B: SUBJECT, LOAD
+                SUBJECT.read_indices(numpy array of B random indices),
+                in wall time, against the floor: the same batches'
+                records sliced from an mmap of data.bag into a list,
+                [m[i*1024:(i+1)*1024] for i in batch] (what any
+                read_indices must at least do), and against the same
+                subject read with max_parallelism=1 (a Reader's option;
+                LoadIt has none), for B = 256, 1,024 and 10,000, for a
+                Reader of DIR/data.bag and of a zstd copy (data.bagz), a
+                view of each (reader[::-1]), a LoadIt of the records
+                (serializer='raw'; .bag shards, and .bagz shards with
+                compression='zstd') and a view of it (loader[::1]); LOAD
+                idle, and loaded: one CPU-bound process (a Python busy
+                loop) running meanwhile.  --batch-reads records per run
+                (whole batches), the floor, the subject and the serial
+                reads in turn.  Targets: >= 0.9x of the floor (.bag), and
+                never above 1.05x the time of max_parallelism=1.
 """
 
 import argparse
 import collections
+import contextlib
 import ctypes
 import mmap
 import os
@@ -123,7 +120,7 @@ def parse_args():
     p.add_argument("--loadit-reads", type=int, default=200_000)
     p.add_argument("--cold-reads", type=int, default=2_000)
     p.add_argument("--cold-shard", type=int, default=65_536)
-    p.add_argument("--batch-reads", type=int, default=100_000)
+    p.add_argument("--batch-reads", type=int, default=300_000)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--dir")
     p.add_argument("--only", default="")
@@ -681,22 +678,27 @@ def bench_checksums(a, np, bagcache, tmp, records):
             f"{t / tb:.3f}x CPU", "<= 1.05x", t / tb <= 1.05)
 
 
-# ---- batch reads: read_indices against the r[i] loop ---------------------------------
+# ---- batch reads: read_indices against the floor ------------------------------------
 
 
-BATCH_SIZES = (32, 256, 1_024, 10_000, 100_000)
-BATCH_SIZES_QUICK = (32, 256, 1_024, 2_048, 4_096)  # --quick: tiny sizes
+BATCH_SIZES = (256, 1_024, 10_000)
+BATCH_SIZES_QUICK = (256, 1_024, 2_048)  # --quick: tiny sizes
 
 
 def batch_subjects(bagcache, tmp, path, records):
-    """(name, sequence, closer) for each subject of the batch rows."""
+    """(name, sequence, serial, closer) for each subject of the batch rows:
+    `serial` is the same sequence read with max_parallelism=1 (None where
+    there is no such option: a LoadIt)."""
     zpath = os.path.join(tmp, "data.bagz")
     with bagcache.Writer(zpath) as w:  # zstd, from the name
         for r in records:
             w.write(r)
-    bag, bagz = bagcache.Reader(path), bagcache.Reader(zpath)
-    subjects = [("Reader .bag", bag, None), ("Reader .bagz", bagz, None),
-                ("view .bag", bag[::-1], None), ("view .bagz", bagz[::-1], None)]
+    one = bagcache.Reader.Options(max_parallelism=1)
+    subjects = []
+    for kind, p in ((".bag", path), (".bagz", zpath)):
+        r, r1 = bagcache.Reader(p), bagcache.Reader(p, one)
+        subjects.append((f"Reader {kind}", r, r1, None))
+        subjects.append((f"view {kind}", r[::-1], r1[::-1], None))
     LoadIt = getattr(bagcache, "LoadIt", None)
     if LoadIt is None:
         return subjects
@@ -704,26 +706,36 @@ def batch_subjects(bagcache, tmp, path, records):
     def gen():
         return iter(records)
 
-    def gen_pickled():
-        for r in records:
-            yield {"id": r[:8], "text": r}
-
-    for name, kwargs, source in (("LoadIt raw .bag", {"serializer": "raw"}, gen),
-                                 ("LoadIt raw .bagz", {"serializer": "raw",
-                                                       "compression": "zstd"}, gen),
-                                 ("LoadIt pickled .bag", {}, gen_pickled)):
+    for name, kwargs in (("LoadIt raw .bag", {"serializer": "raw"}),
+                         ("LoadIt raw .bagz", {"serializer": "raw", "compression": "zstd"})):
         root = os.path.join(tmp, "batches-" + name.replace(" ", "-").replace(".", ""))
-        loader = LoadIt(root, source, **kwargs)
+        loader = LoadIt(root, gen, **kwargs)
         assert sum(1 for _ in loader) == len(records)  # everything cached
-        subjects.append((name, loader, loader.close))
+        subjects.append((name, loader, None, loader.close))
         if name == "LoadIt raw .bag":
-            subjects.append(("LoadIt view .bag", loader[::1], None))
+            subjects.append(("LoadIt view .bag", loader[::1], None, None))
     return subjects
 
 
+class Competitor:
+    """One CPU-bound process (a Python busy loop) while in the with block."""
+
+    def __enter__(self):
+        import subprocess
+        self.p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc):
+        self.p.kill()
+        self.p.wait()
+
+
 def bench_batches(a, np, bagcache, tmp, path, records):
-    """read_indices of random batches against the r[i] loop over the
-    same indices, for each batch size and subject."""
+    """read_indices of random batches (numpy int64 arrays) against the
+    floor, [m[i * 1024:(i + 1) * 1024] for i in batch] over an mmap of
+    data.bag, and against the same subject read with max_parallelism=1,
+    idle and with one CPU-bound process competing.  Wall time, medians."""
     only = set(a.only.split(",")) if a.only else None
     if only is not None and "batches" not in only:
         return
@@ -731,99 +743,68 @@ def bench_batches(a, np, bagcache, tmp, path, records):
     t0 = time.perf_counter()
     subjects = batch_subjects(bagcache, tmp, path, records)
     print(f"  (batch subjects made in {fmt_time(time.perf_counter() - t0)})", file=sys.stderr)
-    rng = np.random.default_rng(11)
-    for name, seq, _ in subjects:
-        for b in BATCH_SIZES_QUICK if a.quick else BATCH_SIZES:
-            batches = [rng.integers(0, m, size=b, dtype=np.int64)
-                       for _ in range(max(1, -(-a.batch_reads // b)))]
-            lists = [x.tolist() for x in batches]
-            n = b * len(batches)
-            if seq.read_indices(batches[0]) != [seq[i] for i in lists[0]]:
-                print(f"python_bench: {name}: read_indices and r[i] disagree",
-                      file=sys.stderr)
-                sys.exit(1)
-
-            def loop():
-                for idx in lists:
-                    for i in idx:
-                        seq[i]
-
-            def many():
-                # A batch is dropped when the next one arrives, as in a
-                # training loop (the loop drops each record at once).
-                out = None
-                for x in batches:
-                    out = seq.read_indices(x)
-                return out
-
-            (tb, cb), (t, c) = measure_both(a.repeat, loop, many)
-            ratio = tb / t
-            row(f"read_indices batch {b:,}: {name}", t, "r[i] loop, same indices", tb, n,
-                f"{n / t / 1e6:.2f} vs {n / tb / 1e6:.2f} M rec/s: {ratio:.2f}x "
-                f"(CPU {cb / c:.2f}x)", ">= 1.5x", ratio >= 1.5)
-    bench_batch_floors(a, np, subjects, path, records, rng)
-    for _, _, close in subjects:
-        if close is not None:
-            close()
-
-
-def bench_batch_floors(a, np, subjects, path, records, rng):
-    """Information rows: what a batch costs before any bagcache code runs.
-    Bytes: the batch's records as new bytes objects sliced from a mapping
-    of data.bag (records at RECORD_SIZE strides), kept in a list, as
-    read_indices keeps them.  Pickle: pickle.loads of the batch's pickles
-    (the bytes already at hand), against the pickled LoadIt's r[i] loop."""
-    m = len(records)
-    seqs = {name: seq for name, seq, _ in subjects}
-    reader = seqs["Reader .bag"]
-    loader = seqs.get("LoadIt pickled .bag")
     with open(path, "rb") as f:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    if mm[:RECORD_SIZE] != reader[0] or mm[(m - 1) * RECORD_SIZE:m * RECORD_SIZE] != reader[m - 1]:
+    if mm[:RECORD_SIZE] != records[0] or mm[(m - 1) * RECORD_SIZE:m * RECORD_SIZE] != records[-1]:
         print("python_bench: data.bag is not laid out as expected", file=sys.stderr)
         sys.exit(1)
-    pickles = [pickle.dumps({"id": r[:8], "text": r}, protocol=pickle.HIGHEST_PROTOCOL)
-               for r in records] if loader is not None else None
-    for b in BATCH_SIZES_QUICK if a.quick else BATCH_SIZES:
+    rng = np.random.default_rng(11)
+    sizes = BATCH_SIZES_QUICK if a.quick else BATCH_SIZES
+    plans = {}
+    for b in sizes:
         batches = [rng.integers(0, m, size=b, dtype=np.int64)
                    for _ in range(max(1, -(-a.batch_reads // b)))]
-        lists = [x.tolist() for x in batches]
-        slices = [[slice(i * RECORD_SIZE, (i + 1) * RECORD_SIZE) for i in idx]
-                  for idx in lists]
-        n = b * len(batches)
+        plans[b] = (batches, [x.tolist() for x in batches])
+    for load in ("idle", "loaded"):
+        with Competitor() if load == "loaded" else contextlib.nullcontext():
+            for name, seq, serial, _ in subjects:
+                for b in sizes:
+                    batches, lists = plans[b]
+                    n = b * len(batches)
+                    want = [records[i] for i in lists[0]]
+                    if name.startswith("view"):
+                        want = [records[m - 1 - i] for i in lists[0]]
+                    if seq.read_indices(batches[0]) != want or (
+                            serial is not None and serial.read_indices(batches[0]) != want):
+                        print(f"python_bench: {name}: read_indices read wrong bytes",
+                              file=sys.stderr)
+                        sys.exit(1)
 
-        def loop(seq):
-            def run():
-                for idx in lists:
-                    for i in idx:
-                        seq[i]
-            return run
+                    def floor():
+                        out = None
+                        for idx in lists:
+                            out = [mm[i * RECORD_SIZE:(i + 1) * RECORD_SIZE] for i in idx]
+                        return out
 
-        def sliced():
-            out = None
-            for sl in slices:
-                out = list(map(mm.__getitem__, sl))
-            return out
+                    def reads(s):
+                        def run():
+                            # A batch is dropped when the next one arrives,
+                            # as in a training loop.
+                            out = None
+                            for x in batches:
+                                out = s.read_indices(x)
+                            return out
+                        return run
 
-        (tb, cb), (t, c) = measure_both(a.repeat, loop(reader), sliced)
-        row(f"(floor batch {b:,}: bytes from the mapping)", t, "r[i] loop, Reader .bag", tb, n,
-            f"{n / t / 1e6:.2f} vs {n / tb / 1e6:.2f} M rec/s: {tb / t:.2f}x "
-            f"(CPU {cb / c:.2f}x)", "", True)
-        if loader is None:
-            continue
-        batch_pickles = [[pickles[i] for i in idx] for idx in lists]
-
-        def unpickled():
-            out = None
-            for ps in batch_pickles:
-                out = list(map(pickle.loads, ps))
-            return out
-
-        (tb, cb), (t, c) = measure_both(a.repeat, loop(loader), unpickled)
-        row(f"(floor batch {b:,}: pickle.loads alone)", t, "r[i] loop, LoadIt pickled .bag",
-            tb, n, f"{n / t / 1e6:.2f} vs {n / tb / 1e6:.2f} M rec/s: {tb / t:.2f}x "
-            f"(CPU {cb / c:.2f}x)", "", True)
+                    runs = [(floor, None), (reads(seq), None)]
+                    if serial is not None:
+                        runs.append((reads(serial), None))
+                    times = measure_each(a.repeat, runs)
+                    tf, t = times[0], times[1]
+                    result = f"{tf / t:.2f}x of floor"
+                    ok = tf / t >= 0.9 or ".bagz" in name
+                    target = ">= 0.9x floor" if ".bagz" not in name else ""
+                    if serial is not None:
+                        t1 = times[2]
+                        result += f"; max_parallelism=1 {fmt_time(t1)}: {t / t1:.2f}x its time"
+                        ok = ok and t <= 1.05 * t1
+                        target += (", " if target else "") + "<= 1.05x mp=1"
+                    row(f"read_indices batch {b:,}: {name}, {load}", t,
+                        "floor: mmap slices", tf, n, result, target, ok)
     mm.close()
+    for _, _, _, close in subjects:
+        if close is not None:
+            close()
 
 
 def remover(path):
