@@ -58,6 +58,7 @@ BC_PY_TEST_FILES = \
 	python/tests/test_cache_demo.py \
 	python/tests/test_batch_reads.py \
 	python/tests/test_os_errors.py \
+	python/tests/test_cache_clear_busy.py \
 	python/tests/test_index_edges.py \
 	python/tests/test_min_python.py \
 	python/tests/test_seq_base.py \

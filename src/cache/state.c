@@ -273,6 +273,14 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       rc = bc__error_errno(errno, "%s", data);
       goto discard;
     }
+    /* bc_cache_clear deletes a root nobody uses while holding the gate: a
+     * gate unlinked meanwhile is a root that is gone (BC_EAGAIN: the
+     * caller makes its directories again and retries). */
+    struct stat gst;
+    if (fstat(gate, &gst) == 0 && gst.st_nlink == 0) {
+      rc = bc__error(BC_EAGAIN, "%s: the root was cleared meanwhile", real);
+      goto discard;
+    }
     free(data);
     if ((data = bc__path_printf("%s/users", real)) == NULL) goto out_of_memory;
     e->users_fd = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);

@@ -269,6 +269,47 @@ int bc__store_forget(const bc__store *s, uint64_t shard, const bc__file_id *bad)
   return finish(s, t, rc);
 }
 
+/* ---- clearing ----------------------------------------------------------------- */
+
+typedef struct {
+  const bc__store *s;
+  bc__victims go; /* the shards whose entries go */
+} clear_walk;
+
+static int note_clear(void *arg, uint64_t shard, const bc__shard_rec *r) {
+  clear_walk *w = arg;
+  if (r->state == SHARD_FILLING && w->s->ops->owner_alive(w->s->impl, r->owner))
+    return 0; /* a live fill: its shard is published as a new one */
+  int rc = victims_reserve(&w->go);
+  if (rc == 0) w->go.shards[w->go.n++] = shard;
+  return rc;
+}
+
+int bc__store_clear(const bc__store *s, uint64_t *removed) {
+  const bc__store_ops *o = s->ops;
+  bc__store_txn *t;
+  int rc = o->begin(s->impl, true, &t);
+  if (rc != 0) return rc;
+  clear_walk w = {.s = s};
+  rc = o->each(t, note_clear, &w);
+  for (size_t i = 0; rc == 0 && i < w.go.n; i++) {
+    bc__shard_rec rec;
+    bool found = false;
+    rc = o->get(t, w.go.shards[i], &rec, &found);
+    if (rc != 0 || !found) continue;
+    /* A PRESENT shard's files go first (evict); a dead claimant's, of any
+     * length (purge).  Then its entry. */
+    if (rec.state == SHARD_PRESENT) rc = o->evict(s->impl, w.go.shards[i], &rec);
+    else o->purge(s->impl, w.go.shards[i]);
+    if (rc == 0) rc = o->del(t, w.go.shards[i]);
+  }
+  if (rc == 0) rc = o->u64_put(t, BC__KEY_BYTES, 0);
+  rc = finish(s, t, rc);
+  if (rc == 0) *removed = w.go.n;
+  bc__victims_free(&w.go);
+  return rc;
+}
+
 /* ---- eviction's policy --------------------------------------------------------- */
 
 /* Records a pass must read and drop before it can rebuild a shard starting

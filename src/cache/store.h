@@ -159,6 +159,18 @@ int bc__store_finalize(const bc__store *s, uint64_t *length);
  * published meanwhile. */
 int bc__store_forget(const bc__store *s, uint64_t shard, const bc__file_id *bad);
 
+/* Empties the state for bc_cache_clear while other processes use the
+ * root, in ONE write transaction (so no publish lands in between): every
+ * PRESENT shard's files are removed and its entry dropped, dead claims are
+ * purged and dropped, `bytes` becomes 0.  Claims of live fillers stay
+ * (their shards are published when they finish, as new shards); so do
+ * the checksums, the length and the limit (the root is still a cache of
+ * the same source for the processes using it).  *removed: the shards
+ * whose entries went (their files with them).  A commit that fails after
+ * files went leaves their entries listed: readers find them missing and
+ * refill them. */
+int bc__store_clear(const bc__store *s, uint64_t *removed);
+
 /* Shards evicted by one publish: any number. */
 struct bc__victims {
   uint64_t *shards;

@@ -331,6 +331,53 @@ static void test_claims(void **state) {
   assert_false(found);
 }
 
+/* ---- clearing a root in use (bc_cache_clear) ------------------------------------- */
+
+/* PRESENT shards and a dead claim go (files and entries), a live claim
+ * stays with its reservation; bytes become 0; checksums and the length
+ * stay.  A failed commit leaves the entries listed (files gone: refilled
+ * as missing ones). */
+static void test_clear(void **state) {
+  (void)state;
+  fake f = {.dead_pid = DEAD.pid};
+  bc__store me = store_of(&f, ME), other = store_of(&f, OTHER),
+            dead = store_of(&f, DEAD);
+  bc__shard_rec rec;
+  bool claimed, found;
+  present(&f, 0, 100, 1);
+  present(&f, 1, 120, 2);
+  present(&f, 5, 90, 3);
+  assert_int_equal(bc__store_claim(&other, 2, 7, &rec, &claimed), 0);
+  assert_true(claimed);
+  assert_int_equal(bc__store_claim(&dead, 3, 8, &rec, &claimed), 0);
+  f.file[3] = true; /* installed before it died */
+  uint64_t removed = 0;
+  assert_int_equal(bc__store_clear(&me, &removed), 0);
+  assert_int_equal(removed, 4);
+  for (uint64_t s = 0; s < 6; s++) {
+    rec_of(&f, s, &found);
+    assert_int_equal(found, s == 2);
+    assert_int_equal(f.file[s], false);
+  }
+  rec = rec_of(&f, 2, &found);
+  assert_int_equal(rec.state, SHARD_FILLING);
+  assert_int_equal(rec.owner.pid, OTHER.pid);
+  assert_int_equal(f.purges, 1);
+  assert_int_equal(f.state.key[BC__KEY_BYTES], 0);
+  assert_int_equal(f.state.key[BC__KEY_LENGTH], 6 * SR);
+  assert_int_equal(f.state.nsums, 3);
+  /* Nothing left but the live claim: a second clear removes nothing. */
+  assert_int_equal(bc__store_clear(&me, &removed), 0);
+  assert_int_equal(removed, 0);
+  /* The commit fails after the files went: the entries stay listed. */
+  present(&f, 4, 50, 4);
+  f.fail_commit = f.commits + 1;
+  assert_int_equal(bc__store_clear(&me, &removed), BC_EIO);
+  rec_of(&f, 4, &found);
+  assert_true(found);
+  assert_false(f.file[4]);
+}
+
 /* ---- eviction ---------------------------------------------------------------------- */
 
 /* Six shards of 100 bytes under a limit of 700: a shard of 300 bytes
@@ -854,6 +901,7 @@ static void test_publish_batch(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_claims),
+      cmocka_unit_test(test_clear),
       cmocka_unit_test(test_claim_reserves_room),
       cmocka_unit_test(test_publish_batch),
       cmocka_unit_test(test_publish_evicts_lru),
