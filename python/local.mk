@@ -93,6 +93,7 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit_progress.py \
 	python/tests/test_loadit_damage.py \
 	python/tests/test_loadit_publish.py \
+	python/tests/test_loadit_limit_load.py \
 	python/tests/test_loadit_close.py \
 	python/tests/test_loadit_passes.py \
 	python/tests/test_loadit_fork_locks.py

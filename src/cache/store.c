@@ -651,6 +651,17 @@ static void batch_fail(bc_error_state *errs, bool *ok, size_t i, int rc) {
   ok[i] = false;
 }
 
+/* The batch's `total` bytes do not fit under the limit even with nothing
+ * left to evict (others' reservations, or a limit lowered since the
+ * batch's claims reserved their room): BC_EAGAIN, with the numbers. */
+static int batch_no_room(const bc__store *s, const pub_state *st, uint64_t total) {
+  return bc__error(BC_EAGAIN, "%s: no room for %llu bytes of shards being "
+                   "published: %llu bytes of shards present and nothing left "
+                   "to evict under the disk limit %llu", s->root,
+                   (unsigned long long)total, (unsigned long long)st->bytes,
+                   (unsigned long long)st->limit);
+}
+
 int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
                             size_t n, uint64_t headroom, bc__victims *victims,
                             bc_error_state *errs, bool *regenerated) {
@@ -689,8 +700,10 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
     return 0;
   }
   /* 2. Room for all of them (their reservations, made at their claims,
-   * usually hold it already). */
-  rc = make_room(s, t, q, n, &st, total, victims, NULL);
+   * usually hold it already; not when the limit was lowered since). */
+  bool no_room = false;
+  rc = make_room(s, t, q, n, &st, total, victims, &no_room);
+  if (rc == 0 && no_room) rc = batch_no_room(s, &st, total);
   /* 2b. Evicting ahead: room for the next claim too, best effort (nothing
    * evictable left is no failure), and only under a limit that holds one
    * shard more than the smallest workable one. */
@@ -698,8 +711,15 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
     bool full = false;
     rc = make_room(s, t, q, n, &st, total + headroom, victims, &full);
   }
-  if (rc == BC_EAGAIN) /* (the publisher does not wait: see fill.c) */
-    rc = bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg());
+  if (rc == BC_EAGAIN) {
+    /* No room now: nothing is published, the files installed stay for
+     * the caller to try again (or take out); the evictions are kept. */
+    rc = keep_evictions(s, t, &st, victims->n > before, victims->n - before, rc);
+    for (size_t i = 0; i < n; i++)
+      if (ok[i]) batch_fail(errs, ok, i, rc);
+    free(ok);
+    return rc;
+  }
   if (rc != 0) {
     rc = keep_evictions(s, t, &st, victims->n > before, victims->n - before, rc);
     t = NULL;
