@@ -266,7 +266,10 @@ static int gate_take(const char *dir, unsigned mode, int *fd) {
     pthread_mutex_lock(&gate_lock);
     g = open(path, O_RDWR | O_CREAT | O_CLOEXEC, (mode_t)mode);
     if (g < 0) {
-      rc = bc__error_errno(errno, "%s", path);
+      /* locks/ gone: a bc_cache_clear deleted the root meanwhile. */
+      rc = errno == ENOENT ? bc__error(BC_EAGAIN, "%s: the root was cleared "
+                                       "meanwhile", dir)
+                           : bc__error_errno(errno, "%s", path);
       break;
     }
     if (flock(g, LOCK_EX | LOCK_NB) == 0) break; /* gate_lock kept */
