@@ -116,12 +116,46 @@ static void bypass_entry(bc_cache *c, bc__pub_entry *e) {
   free(e);
 }
 
+/* Publishes again those of q[0..m) whose errs[i] is BC_EAGAIN (no room),
+ * as one batch, their outcomes moved into errs[] and regen[]: the batch's
+ * return code (BC_EAGAIN: still no room).  Shards that failed their own
+ * checks are not tried again (their files were taken out already). */
+static int retry_no_room(bc_cache *c, const bc__publish_req *q, size_t m,
+                         uint64_t headroom, bc__victims *victims,
+                         bc_error_state *errs, bool *regen) {
+  size_t *ix = malloc(m * sizeof *ix);
+  bc__publish_req *qq = malloc(m * sizeof *qq);
+  bc_error_state *ee = calloc(m, sizeof *ee);
+  bool *rr = calloc(m, sizeof *rr);
+  int rc = BC_EAGAIN; /* (out of memory: as no room, they are bypassed) */
+  size_t k = 0;
+  for (size_t i = 0; ix != NULL && qq != NULL && i < m; i++)
+    if (errs[i].code == BC_EAGAIN) {
+      ix[k] = i;
+      qq[k++] = q[i];
+    }
+  if (k > 0 && ee != NULL && rr != NULL) {
+    rc = bc__store_publish_batch(&c->store, qq, k, headroom, victims, ee, rr);
+    for (size_t j = 0; j < k; j++) {
+      bc_error_state_clear(&errs[ix[j]]);
+      errs[ix[j]] = ee[j]; /* moved */
+      ee[j] = (bc_error_state)BC_ERROR_STATE_INIT;
+      regen[ix[j]] = rr[j];
+    }
+  }
+  free(rr);
+  free(ee);
+  free(qq);
+  free(ix);
+  return rc;
+}
+
 /* bc__store_publish_batch, waiting while the limit has no room for the
  * batch (BC_EAGAIN: room reserved by fills of other processes, which
  * publish or end within a fill), BC__ROOM_WAIT_S at most; then each shard
- * is tried alone once, and those that still find no room are bypassed
- * (bypass_entry: their errs[i] become 0, bypassed[i] true).  The
- * publisher has no interrupt handler: close's abandon stops the wait. */
+ * still without room is tried alone once, and those that still find none
+ * are bypassed (bypass_entry: their errs[i] become 0, bypassed[i] true).
+ * The publisher has no interrupt handler: close's abandon stops the wait. */
 static void publish_with_room(bc_cache *c, bc__publish_req *q, size_t m,
                               uint64_t headroom, bc__victims *victims,
                               bc_error_state *errs, bool *regen, bool *bypassed) {
@@ -132,11 +166,11 @@ static void publish_with_room(bc_cache *c, bc__publish_req *q, size_t m,
     nanosleep(&ts, NULL);
     waited += pause;
     if (pause < BC__POLL_MS * 1e-3) pause *= 2;
-    rc = bc__store_publish_batch(&c->store, q, m, headroom, victims, errs, regen);
+    rc = retry_no_room(c, q, m, headroom, victims, errs, regen);
   }
   if (rc != BC_EAGAIN) return;
   for (size_t i = 0; i < m; i++) {
-    if (errs[i].code != BC_EAGAIN) continue; /* failed its own checks */
+    if (errs[i].code != BC_EAGAIN) continue; /* published, or failed alone */
     int one = bc__store_publish_batch(&c->store, &q[i], 1, 0, victims, &errs[i], &regen[i]);
     if (one == BC_EAGAIN) {
       bc_error_state_clear(&errs[i]);
