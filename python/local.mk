@@ -59,6 +59,7 @@ BC_PY_TEST_FILES = \
 	python/tests/test_cache_demo.py \
 	python/tests/test_batch_reads.py \
 	python/tests/test_os_errors.py \
+	python/tests/test_cache_clear_busy.py \
 	python/tests/test_index_edges.py \
 	python/tests/test_min_python.py \
 	python/tests/test_seq_base.py \
@@ -97,6 +98,7 @@ BC_PY_LOADIT_TEST_FILES = \
 	python/tests/test_loadit_publish.py \
 	python/tests/test_batch_fanout.py \
 	python/tests/test_interrupt.py \
+	python/tests/test_loadit_limit_load.py \
 	python/tests/test_loadit_close.py \
 	python/tests/test_loadit_passes.py \
 	python/tests/test_loadit_fork_locks.py

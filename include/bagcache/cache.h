@@ -538,8 +538,11 @@ int bc_cache_verify(bc_cache *cache, uint64_t *bad_start);
  * missing shards are filled first. */
 int bc_cache_export(bc_cache *cache, const char *out_spec);
 
-/* Deletes everything under a root (shards, state, metadata).  No cache may
- * be open on it. */
+/* Deletes everything under a root (shards, state, metadata, then the root
+ * if empty).  While caches are open on it (in any process) it is emptied
+ * instead: every shard goes, in one write transaction of the shared state,
+ * and metadata.json, the state and the directories stay for them (a
+ * notice says so); clear it again after they close to delete it. */
 int bc_cache_clear(const char *root);
 
 #ifdef __cplusplus

@@ -55,7 +55,10 @@ Arguments (as loadit; what bagcache does with each):
   max_workers`` shards (the one read, the one filled, those prefetched) is
   refused with a ValueError naming the smallest workable limit: at open
   when the shard size is known (a size string, or shards on disk), else at
-  the first shard filled.
+  the first shard filled.  Under load (other processes filling at once,
+  their fills holding room under the limit) a read that finds no room
+  waits up to a second for it, then gets its records without the shard
+  being kept (doc/cache.md, "Room under load").
 * ``compression`` - None or ``"zstd"`` (or an int: a zstd level).
   loadit's other fsspec names are refused (ValueError).
 * ``preload_fn`` - what to fill in the background after each shard opened:

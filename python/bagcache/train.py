@@ -36,6 +36,7 @@ import json as _json
 import operator as _operator
 import os as _os
 import shutil as _shutil
+import sys as _sys
 import threading as _threading
 
 from . import _bagcache
@@ -504,6 +505,15 @@ def _check_state(state):
 # ---- the loader --------------------------------------------------------------------
 
 
+def _as_dataset(ds):
+    """A numpy array as NPDataset(array) (rows along its first axis, as
+    torch's DataLoader indexes it); anything else as it is."""
+    np = _sys.modules.get("numpy")  # no numpy imported: not an ndarray
+    if np is not None and isinstance(ds, np.ndarray):
+        return NPDataset(ds)
+    return ds
+
+
 def _items(ds, idx):
     """The elements of ds at idx as a list (for collate)."""
     if isinstance(ds, BaseDataset):
@@ -730,8 +740,10 @@ class DataLoader:
     Args:
       dataset, labelset: datasets of equal length (``ValueError`` otherwise)
         with ``__getitems__(indices)`` returning a batch (the datasets of
-        this module), or, with ``collate``, any sequence (a Reader, a
-        LoadIt, a list); ``labelset=None`` gives batches of ``'data'`` only.
+        this module; a numpy array is taken as ``NPDataset(array)``, its
+        rows along the first axis), or, with ``collate``, any sequence (a
+        Reader, a LoadIt, a list); ``labelset=None`` gives batches of
+        ``'data'`` only.
       num_workers: threads building batches (0: built in ``next()``).
       batch_size: samples per batch and rank.
       prefetch_size: batches kept ready ahead of the consumer, as the
@@ -765,6 +777,11 @@ class DataLoader:
                  world_size=1, drop_last=False, num_epochs=None, collate=None):
         if labelset is not None and len(dataset) != len(labelset):
             raise ValueError("dataset and labelset must have the same length")
+        # Only the datasets given are closed by close(): an array wrapped
+        # here stays the caller's (an np.memmap's map is not closed).
+        self._owned = [ds for ds in (dataset, labelset) if isinstance(ds, BaseDataset)]
+        if collate is None:
+            dataset, labelset = _as_dataset(dataset), _as_dataset(labelset)
         self.dataset = dataset
         self.labelset = labelset
         num_workers = _int(num_workers, "num_workers")
@@ -915,16 +932,16 @@ class DataLoader:
         if pipe is None:
             return
         pipe.close()
-        for ds in (self.dataset, self.labelset):
-            if isinstance(ds, BaseDataset):
-                try:
-                    ds._closed_by = (
-                        "the DataLoader it was given to closed it (closing a DataLoader, or "
-                        "leaving its `with` block, closes its datasets, as loaderx does); open "
-                        "the dataset again to read it after the loader")
-                except AttributeError:  # a subclass with __slots__
-                    pass
-                ds.close()
+        # (the datasets given, not an array the loader wrapped: _owned)
+        for ds in getattr(self, "_owned", ()):
+            try:
+                ds._closed_by = (
+                    "the DataLoader it was given to closed it (closing a DataLoader, or "
+                    "leaving its `with` block, closes its datasets, as loaderx does); open "
+                    "the dataset again to read it after the loader")
+            except AttributeError:  # a subclass with __slots__
+                pass
+            ds.close()
         for pool in getattr(self, "_pools", ()):
             pool.clear()  # batches still held keep their own memory
 

@@ -314,3 +314,46 @@ def test_bad_state_leaves_the_loader_running(data):
             with pytest.raises(ValueError):
                 loader.load_state_dict(bad)
         assert next(loader)["label"].tolist() == labels[5:10].tolist()
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["sequential", "iid", "epoch"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_plain_arrays_are_datasets(mode, workers):
+    # DataLoader(x, y) with two ndarrays (torch's DataLoader takes any
+    # indexable): each is NPDataset(array); the batches are numpy's
+    # indexing of the arrays at the sampler's indices, shuffled or not.
+    x = np.random.default_rng(7).standard_normal((41, 3)).astype(np.float32)
+    y = np.arange(41, dtype=np.int64) * 5
+    ystrided = y[::-1]  # not C-contiguous: the Python workers gather it
+    want = sampler_batches(41, 6, mode, 11, num_epochs=2)
+    for labels in (y, ystrided):
+        with DataLoader(x, labels, num_workers=workers, batch_size=6, mode=mode,
+                        seed=11, num_epochs=2) as loader:
+            got = list(loader)
+        assert len(got) == len(want)
+        for batch, idx in zip(got, want):
+            assert batch["data"].dtype == np.float32 and batch["data"].shape == (len(idx), 3)
+            np.testing.assert_array_equal(batch["data"], x[idx])
+            np.testing.assert_array_equal(batch["label"], labels[idx])
+    # close() left the caller's arrays alone (and a memmap's map open).
+    assert x.shape == (41, 3) and y[3] == 15
+
+
+def test_plain_memmap_stays_open(tmp_path):
+    a = np.arange(30, dtype=np.int32).reshape(10, 3)
+    np.save(tmp_path / "a.npy", a)
+    m = np.load(tmp_path / "a.npy", mmap_mode="r")
+    want = sampler_batches(10, 4, 0, 5, num_epochs=1)
+    with DataLoader(m, batch_size=4, mode=0, seed=5, num_workers=1, num_epochs=1) as loader:
+        got = [b["data"] for b in loader]
+    assert len(got) == len(want)
+    for batch, idx in zip(got, want):
+        np.testing.assert_array_equal(batch, a[idx])
+    np.testing.assert_array_equal(m[9], [27, 28, 29])  # still mapped
+
+
+def test_objects_that_cannot_be_gathered_still_say_so():
+    with pytest.raises(TypeError, match="list has no __getitems__"):
+        DataLoader([1, 2, 3])
+    with pytest.raises(TypeError, match="tuple has no __getitems__"):
+        DataLoader(np.arange(3), (1, 2, 3))

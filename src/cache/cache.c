@@ -837,10 +837,14 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
       (rc = bc__estimate_shard_records(c, &estimated)) != 0)
     goto fail;
   bool fresh;
-  if ((rc = opts->make_parents ? make_dirs(root) : make_dir(root)) != 0 || (rc = make_dir(c->shards_dir)) != 0 ||
-      (rc = make_dir(c->scratch_dir)) != 0 || (rc = make_dir(c->locks_dir)) != 0 ||
-      (rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh)) != 0)
-    goto fail;
+  /* BC_EAGAIN from the acquire: a bc_cache_clear deleted the root while
+   * this open waited for its gate; its directories are made again. */
+  for (int tries = 0; tries == 0 || (rc == BC_EAGAIN && tries < 4); tries++)
+    if ((rc = opts->make_parents ? make_dirs(root) : make_dir(root)) == 0 &&
+        (rc = make_dir(c->shards_dir)) == 0 && (rc = make_dir(c->scratch_dir)) == 0 &&
+        (rc = make_dir(c->locks_dir)) == 0)
+      rc = bc__env_acquire(&c->env, c->locks_dir, c->mode, &fresh);
+  if (rc != 0) goto fail;
   if ((rc = load_or_create_meta(c, estimated, opts->version >= 4 ? opts->fingerprint_json
                                                                    : NULL)) != 0)
     goto fail;

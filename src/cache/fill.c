@@ -325,7 +325,7 @@ static void note_shard_bytes(bc_cache *c, uint64_t bytes) {
  * opened at), "" when none. */
 static int publish(bc_cache *c, uint64_t shard, uint64_t token,
                    const char *scratch, uint64_t records, uint64_t skipped,
-                   uint64_t checksum, bool ended, const char *note,
+                   uint64_t checksum, bool ended, const char *note, double wait_s,
                    bool *regenerated) {
   struct stat st;
   if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
@@ -345,20 +345,25 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
   /* BC_EAGAIN: the room is reserved by claims in progress (publish-behind
    * reserves at the claim).  This process's queued shards are published
    * first (then they are evictable); claims of other threads and
-   * processes end within a fill: wait for them, a while at most. */
+   * processes end within a fill: wait for them, wait_s at most (BC_EAGAIN
+   * then, for the caller), polling the interrupt handler every
+   * BC__POLL_MS at most. */
   double backoff = 0.001, waited = 0;
-  while (rc == BC_EAGAIN && waited < PUBLISH_WAIT_MAX_S) {
-    bc__publisher_wait(c, false);
-    rc = bc__interrupt_poll();
-    if (rc == 0) {
-      struct timespec ts = {0, (long)(backoff * 1e9)};
-      nanosleep(&ts, NULL);
-      waited += backoff;
-      if (backoff < 0.064) backoff *= 2;
-      rc = bc__store_publish(&c->store, &q, &victims, regenerated);
+  while (rc == BC_EAGAIN && waited < wait_s) {
+    int wrc = bc__publisher_wait(c, false);
+    if (wrc == 0) wrc = bc__interrupt_poll();
+    if (wrc != 0) {
+      rc = wrc;
+      break;
     }
+    double pause = bc__interrupt_fn != NULL && backoff > BC__POLL_MS * 1e-3
+                       ? BC__POLL_MS * 1e-3 : backoff;
+    struct timespec ts = {0, (long)(pause * 1e9)};
+    nanosleep(&ts, NULL);
+    waited += pause;
+    if (backoff < 0.064) backoff *= 2;
+    rc = bc__store_publish(&c->store, &q, &victims, regenerated);
   }
-  if (rc == BC_EAGAIN) rc = bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg());
   atomic_fetch_add(&c->stats.evictions, victims.n);
   bc__readers_forget(c, victims.shards, victims.n);
   bc__victims_free(&victims);
@@ -578,13 +583,39 @@ static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
   return 0;
 }
 
+/* A synchronous publish found no room under the limit within its wait
+ * (BC_EAGAIN: room held by other processes' fills): the reader that asked
+ * gets the shard from its scratch file (*bag, opened before the file is
+ * unlinked by fill's cleanup), and the shard is not kept, as if evicted
+ * at once; the claim goes.  Without a reader to give it to (bag NULL: a
+ * prefetch, a drain) that is BC_ENOSPC, as before. */
+static int bypass(bc_cache *c, bc__filling *f, const char *scratch, uint64_t n,
+                  bc_bag **bag) {
+  if (bag == NULL) return bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg());
+  struct stat st;
+  if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
+  int rc = bc__cache_open_scratch(c, scratch, bag);
+  if (rc != 0) return rc;
+  f->rec = (bc__shard_rec){.state = SHARD_PRESENT, .zstd = c->zstd,
+                           .records = n, .bytes = (uint64_t)st.st_size};
+  release_claim(c, f->shard, f->token, 0);
+  bc_error_clear();
+  atomic_fetch_add(&c->stats.bypassed, 1);
+  /* The records exist (the source is deterministic), kept or not. */
+  uint64_t end = f->shard * c->R + n;
+  if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
+  return 0;
+}
+
 /* Fills shard f->shard, which this process has claimed (claim f->token).
  * *queued: its publish was queued (publish-behind): the shard is readable
  * from its scratch file (f->readable) and the claim stays until the
- * publisher is done with it. */
+ * publisher is done with it.  *served: not published for lack of room
+ * (bypass): *bag is the only reader of its records, the claim is gone. */
 static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
-                bc_bag **bag) {
+                bool *served, bc_bag **bag) {
   *queued = false;
+  *served = false;
   uint64_t shard = f->shard;
   uint64_t start = shard * c->R;
   size_t slot = 0;
@@ -681,15 +712,18 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
   }
   if (!*queued) {
     bool regenerated = false;
+    /* A read waits BC__ROOM_WAIT_S for room, then is served without it;
+     * a prefetch or drain (no reader to serve) as long as before. */
     rc = publish(c, shard, f->token, scratch, n, skipped, sum, ended, note,
-                 &regenerated);
-    if (rc == 0)
+                 bag != NULL ? BC__ROOM_WAIT_S : PUBLISH_WAIT_MAX_S, &regenerated);
+    if (rc == BC_EAGAIN && (rc = bypass(c, f, scratch, n, bag)) == 0) *served = true;
+    else if (rc == 0)
       atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
   }
   keep = rc == 0 && !ended;
 cleanup:
   atomic_fetch_add(&c->stats.records_written, n);
-  if (rc != 0 && rc != BC_ERANGE && scratch != NULL) {
+  if (((rc != 0 && rc != BC_ERANGE) || *served) && scratch != NULL) {
     /* Nothing partial survives: the writer discards, the scratch file goes. */
     char *scratch_crc = bc__scratch_crc_path(scratch);
     unlink(scratch);
@@ -868,16 +902,16 @@ int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
     reg->list = f;
     pthread_mutex_unlock(&reg->lock);
 
-    bool claimed = false, queued = false;
+    bool claimed = false, queued = false, served = false;
     uint64_t room = 0;
     rc = claim_with_room(c, shard, f->token, &rec, &claimed, &room);
     if (rc == 0 && claimed) {
       f->room = room; /* (only this thread reads it) */
-      rc = fill(c, f, mode, &queued, bag);
+      rc = fill(c, f, mode, &queued, &served, bag);
       if (rc != 0) release_claim(c, shard, f->token, rc);
     }
-    bc__shard_rec behind = queued ? f->rec : rec; /* (reg lock not needed:
-                                                      set by this thread) */
+    bc__shard_rec behind = queued || served ? f->rec : rec; /* (reg lock not
+                                         needed: set by this thread) */
     pthread_mutex_lock(&reg->lock);
     /* Queued: the publisher marks it done.  (An abandoned fill was
      * reported done already.) */
@@ -892,7 +926,8 @@ int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
      * when this call waits): filled again with a new pass. */
     if (rc == BC_EAGAIN && mode == BC__WAIT) continue;
     if (rc != 0) return rc;
-    if (queued && (bag == NULL || *bag != NULL)) { /* served from scratch */
+    if ((queued || served) && (bag == NULL || *bag != NULL)) { /* served
+                                                                   from scratch */
       *out = behind;
       return 0;
     }
@@ -1143,8 +1178,11 @@ void bc__fill_release_claim(bc_cache *c, uint64_t shard, uint64_t token,
 int bc__fill_publish(bc_cache *c, uint64_t shard, uint64_t token,
                      const char *scratch, uint64_t records, uint64_t checksum,
                      bool ended, bool *regenerated) {
-  return publish(c, shard, token, scratch, records, 0, checksum, ended, "",
-                 regenerated);
+  /* (an appender's shard: nothing can regenerate it, so it waits as long
+   * as before and is BC_ENOSPC then) */
+  int rc = publish(c, shard, token, scratch, records, 0, checksum, ended, "",
+                   PUBLISH_WAIT_MAX_S, regenerated);
+  return rc == BC_EAGAIN ? bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg()) : rc;
 }
 
 int bc__fill_record_end(bc_cache *c, uint64_t end) {

@@ -238,6 +238,9 @@ struct bc_cache {
     atomic_uint_fast64_t shard_opens, fills, regenerations, evictions,
         passes_opened, records_skipped, records_written, waits,
         miss_ns;
+    /* Shards served from their scratch file and not kept: no room under
+     * the limit within BC__ROOM_WAIT_S (publisher.c, fill.c). */
+    atomic_uint_fast64_t bypassed;
   } stats;
 };
 

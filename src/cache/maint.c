@@ -6,11 +6,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bag/internal.h"
@@ -415,30 +418,76 @@ int bc_cache_export(bc_cache *c, const char *out_spec) {
 
 /* ---- clear ---------------------------------------------------------------------- */
 
+/* Removes the files of `dir` and then `dir`.  Files that appear meanwhile
+ * (rmdir: ENOTEMPTY) are removed in another round, a few times at most. */
 static int remove_dir_files(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d == NULL) return errno == ENOENT ? 0 : bc__error_errno(errno, "%s", dir);
-  struct dirent *e;
   int rc = 0;
-  while ((e = readdir(d)) != NULL) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
-      rc = bc__error_errno(errno, "%s/%s", dir, e->d_name);
+  for (int round = 0; round < 8; round++) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return errno == ENOENT ? 0 : bc__error_errno(errno, "%s", dir);
+    struct dirent *e;
+    rc = 0;
+    while ((e = readdir(d)) != NULL) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
+        rc = bc__error_errno(errno, "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    if (rc != 0) return rc;
+    if (rmdir(dir) == 0 || errno == ENOENT) return 0;
+    if (errno != ENOTEMPTY && errno != EEXIST) break;
   }
-  closedir(d);
-  if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT)
-    rc = bc__error_errno(errno, "%s", dir);
-  return rc;
+  return bc__error_errno(errno, "%s", dir);
 }
 
-int bc_cache_clear(const char *root) {
+/* Takes the exclusive flock of `fd`, polling (and the interrupt hook) while
+ * another process holds it: 0, or the error. */
+static int flock_polled(int fd, const char *path) {
+  for (;;) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+    if (errno != EWOULDBLOCK && errno != EINTR) return bc__error_errno(errno, "%s", path);
+    int rc = bc__interrupt_poll();
+    if (rc != 0) return rc;
+    struct timespec ts = {0, BC__POLL_MS * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Deletes the whole root if no process has its state open: *alone then.
+ * Holds locks/gate (which every open takes before locks/users, state.c) and
+ * locks/users exclusively while deleting, so no process opens the state
+ * meanwhile; one waiting for the gate finds it unlinked and starts its open
+ * again (bc__env_acquire), on a root that no longer exists. */
+static int clear_alone(const char *root, const char *meta, bool *alone) {
+  char *gate_path = bc__path_printf("%s/locks/gate", root);
+  char *users_path = bc__path_printf("%s/locks/users", root);
+  char *path = NULL;
+  int gate = -1, users = -1, rc = 0;
+  *alone = false;
+  if (gate_path == NULL || users_path == NULL) {
+    rc = bc__error(BC_ENOMEM, "out of memory");
+    goto cleanup;
+  }
   struct stat st;
-  if (stat(root, &st) != 0) return bc__error_errno(errno, "%s", root);
-  char *meta = bc__path_printf("%s/metadata.json", root), *path = NULL;
-  int rc = meta ? 0 : bc__error(BC_ENOMEM, "out of memory");
-  if (rc == 0 && access(meta, F_OK) != 0)
-    rc = bc__error(BC_EINVAL, "%s: not a bagcache cache (no metadata.json); "
-                   "refusing to delete anything", root);
+  if (stat(gate_path, &st) == 0 || errno != ENOENT) {
+    /* A state that was opened: is anybody using it? */
+    gate = open(gate_path, O_RDWR | O_CLOEXEC);
+    if (gate < 0 && errno != ENOENT) {
+      rc = bc__error_errno(errno, "%s", gate_path);
+      goto cleanup;
+    }
+    if (gate >= 0 && (rc = flock_polled(gate, gate_path)) != 0) goto cleanup;
+    users = open(users_path, O_RDWR | O_CLOEXEC);
+    if (users < 0 && errno != ENOENT) {
+      rc = bc__error_errno(errno, "%s", users_path);
+      goto cleanup;
+    }
+    if (users >= 0 && flock(users, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK) rc = bc__error_errno(errno, "%s", users_path);
+      goto cleanup; /* in use */
+    }
+  }
+  *alone = true;
   static const char *const dirs[] = {"shards", "sums", "scratch", "locks"};
   for (size_t i = 0; rc == 0 && i < 4; i++) {
     free(path);
@@ -448,7 +497,79 @@ int bc_cache_clear(const char *root) {
   if (rc == 0 && unlink(meta) != 0 && errno != ENOENT)
     rc = bc__error_errno(errno, "%s", meta);
   if (rc == 0) rmdir(root); /* only if empty: other files are the user's */
+cleanup:
+  if (users >= 0) close(users); /* drops its flock */
+  if (gate >= 0) close(gate);
   free(path);
+  free(users_path);
+  free(gate_path);
+  return rc;
+}
+
+/* Removes the files in `dir` named like shards (sidecars with `sums`)
+ * whose shard has no claim of a live filler, under the state's write lock
+ * (a publish of a live claim may have renamed its file in before its
+ * commit: that one stays). */
+static int remove_strays(bc_cache *c, MDB_txn *t, const char *dir, bool sums) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return errno == ENOENT ? 0 : bc__error_errno(errno, "%s", dir);
+  struct dirent *e;
+  int rc = 0;
+  while (rc == 0 && (e = readdir(d)) != NULL) {
+    uint64_t start, end;
+    bool zstd, found = false;
+    if (!(sums ? parse_crc_name(e->d_name, &start, &end)
+               : parse_shard_name(e->d_name, &start, &end, &zstd)) ||
+        start % c->R != 0)
+      continue;
+    bc__shard_rec rec;
+    rc = bc__rec_get(t, bc__dbi_shard(c->env), start / c->R, &rec, &found);
+    if (rc == 0 && found && rec.state == SHARD_FILLING && bc__owner_alive(rec.owner))
+      continue;
+    if (rc == 0 && found && rec.state == SHARD_PRESENT) continue; /* published
+                                                                      since */
+    if (rc == 0) unlinkat(dirfd(d), e->d_name, 0);
+  }
+  closedir(d);
+  return rc;
+}
+
+/* Empties a root other processes use (bc__store_clear): opened like any
+ * reader without a source, so the state stays consistent for them. */
+static int clear_in_use(const char *root, uint64_t *removed) {
+  bc_cache *c = NULL;
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  int rc = bc_cache_open(&c, root, NULL, &o);
+  if (rc == 0) rc = bc__store_clear(&c->store, removed);
+  MDB_txn *t = NULL;
+  if (rc == 0 && (rc = bc__txn_begin(c->env, true, &t)) == 0) {
+    rc = remove_strays(c, t, c->shards_dir, false);
+    if (rc == 0 && c->crc) rc = remove_strays(c, t, c->sums_dir, true);
+    mdb_txn_abort(t); /* (held as the lock only: nothing was written) */
+  }
+  bc_cache_close(c);
+  return rc;
+}
+
+int bc_cache_clear(const char *root) {
+  struct stat st;
+  if (stat(root, &st) != 0) return bc__error_errno(errno, "%s", root);
+  char *meta = bc__path_printf("%s/metadata.json", root);
+  int rc = meta ? 0 : bc__error(BC_ENOMEM, "out of memory");
+  if (rc == 0 && access(meta, F_OK) != 0)
+    rc = bc__error(BC_EINVAL, "%s: not a bagcache cache (no metadata.json); "
+                   "refusing to delete anything", root);
+  bool alone = false;
+  if (rc == 0) rc = clear_alone(root, meta, &alone);
+  /* In use: emptied under the state's write lock; then, should the others
+   * have closed it meanwhile, deleted after all. */
+  uint64_t removed = 0;
+  if (rc == 0 && !alone) rc = clear_in_use(root, &removed);
+  if (rc == 0 && !alone) rc = clear_alone(root, meta, &alone);
+  if (rc == 0 && !alone)
+    bc__notice("%s: in use by other processes: emptied (%llu shards removed); "
+               "its metadata.json, shared state and directories stay for them",
+               root, (unsigned long long)removed);
   free(meta);
   return rc;
 }

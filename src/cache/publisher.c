@@ -101,12 +101,90 @@ static void fail_entry(bc_cache *c, bc__pub_entry *e, int rc) {
   bc_error_state_clear(&err);
 }
 
+/* Shard e's publish found no room under the limit within the wait: it is
+ * not kept (as if evicted at once): its files go (installed: taken back
+ * out of shards/), its claim too, and its fill record is done without a
+ * failure; what it served (from its scratch file) was right, and this
+ * process fills it again when it is read again. */
+static void bypass_entry(bc_cache *c, bc__pub_entry *e) {
+  bc__filling *f = e->f;
+  c->store.ops->uninstall(c->store.impl, f->shard, f->rec.records);
+  bc__store_release(&c->store, f->shard, f->token);
+  bc_error_clear();
+  atomic_fetch_add(&c->stats.bypassed, 1);
+  bc__fill_done(c, f, 0);
+  free(e);
+}
+
+/* Publishes again those of q[0..m) whose errs[i] is BC_EAGAIN (no room),
+ * as one batch, their outcomes moved into errs[] and regen[]: the batch's
+ * return code (BC_EAGAIN: still no room).  Shards that failed their own
+ * checks are not tried again (their files were taken out already). */
+static int retry_no_room(bc_cache *c, const bc__publish_req *q, size_t m,
+                         uint64_t headroom, bc__victims *victims,
+                         bc_error_state *errs, bool *regen) {
+  size_t *ix = malloc(m * sizeof *ix);
+  bc__publish_req *qq = malloc(m * sizeof *qq);
+  bc_error_state *ee = calloc(m, sizeof *ee);
+  bool *rr = calloc(m, sizeof *rr);
+  int rc = BC_EAGAIN; /* (out of memory: as no room, they are bypassed) */
+  size_t k = 0;
+  for (size_t i = 0; ix != NULL && qq != NULL && i < m; i++)
+    if (errs[i].code == BC_EAGAIN) {
+      ix[k] = i;
+      qq[k++] = q[i];
+    }
+  if (k > 0 && ee != NULL && rr != NULL) {
+    rc = bc__store_publish_batch(&c->store, qq, k, headroom, victims, ee, rr);
+    for (size_t j = 0; j < k; j++) {
+      bc_error_state_clear(&errs[ix[j]]);
+      errs[ix[j]] = ee[j]; /* moved */
+      ee[j] = (bc_error_state)BC_ERROR_STATE_INIT;
+      regen[ix[j]] = rr[j];
+    }
+  }
+  free(rr);
+  free(ee);
+  free(qq);
+  free(ix);
+  return rc;
+}
+
+/* bc__store_publish_batch, waiting while the limit has no room for the
+ * batch (BC_EAGAIN: room reserved by fills of other processes, which
+ * publish or end within a fill), BC__ROOM_WAIT_S at most; then each shard
+ * still without room is tried alone once, and those that still find none
+ * are bypassed (bypass_entry: their errs[i] become 0, bypassed[i] true).
+ * The publisher has no interrupt handler: close's abandon stops the wait. */
+static void publish_with_room(bc_cache *c, bc__publish_req *q, size_t m,
+                              uint64_t headroom, bc__victims *victims,
+                              bc_error_state *errs, bool *regen, bool *bypassed) {
+  double waited = 0, pause = 0.001;
+  int rc = bc__store_publish_batch(&c->store, q, m, headroom, victims, errs, regen);
+  while (rc == BC_EAGAIN && waited < BC__ROOM_WAIT_S && !atomic_load(&c->publisher.abandon)) {
+    struct timespec ts = {0, (long)(pause * 1e9)};
+    nanosleep(&ts, NULL);
+    waited += pause;
+    if (pause < BC__POLL_MS * 1e-3) pause *= 2;
+    rc = retry_no_room(c, q, m, headroom, victims, errs, regen);
+  }
+  if (rc != BC_EAGAIN) return;
+  for (size_t i = 0; i < m; i++) {
+    if (errs[i].code != BC_EAGAIN) continue; /* published, or failed alone */
+    int one = bc__store_publish_batch(&c->store, &q[i], 1, 0, victims, &errs[i], &regen[i]);
+    if (one == BC_EAGAIN) {
+      bc_error_state_clear(&errs[i]);
+      bypassed[i] = true;
+    }
+  }
+}
+
 /* Publishes one batch: the entries of list (n of them). */
 static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
   bc__pub_entry **es = calloc(n, sizeof *es);
   bc__publish_req *q = calloc(n, sizeof *q);
   bc_error_state *errs = calloc(n, sizeof *errs);
-  bool *regen = calloc(n, sizeof *regen);
+  bool *regen = calloc(n, 2 * sizeof *regen), *bypassed = regen ? regen + n : NULL;
   uint64_t passes[256];
   size_t npasses = bc__pass_positions(c, passes, 256);
   if (es == NULL || q == NULL || errs == NULL || regen == NULL) {
@@ -171,11 +249,15 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
     bc__victims victims = {0};
     /* Evicting ahead: room for the next claim, made in this transaction. */
     uint64_t headroom = c->evict_ahead ? atomic_load(&c->shard_bytes_seen) : 0;
-    bc__store_publish_batch(&c->store, q, m, headroom, &victims, errs, regen);
+    publish_with_room(c, q, m, headroom, &victims, errs, regen, bypassed);
     atomic_fetch_add(&c->stats.evictions, victims.n);
     bc__readers_forget(c, victims.shards, victims.n);
     bc__victims_free(&victims);
     for (size_t i = 0; i < m; i++) {
+      if (bypassed[i]) {
+        bypass_entry(c, es[i]);
+        continue;
+      }
       if (errs[i].code == 0) {
         bc__filling *f = es[i]->f;
         uint64_t end = f->shard * c->R + f->rec.records;

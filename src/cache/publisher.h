@@ -40,6 +40,12 @@ struct bc__filling;
  * publishes synchronously. */
 #define BC__PUBLISH_QUEUE_MAX 256
 
+/* How long a publish waits for room under the disk limit held by claims
+ * in progress (other processes' fills), in seconds, before its shard is
+ * bypassed: served from its scratch file, not kept (doc/cache.md, "Room
+ * under load"). */
+#define BC__ROOM_WAIT_S 1.0
+
 /* A shard waiting for its publish. */
 typedef struct bc__pub_entry {
   struct bc__pub_entry *next;

@@ -20,8 +20,10 @@
  * exclusive flock that serialises opens across processes, because flock
  * conversions are not atomic.
  *
- * Lock order: registry_lock, then an environment's fills.lock (only across
- * fork); LMDB calls made under registry_lock are open/close only.
+ * Lock order: gate_lock (a locks/gate descriptor held, gate_take), then
+ * registry_lock, then an environment's fills.lock (only across fork);
+ * LMDB calls made under registry_lock are open/close only.  The wait for
+ * another process's gate polls the interrupt handler with no lock held.
  */
 #include "config.h"
 
@@ -32,6 +34,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/internal.h"
@@ -54,6 +57,10 @@ struct bc__env {
 /* The map size: the state can never grow past it (MDB_MAP_FULL). */
 #define MAP_SIZE ((size_t)1 << 30)
 
+/* gate_lock: held while this process holds a descriptor of a locks/gate
+ * (gate_take), taken before registry_lock, and by fork (both, in that
+ * order). */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static bc__env *registry;
 
@@ -62,6 +69,7 @@ bc__fill_registry *bc__env_fills(bc__env *e) { return &e->fills; }
 /* fork: hold the registry and every fill registry across fork(); in the
  * child the parent's fills are forgotten (their threads are gone). */
 void bc__envs_before_fork(void) {
+  pthread_mutex_lock(&gate_lock);
   pthread_mutex_lock(&registry_lock);
   for (bc__env *e = registry; e; e = e->next) pthread_mutex_lock(&e->fills.lock);
 }
@@ -75,6 +83,7 @@ void bc__envs_after_fork(bool child) {
     pthread_mutex_unlock(&e->fills.lock);
   }
   pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_unlock(&gate_lock);
 }
 
 
@@ -233,16 +242,97 @@ static void env_discard_files(const char *dir) {
   free(a);
 }
 
+static bc__env *registry_find(const char *dir) {
+  bc__env *e = registry;
+  while (e != NULL && strcmp(e->dir, dir) != 0) e = e->next;
+  return e;
+}
+
+/* Takes DIR/gate exclusively into *fd.  Another process holds it while it
+ * opens the state (validating data.mdb) or while bc_cache_clear deletes
+ * the root: polled every BC__POLL_MS with the interrupt handler, no lock
+ * held (a handler may take a language's global lock, which a thread
+ * holding registry_lock across fork() may wait for).  BC_EAGAIN when the
+ * gate was unlinked meanwhile: the root was cleared (the caller makes its
+ * directories again and retries). */
+static int gate_take(const char *dir, unsigned mode, int *fd) {
+  char *path = bc__path_printf("%s/gate", dir);
+  if (path == NULL) return bc__error(BC_ENOMEM, "out of memory");
+  int rc = 0, g = -1;
+  for (;;) {
+    /* The descriptor exists only under gate_lock, which fork() waits for:
+     * a child never inherits it (a flock belongs to the open file, so an
+     * inherited one would hold the gate for as long as the child lives). */
+    pthread_mutex_lock(&gate_lock);
+    g = open(path, O_RDWR | O_CREAT | O_CLOEXEC, (mode_t)mode);
+    if (g < 0) {
+      /* locks/ gone: a bc_cache_clear deleted the root meanwhile. */
+      rc = errno == ENOENT ? bc__error(BC_EAGAIN, "%s: the root was cleared "
+                                       "meanwhile", dir)
+                           : bc__error_errno(errno, "%s", path);
+      break;
+    }
+    if (flock(g, LOCK_EX | LOCK_NB) == 0) break; /* gate_lock kept */
+    int err = errno;
+    close(g);
+    g = -1;
+    pthread_mutex_unlock(&gate_lock);
+    if (err != EWOULDBLOCK && err != EINTR) {
+      rc = bc__error_errno(err, "%s", path);
+      pthread_mutex_lock(&gate_lock); /* (unlocked below) */
+      break;
+    }
+    if ((rc = bc__interrupt_poll()) != 0) {
+      pthread_mutex_lock(&gate_lock);
+      break;
+    }
+    struct timespec ts = {0, BC__POLL_MS * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  /* bc_cache_clear deletes a root nobody uses while holding the gate: a
+   * gate unlinked meanwhile is a root that is gone. */
+  struct stat st;
+  if (rc == 0 && fstat(g, &st) == 0 && st.st_nlink == 0)
+    rc = bc__error(BC_EAGAIN, "%s: the root was cleared meanwhile", dir);
+  if (rc != 0) {
+    if (g >= 0) close(g);
+    pthread_mutex_unlock(&gate_lock);
+  } else {
+    *fd = g; /* with gate_lock held: gate_drop releases both */
+  }
+  free(path);
+  return rc;
+}
+
+/* Releases the gate gate_take took (fd >= 0), and gate_lock with it. */
+static void gate_drop(int fd) {
+  if (fd < 0) return;
+  close(fd); /* drops the gate */
+  pthread_mutex_unlock(&gate_lock);
+}
+
 int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
                     bool *fresh) {
   char *real = realpath(locks_dir, NULL);
   if (real == NULL) return bc__error_errno(errno, "%s", locks_dir);
   int rc = 0, gate = -1;
   char *data = NULL; /* the file an error names */
-  pthread_mutex_lock(&registry_lock);
-  bc__env *e = registry;
-  while (e != NULL && strcmp(e->dir, real) != 0) e = e->next;
   *fresh = false;
+  pthread_mutex_lock(&registry_lock);
+  bc__env *e = registry_find(real);
+  if (e == NULL) {
+    /* Not open in this process: the gate first, waited for with no lock
+     * held; then the registry again (another thread may have opened it
+     * meanwhile: ours is dropped at cleanup). */
+    pthread_mutex_unlock(&registry_lock);
+    rc = gate_take(real, mode ? mode : 0644, &gate);
+    if (rc != 0) {
+      free(real);
+      return rc;
+    }
+    pthread_mutex_lock(&registry_lock);
+    e = registry_find(real);
+  }
   if (e != NULL) {
     /* Shared; in a forked child the next transaction reopens it. */
     e->refs++;
@@ -262,18 +352,12 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
     pthread_cond_init(&e->fills.cond, NULL);
     e->lock_fd = -1;
     e->users_fd = -1;
-    /* The gate serialises this block across processes: a flock conversion
-     * (exclusive to shared, or back) is not atomic, and another process
-     * taking locks/users exclusively in between would think itself alone
-     * and move the state aside under us.  Every process takes locks/users
-     * only while holding the gate, so nobody can. */
-    if ((data = bc__path_printf("%s/gate", real)) == NULL) goto out_of_memory;
-    gate = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
-    if (gate < 0 || flock(gate, LOCK_EX) != 0) {
-      rc = bc__error_errno(errno, "%s", data);
-      goto discard;
-    }
-    free(data);
+    /* The gate (held: gate_take) serialises this block across processes:
+     * a flock conversion (exclusive to shared, or back) is not atomic, and
+     * another process taking locks/users exclusively in between would
+     * think itself alone and move the state aside under us.  Every
+     * process takes locks/users only while holding the gate, so nobody
+     * can. */
     if ((data = bc__path_printf("%s/users", real)) == NULL) goto out_of_memory;
     e->users_fd = open(data, O_RDWR | O_CREAT | O_CLOEXEC, e->mode);
     /* Alone: no other process has the environment open, and none can open
@@ -348,8 +432,8 @@ discard: /* a new environment that failed to open (rc set) */
   free(e);
 cleanup:
   free(data);
-  if (gate >= 0) close(gate); /* drops the gate */
   pthread_mutex_unlock(&registry_lock);
+  gate_drop(gate); /* the gate and gate_lock, after registry_lock */
   return rc;
 }
 

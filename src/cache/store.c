@@ -269,6 +269,47 @@ int bc__store_forget(const bc__store *s, uint64_t shard, const bc__file_id *bad)
   return finish(s, t, rc);
 }
 
+/* ---- clearing ----------------------------------------------------------------- */
+
+typedef struct {
+  const bc__store *s;
+  bc__victims go; /* the shards whose entries go */
+} clear_walk;
+
+static int note_clear(void *arg, uint64_t shard, const bc__shard_rec *r) {
+  clear_walk *w = arg;
+  if (r->state == SHARD_FILLING && w->s->ops->owner_alive(w->s->impl, r->owner))
+    return 0; /* a live fill: its shard is published as a new one */
+  int rc = victims_reserve(&w->go);
+  if (rc == 0) w->go.shards[w->go.n++] = shard;
+  return rc;
+}
+
+int bc__store_clear(const bc__store *s, uint64_t *removed) {
+  const bc__store_ops *o = s->ops;
+  bc__store_txn *t;
+  int rc = o->begin(s->impl, true, &t);
+  if (rc != 0) return rc;
+  clear_walk w = {.s = s};
+  rc = o->each(t, note_clear, &w);
+  for (size_t i = 0; rc == 0 && i < w.go.n; i++) {
+    bc__shard_rec rec;
+    bool found = false;
+    rc = o->get(t, w.go.shards[i], &rec, &found);
+    if (rc != 0 || !found) continue;
+    /* A PRESENT shard's files go first (evict); a dead claimant's, of any
+     * length (purge).  Then its entry. */
+    if (rec.state == SHARD_PRESENT) rc = o->evict(s->impl, w.go.shards[i], &rec);
+    else o->purge(s->impl, w.go.shards[i]);
+    if (rc == 0) rc = o->del(t, w.go.shards[i]);
+  }
+  if (rc == 0) rc = o->u64_put(t, BC__KEY_BYTES, 0);
+  rc = finish(s, t, rc);
+  if (rc == 0) *removed = w.go.n;
+  bc__victims_free(&w.go);
+  return rc;
+}
+
 /* ---- eviction's policy --------------------------------------------------------- */
 
 /* Records a pass must read and drop before it can rebuild a shard starting
@@ -624,6 +665,17 @@ static void batch_fail(bc_error_state *errs, bool *ok, size_t i, int rc) {
   ok[i] = false;
 }
 
+/* The batch's `total` bytes do not fit under the limit even with nothing
+ * left to evict (others' reservations, or a limit lowered since the
+ * batch's claims reserved their room): BC_EAGAIN, with the numbers. */
+static int batch_no_room(const bc__store *s, const pub_state *st, uint64_t total) {
+  return bc__error(BC_EAGAIN, "%s: no room for %llu bytes of shards being "
+                   "published: %llu bytes of shards present and nothing left "
+                   "to evict under the disk limit %llu", s->root,
+                   (unsigned long long)total, (unsigned long long)st->bytes,
+                   (unsigned long long)st->limit);
+}
+
 int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
                             size_t n, uint64_t headroom, bc__victims *victims,
                             bc_error_state *errs, bool *regenerated) {
@@ -662,8 +714,10 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
     return 0;
   }
   /* 2. Room for all of them (their reservations, made at their claims,
-   * usually hold it already). */
-  rc = make_room(s, t, q, n, &st, total, victims, NULL);
+   * usually hold it already; not when the limit was lowered since). */
+  bool no_room = false;
+  rc = make_room(s, t, q, n, &st, total, victims, &no_room);
+  if (rc == 0 && no_room) rc = batch_no_room(s, &st, total);
   /* 2b. Evicting ahead: room for the next claim too, best effort (nothing
    * evictable left is no failure), and only under a limit that holds one
    * shard more than the smallest workable one. */
@@ -671,8 +725,15 @@ int bc__store_publish_batch(const bc__store *s, const bc__publish_req *q,
     bool full = false;
     rc = make_room(s, t, q, n, &st, total + headroom, victims, &full);
   }
-  if (rc == BC_EAGAIN) /* (the publisher does not wait: see fill.c) */
-    rc = bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg());
+  if (rc == BC_EAGAIN) {
+    /* No room now: nothing is published, the files installed stay for
+     * the caller to try again (or take out); the evictions are kept. */
+    rc = keep_evictions(s, t, &st, victims->n > before, victims->n - before, rc);
+    for (size_t i = 0; i < n; i++)
+      if (ok[i]) batch_fail(errs, ok, i, rc);
+    free(ok);
+    return rc;
+  }
   if (rc != 0) {
     rc = keep_evictions(s, t, &st, victims->n > before, victims->n - before, rc);
     t = NULL;

@@ -170,6 +170,18 @@ int bc__store_finalize(const bc__store *s, uint64_t *length);
  * published meanwhile. */
 int bc__store_forget(const bc__store *s, uint64_t shard, const bc__file_id *bad);
 
+/* Empties the state for bc_cache_clear while other processes use the
+ * root, in ONE write transaction (so no publish lands in between): every
+ * PRESENT shard's files are removed and its entry dropped, dead claims are
+ * purged and dropped, `bytes` becomes 0.  Claims of live fillers stay
+ * (their shards are published when they finish, as new shards); so do
+ * the checksums, the length and the limit (the root is still a cache of
+ * the same source for the processes using it).  *removed: the shards
+ * whose entries went (their files with them).  A commit that fails after
+ * files went leaves their entries listed: readers find them missing and
+ * refill them. */
+int bc__store_clear(const bc__store *s, uint64_t *removed);
+
 /* Shards evicted by one publish: any number. */
 struct bc__victims {
   uint64_t *shards;
@@ -231,7 +243,13 @@ int bc__store_check(const bc__store *s, const bc__publish_req *q);
  * every shard of the batch (taken back out of shards/; evictions stay
  * committed).  Returns 0 when the transaction ran (each shard's outcome in
  * errs[i].code, regenerated[i]), or the error that failed all of them
- * (then also in each errs[i]).  headroom (evict_ahead; 0: none): after the
+ * (then also in each errs[i]).  BC_EAGAIN: the limit has no room for the
+ * shards that passed their checks now, even with nothing left to evict
+ * (room reserved by other claims, or the limit lowered since these claims
+ * reserved theirs): nothing is published, evictions made are committed,
+ * and files installed before the batch STAY installed (their errs[i] are
+ * BC_EAGAIN; the others' their own failure): the caller tries again
+ * later, or takes them out (uninstall).  headroom (evict_ahead; 0: none): after the
  * room for the batch, evict as far as anything is evictable until this
  * many more bytes fit too, the room the next claim reserves, when the
  * limit holds q[0].need + 1 shards of that size. */

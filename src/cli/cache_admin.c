@@ -113,8 +113,11 @@ static const char clear_usage[] =
     "Delete the cache at ROOT, without asking: every shard, the shared state\n"
     "and metadata.json with the user info (ROOT/shards, ROOT/scratch,\n"
     "ROOT/locks, ROOT/metadata.json), then ROOT itself if nothing else is\n"
-    "in it.  A directory without metadata.json is refused (exit 1).  No\n"
-    "process may have the cache open meanwhile.\n"
+    "in it.  A directory without metadata.json is refused (exit 1).  While\n"
+    "other processes have the cache open, it is emptied instead: every\n"
+    "shard goes, and metadata.json, the shared state and the directories\n"
+    "stay for them (a notice says so); clear it again once they have\n"
+    "closed it to delete ROOT.\n"
     "\n"
     "Options:\n"
     "  -h, --help                show this help\n";

@@ -12,6 +12,8 @@
  *     waited for that fill, counted so that every reference is released;
  *   - a handler ends bc_cache_get_many's wait for the worker pool;
  *   - a deadline ends the polling of another process's claim;
+ *   - a deadline ends an open's wait for another process's gate
+ *     (locks/gate, held while it opens the state or clears the root);
  *   - bc_cache_close interrupted while it waits for a worker stuck in the
  *     source abandons that fill and completes.
  *
@@ -23,6 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -381,6 +387,62 @@ static void test_deadline_ends_a_wait_for_another_process(void **state) {
   bc_buf_release(&buf);
 }
 
+/* Another process holds locks/gate (as while it validates data.mdb at its
+ * open, or deletes the root in bc_cache_clear): an open waits for it, and
+ * the interrupt handler ends that wait with BC_ECANCELED.  It used to be a
+ * blocking flock(2), not interruptible: the open returned only once the
+ * holder let go (here after 5 s, or when told). */
+static void test_deadline_ends_a_wait_for_the_gate(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  open_cache(f, &cfg, 1, -1); /* the root and its locks/ exist */
+  bc_cache_close(f->c);
+  f->c = NULL;
+  char *locks = cu_path(f->root, "locks");
+  char *gate = cu_path(locks, "gate");
+  int held[2], go[2];
+  assert_int_equal(pipe(held), 0);
+  assert_int_equal(pipe(go), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) { /* holds the gate until told, 5 s at most */
+    int fd = open(gate, O_RDWR);
+    char b = fd >= 0 && flock(fd, LOCK_EX) == 0 ? 'y' : 'n';
+    if (write(held[1], &b, 1) != 1) _exit(1);
+    struct pollfd p = {go[0], POLLIN, 0};
+    poll(&p, 1, 5000);
+    _exit(b == 'y' ? 0 : 1);
+  }
+  char b = 0;
+  assert_int_equal(read(held[0], &b, 1), 1);
+  assert_int_equal(b, 'y');
+  deadline d = {now() + 0.1, 0};
+  bc_set_interrupt_handler(past_deadline, &d);
+  bc_cache_options o = BC_CACHE_OPTIONS_INIT;
+  o.shard_records = 100;
+  bc_cache *c = NULL;
+  int rc = cu_open(&c, f->root, &cfg, f->sh, &o);
+  bc_set_interrupt_handler(NULL, NULL);
+  b = 'g';
+  assert_int_equal(write(go[1], &b, 1), 1); /* (before any assertion) */
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_null(c);
+  CU_RC(rc, BC_ECANCELED);
+  assert_true(atomic_load(&d.calls) > 1); /* polled while it waited */
+  /* The gate free, the open goes through, and the root is as it was. */
+  open_cache(f, &cfg, 1, -1);
+  fx_get_ok(f->c, 0);
+  for (int i = 0; i < 2; i++) {
+    close(held[i]);
+    close(go[i]);
+  }
+  free(gate);
+  free(locks);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_deadline_ends_a_wait_for_another_threads_fill,
@@ -397,6 +459,8 @@ int main(void) {
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(test_interrupted_close_abandons_a_stuck_worker,
                                       fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_deadline_ends_a_wait_for_the_gate, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(test_deadline_ends_a_wait_for_another_process,
                                       fx_setup, fx_teardown),
   };

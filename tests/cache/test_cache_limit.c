@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cache/internal.h"
@@ -570,6 +571,85 @@ static void test_publish_evicts_many(void **state) {
   assert_int_equal(cu_deleted_held(f->shards), 0);
 }
 
+/* ---- room held by another process's fills ---------------------------------- */
+
+/* Another process's claim holds the whole limit in its reservation (as
+ * publish-behind fills of other processes do, all at once, under load):
+ * a read that fills a shard finds no room and nothing to evict.  It used
+ * to wait 30 s and fail with BC_ENOSPC under a limit accepted at open.
+ * Now it waits BC__ROOM_WAIT_S for the reservation to go, then is served
+ * from its scratch file, the shard not kept (bypassed); once the other
+ * process lets go, shards are published again. */
+static void test_room_held_by_another_process(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(40);
+  cfg.fixed = true;
+  uint64_t *sizes = f->sizes = cu_shard_sizes(40, 10, true);
+  uint64_t limit = 2 * sizes[0] + sizes[0] / 2; /* accepted: 2 shards fit */
+  bc_cache_options o = limited(10, limit);
+  int held[2], go[2];
+  assert_int_equal(pipe(held), 0);
+  assert_int_equal(pipe(go), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) { /* holds a reservation of the whole limit on shard 3 */
+    bc_cache *c = NULL;
+    int ok = cu_open(&c, f->root, NULL, NULL, &o) == 0;
+    bc__publish_req q = {.shard = 3, .token = 77, .size = limit, .records = 10,
+                         .default_limit = limit, .seekable = true};
+    bc__shard_rec rec;
+    bool claimed = false;
+    uint64_t room = 0;
+    bc__victims v = {0};
+    ok = ok && bc__store_claim_room(&c->store, &q, &rec, &claimed, &room, &v) == 0 &&
+         claimed && room == limit;
+    bc__victims_free(&v);
+    char b = ok ? 'y' : 'n';
+    ok = ok && write(held[1], &b, 1) == 1 && read(go[0], &b, 1) == 1;
+    if (c != NULL) bc__store_release(&c->store, 3, 77);
+    bc_cache_close(c);
+    _exit(ok ? 0 : 1);
+  }
+  char b = 0;
+  assert_int_equal(read(held[0], &b, 1), 1);
+  assert_int_equal(b, 'y');
+  open_with(f, &cfg, &o);
+  /* Shard 0 (a synchronous publish: the process's first fill) and shard 1
+   * (its claim finds no room to reserve): both served, neither kept, so
+   * that reading shard 0 again fills it again (its reader, on a file
+   * that is gone, is not kept either: its space goes with the read). */
+  get_ok(f->c, 3, true);
+  assert_int_equal(atomic_load(&f->c->stats.bypassed), 1);
+  get_ok(f->c, 15, true);
+  assert_int_equal(atomic_load(&f->c->stats.bypassed), 2);
+  get_ok(f->c, 0, true);
+  assert_int_equal(atomic_load(&f->c->stats.bypassed), 3);
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.shards_present, 0);
+  assert_int_equal(st.fills, 0);
+  assert_int_equal(cu_dir_count(f->shards), 0);
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  /* The other process lets go: the next fills are published. */
+  b = 'g';
+  assert_int_equal(write(go[1], &b, 1), 1);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  get_ok(f->c, 25, true);
+  get_ok(f->c, 35, true);
+  st = stats_of(f->c);
+  assert_int_equal(st.fills, 2);
+  assert_int_equal(st.shards_present, 2);
+  assert_true(st.bytes_on_disk <= limit);
+  assert_int_equal(atomic_load(&f->c->stats.bypassed), 3);
+  cu_check_all(f->c, 40, true);
+  for (int i = 0; i < 2; i++) {
+    close(held[i]);
+    close(go[i]);
+  }
+}
+
 int main(void) {
   bc_set_notice_handler(NULL, NULL);
   const struct CMUnitTest tests[] = {
@@ -591,6 +671,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_open_protects_from_own_eviction,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_publish_evicts_many, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_room_held_by_another_process, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests_name("cache disk limit", tests, NULL, NULL);
 }

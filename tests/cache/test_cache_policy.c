@@ -331,6 +331,53 @@ static void test_claims(void **state) {
   assert_false(found);
 }
 
+/* ---- clearing a root in use (bc_cache_clear) ------------------------------------- */
+
+/* PRESENT shards and a dead claim go (files and entries), a live claim
+ * stays with its reservation; bytes become 0; checksums and the length
+ * stay.  A failed commit leaves the entries listed (files gone: refilled
+ * as missing ones). */
+static void test_clear(void **state) {
+  (void)state;
+  fake f = {.dead_pid = DEAD.pid};
+  bc__store me = store_of(&f, ME), other = store_of(&f, OTHER),
+            dead = store_of(&f, DEAD);
+  bc__shard_rec rec;
+  bool claimed, found;
+  present(&f, 0, 100, 1);
+  present(&f, 1, 120, 2);
+  present(&f, 5, 90, 3);
+  assert_int_equal(bc__store_claim(&other, 2, 7, &rec, &claimed), 0);
+  assert_true(claimed);
+  assert_int_equal(bc__store_claim(&dead, 3, 8, &rec, &claimed), 0);
+  f.file[3] = true; /* installed before it died */
+  uint64_t removed = 0;
+  assert_int_equal(bc__store_clear(&me, &removed), 0);
+  assert_int_equal(removed, 4);
+  for (uint64_t s = 0; s < 6; s++) {
+    rec_of(&f, s, &found);
+    assert_int_equal(found, s == 2);
+    assert_int_equal(f.file[s], false);
+  }
+  rec = rec_of(&f, 2, &found);
+  assert_int_equal(rec.state, SHARD_FILLING);
+  assert_int_equal(rec.owner.pid, OTHER.pid);
+  assert_int_equal(f.purges, 1);
+  assert_int_equal(f.state.key[BC__KEY_BYTES], 0);
+  assert_int_equal(f.state.key[BC__KEY_LENGTH], 6 * SR);
+  assert_int_equal(f.state.nsums, 3);
+  /* Nothing left but the live claim: a second clear removes nothing. */
+  assert_int_equal(bc__store_clear(&me, &removed), 0);
+  assert_int_equal(removed, 0);
+  /* The commit fails after the files went: the entries stay listed. */
+  present(&f, 4, 50, 4);
+  f.fail_commit = f.commits + 1;
+  assert_int_equal(bc__store_clear(&me, &removed), BC_EIO);
+  rec_of(&f, 4, &found);
+  assert_true(found);
+  assert_false(f.file[4]);
+}
+
 /* ---- eviction ---------------------------------------------------------------------- */
 
 /* Six shards of 100 bytes under a limit of 700: a shard of 300 bytes
@@ -851,9 +898,66 @@ static void test_publish_batch(void **state) {
   bc__victims_free(&v);
 }
 
+/* A batch whose claims reserved their room under a limit that was lowered
+ * since (another process opened the root with a smaller one): no room for
+ * it even with nothing left to evict.  It used to fail every shard with
+ * BC_ENOSPC (and the publisher reported it to the next read); now it is
+ * BC_EAGAIN with the files left installed, for the publisher to try again
+ * (or bypass them), and a retry once there is room publishes them. */
+static void test_publish_batch_no_room(void **state) {
+  (void)state;
+  fake f = {0};
+  bc__store me = store_of(&f, ME), other = store_of(&f, OTHER);
+  set_key(&f, BC__KEY_LIMIT, 400);
+  present(&f, 9, 100, 1);
+  bc__shard_rec rec;
+  bool claimed, found;
+  uint64_t room = 0;
+  bc__victims v = {0};
+  for (uint64_t s = 0; s < 3; s++) { /* 300 reserved by our claims */
+    bc__publish_req c = req_of(s, 10 + s, 100);
+    assert_int_equal(bc__store_claim_room(&me, &c, &rec, &claimed, &room, &v), 0);
+    assert_true(claimed && room == 100);
+    f.file[s] = true; /* installed by the publisher, before the batch */
+  }
+  /* Another process's claim of 100, made under a larger limit. */
+  set_key(&f, BC__KEY_LIMIT, 500);
+  bc__publish_req oc = req_of(7, 70, 100);
+  assert_int_equal(bc__store_claim_room(&other, &oc, &rec, &claimed, &room, &v), 0);
+  assert_true(claimed && room == 100);
+  set_key(&f, BC__KEY_LIMIT, 350); /* lowered: 300 + 100 reserved > 350 */
+  bc__publish_req q[3] = {req_of(0, 10, 100), req_of(1, 11, 100), req_of(2, 12, 100)};
+  for (int i = 0; i < 3; i++) q[i].installed = true;
+  bc_error_state errs[3] = {BC_ERROR_STATE_INIT, BC_ERROR_STATE_INIT, BC_ERROR_STATE_INIT};
+  bool regen[3];
+  assert_int_equal(bc__store_publish_batch(&me, q, 3, 0, &v, errs, regen), BC_EAGAIN);
+  assert_non_null(strstr(bc_errmsg(), "no room for 300 bytes"));
+  for (uint64_t s = 0; s < 3; s++) {
+    assert_int_equal(errs[s].code, BC_EAGAIN);
+    assert_int_equal(rec_of(&f, s, &found).state, SHARD_FILLING); /* claims stay */
+    assert_true(f.file[s]); /* and their files */
+  }
+  assert_false(f.file[9]); /* evicted on the way (kept, as evictions are) */
+  rec_of(&f, 9, &found);
+  assert_false(found);
+  /* The other claim ends: the retry publishes all three. */
+  bc__store_release(&other, 7, 70);
+  assert_int_equal(bc__store_publish_batch(&me, q, 3, 0, &v, errs, regen), 0);
+  for (uint64_t s = 0; s < 3; s++) {
+    assert_int_equal(errs[s].code, 0);
+    assert_int_equal(rec_of(&f, s, &found).state, SHARD_PRESENT);
+    assert_true(f.file[s]);
+  }
+  assert_int_equal(f.state.key[BC__KEY_BYTES], 300);
+  for (int i = 0; i < 3; i++) bc_error_state_clear(&errs[i]);
+  bc__victims_free(&v);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_publish_batch_no_room),
       cmocka_unit_test(test_claims),
+      cmocka_unit_test(test_clear),
       cmocka_unit_test(test_claim_reserves_room),
       cmocka_unit_test(test_publish_batch),
       cmocka_unit_test(test_publish_evicts_lru),
