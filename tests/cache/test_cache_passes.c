@@ -82,7 +82,8 @@ static void m_fill(model *m, uint64_t s) {
   m->p[k].pos = t + R;
   m->written += R;
   m->misses++;
-  /* Publish: evict by last_access + present * skip / R. */
+  /* Publish: evict by last_access + present * min(skip / R, 1): the
+   * credit of a rebuild's cost is capped at one turnover. */
   uint64_t pos[MAXP + 1];
   size_t npos = 0;
   for (size_t i = 0; i < m->np; i++)
@@ -96,8 +97,8 @@ static void m_fill(model *m, uint64_t s) {
     double best_score = 0;
     for (size_t v = 0; v < SHARDS; v++) {
       if (!m->present[v] || v == s) continue;
-      double score = (double)m->la[v] + (double)count *
-                     (double)m_skip_cost(m, pos, npos, v * R) / (double)R;
+      double k = (double)m_skip_cost(m, pos, npos, v * R) / (double)R;
+      double score = (double)m->la[v] + (double)count * (k > 1 ? 1 : k);
       if (victim == SIZE_MAX || score < best_score) {
         victim = v;
         best_score = score;
@@ -147,6 +148,25 @@ static uint64_t shard_size(fixture *f, const ts_config *cfg, uint64_t records) {
   ts_shared_free(sh);
   free(root);
   return size;
+}
+
+/* Fails unless the engine's counters are the model's. */
+static void check_counts(fixture *f, const model *m, int r, uint64_t i) {
+  bc_cache_stats st = fx_stats(f->c);
+  if (st.hits != 0 || st.records_written != m->written ||
+      st.records_skipped != m->skipped || st.passes_opened != m->opened ||
+      st.evictions != m->evictions || st.fills + st.regenerations != m->misses)
+    fail_msg("read %d (record %llu): engine written %llu skipped %llu passes "
+             "%llu evictions %llu misses %llu hits %llu; model %llu %llu %llu "
+             "%llu %llu", r, (unsigned long long)i,
+             (unsigned long long)st.records_written,
+             (unsigned long long)st.records_skipped,
+             (unsigned long long)st.passes_opened,
+             (unsigned long long)st.evictions,
+             (unsigned long long)(st.fills + st.regenerations),
+             (unsigned long long)st.hits, (unsigned long long)m->written,
+             (unsigned long long)m->skipped, (unsigned long long)m->opened,
+             (unsigned long long)m->evictions, (unsigned long long)m->misses);
 }
 
 static void replay(fixture *f, bool seekable, bool with_skip, int max_passes,
@@ -248,6 +268,69 @@ static void test_replay_seekable(void **state) {
 }
 static void test_replay_seekable_two_passes(void **state) {
   replay(*state, true, false, 2, 99);
+}
+
+/* Issue 26's working set: the whole source read once in order (as len()
+ * drains it), leaving the last CAP shards present, each expensive to
+ * rebuild (no pass stands before them: the draining pass ended), then
+ * READS reads among the first WS shards only, which fit the limit many
+ * times over.  The working set must stop missing after a bounded number of
+ * misses whatever the cold shards cost: the engine and the model agree
+ * read by read, and the misses after the drain are exactly `want` (WS
+ * under LRU; uncapped, the credit of a cold shard costing k shards
+ * outlived k turnovers of the cache, and this missed `old` times). */
+#define WS 4
+static void replay_working_set(fixture *f, bool with_skip, uint64_t want,
+                               uint64_t old) {
+  ts_config cfg = ts_config_default(N);
+  cfg.fixed = true;
+  cfg.with_skip = with_skip;
+  uint64_t size = shard_size(f, &cfg, R);
+  bc_cache_options o = fx_quiet_options(R);
+  o.disk_limit = CAP * size + size / 2;
+  o.max_open_shards = 1;
+  fx_open(f, &cfg, &o);
+  model *m = calloc(1, sizeof *m);
+  assert_non_null(m);
+  m->np = 64;
+  for (uint64_t s = 0; s < SHARDS; s++) {
+    fx_get_fixed_ok(f->c, (int64_t)(s * R));
+    m_read(m, s);
+    check_counts(f, m, -1, s * R);
+  }
+  uint64_t drained = m->misses;
+  assert_int_equal(drained, SHARDS);
+  uint64_t x = 0x9e3779b97f4a7c15ULL, prev = UINT64_MAX, last_miss = 0;
+  for (int r = 0; r < READS; r++) {
+    uint64_t i, s;
+    do {
+      i = rng_next(&x) % (WS * R);
+      s = i / R;
+    } while (s == prev);
+    prev = s;
+    uint64_t before = m->misses;
+    fx_get_fixed_ok(f->c, (int64_t)i);
+    m_read(m, s);
+    check_counts(f, m, r, i);
+    if (m->misses != before) last_miss = (uint64_t)r;
+  }
+  uint64_t misses = m->misses - drained;
+  if (misses != want)
+    fail_msg("the working set missed %llu times after the drain (want %llu; "
+             "%llu with the uncapped credit), the last at read %llu",
+             (unsigned long long)misses, (unsigned long long)want,
+             (unsigned long long)old, (unsigned long long)last_miss);
+  /* The bound: at most WS misses plus one turnover of the cache. */
+  assert_true(misses <= WS + CAP);
+  for (uint64_t s = 0; s < WS; s++) assert_true(m->present[s]);
+  free(m);
+}
+
+static void test_working_set_converges(void **state) {
+  replay_working_set(*state, true, WS, READS);
+}
+static void test_working_set_converges_no_skip(void **state) {
+  replay_working_set(*state, false, WS, READS);
 }
 
 /* With parked passes, a regeneration costs far less than restarting the
@@ -395,6 +478,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_replay_one_pass, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_replay_seekable, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_replay_seekable_two_passes, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_working_set_converges, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_working_set_converges_no_skip, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_parked_passes_cost_less, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_seek_wrong_is_caught, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_seek_past_the_end, fx_setup, fx_teardown),
