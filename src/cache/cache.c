@@ -334,6 +334,7 @@ static void cache_destroy(bc_seq *self) {
   pthread_mutex_destroy(&c->access.lock);
   bc__publisher_destroy(&c->publisher);
   free(c->pool.passes);
+  free(c->pool.checked);
   free(c->prefetch.workers);
   free(c->root);
   free(c->shards_dir);

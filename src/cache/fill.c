@@ -265,6 +265,8 @@ int bc_cache_finalize(bc_cache *c) {
   return rc;
 }
 
+static void checked_set(bc_cache *c, uint64_t shard); /* (below) */
+
 /* ---- publishing ------------------------------------------------------------------- */
 
 /* Where this process's passes stand, for the eviction's cost model:
@@ -575,36 +577,23 @@ static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
   return 0;
 }
 
-/* Fills shard f->shard, which this process has claimed (claim f->token).
- * *queued: its publish was queued (publish-behind): the shard is readable
- * from its scratch file (f->readable) and the claim stays until the
- * publisher is done with it. */
-static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
-                bc_bag **bag) {
-  *queued = false;
-  uint64_t shard = f->shard;
-  uint64_t start = shard * c->R;
-  size_t slot = 0;
-  int rc = pass_lease(c, start, mode, &slot);
-  if (rc != 0) return rc;
-  bc__pass *p = &c->pool.passes[slot];
-  bc_buf buf = BC_BUF_INIT, crcs = BC_BUF_INIT;
+/* Writes the records of shard f->shard (claimed: f->token) from leased
+ * pass p, standing at its first record, into a scratch file, and
+ * publishes it, or with room reserved (f->room) queues its publish
+ * (*queued: the shard is readable from its scratch file, f->readable, and
+ * the claim stays until the publisher is done with it).  *ended: the
+ * source ended in it (a short last shard, published; or none at all:
+ * BC_ERANGE, the end recorded). */
+static int fill_records(bc_cache *c, bc__filling *f, bc__pass *p, bc_buf *buf,
+                        const char *note, bool *queued, bc_bag **bag,
+                        bool *ended) {
+  uint64_t shard = f->shard, start = shard * c->R, n = 0;
+  bc_buf crcs = BC_BUF_INIT;
   bc_writer *w = NULL;
-  bool ended = false, keep = false;
-  uint64_t n = 0;
-  char note[160] = "";
-  if (c->src.open_at != NULL && p->opened_at > 0) /* a pass from 0 is open()'s */
-    snprintf(note, sizeof note, " (its pass was opened at record %llu with the "
-             "source's open_at)", (unsigned long long)p->opened_at);
   char *scratch = NULL;
-  if ((rc = pass_advance(c, p, start, &buf, &ended)) != 0) goto cleanup;
-  if (ended) { /* the source has no record `start` */
-    rc = record_end(c, shard, p->pos);
-    if (rc == 0)
-      rc = bc__error(BC_ERANGE, "%s: the source ends after %llu records",
-                     c->root, (unsigned long long)p->pos);
-    goto cleanup;
-  }
+  int rc = 0;
+  *queued = false;
+  *ended = false;
   /* Publish-behind: nothing is fsynced on this path (the publisher does
    * it, or the synchronous fallback below). */
   bool behind = f->room > 0;
@@ -620,7 +609,7 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
     /* This thread's interrupt handler: the fill is abandoned like a
      * failed one (claim released, scratch removed). */
     if ((rc = bc__interrupt_poll()) != 0) goto cleanup;
-    int r = c->src.next(c->src.payload, p->handle, &buf);
+    int r = c->src.next(c->src.payload, p->handle, buf);
     if (r < 0) {
       rc = r;
       goto cleanup;
@@ -630,13 +619,13 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
       goto cleanup;
     }
     if (r == 0) {
-      ended = true;
+      *ended = true;
       break;
     }
     p->pos++;
-    sum = bc__sum_add(sum, buf.data, buf.size);
-    if ((rc = bc_writer_write(w, buf.data, buf.size)) != 0) goto cleanup;
-    if (c->crc && (rc = crc_append(&crcs, buf.data, buf.size)) != 0)
+    sum = bc__sum_add(sum, buf->data, buf->size);
+    if ((rc = bc_writer_write(w, buf->data, buf->size)) != 0) goto cleanup;
+    if (c->crc && (rc = crc_append(&crcs, buf->data, buf->size)) != 0)
       goto cleanup;
     n++;
   }
@@ -645,8 +634,8 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
     if (c->src.open_at != NULL && p->opened_at == start &&
         start > atomic_load(&c->known_length)) {
       /* Seeked past the end: find where the source really ends. */
-      ended = false;
-      if ((rc = pass_find_end(c, p, start, &buf, &ended)) != 0) goto cleanup;
+      *ended = false;
+      if ((rc = pass_find_end(c, p, start, buf, ended)) != 0) goto cleanup;
       end = p->pos;
     }
     rc = record_end(c, shard, end);
@@ -662,7 +651,7 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
                                     bc_writer_records_bytes(w), !behind)) != 0)
     goto cleanup;
   if (behind) {
-    if ((rc = publish_behind(c, f, scratch, n, sum, ended, note, queued, bag)) != 0)
+    if ((rc = publish_behind(c, f, scratch, n, sum, *ended, note, queued, bag)) != 0)
       goto cleanup;
     if (!*queued) {
       /* Synchronously after all: the data first, as the writer would
@@ -675,11 +664,12 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
   }
   if (!*queued) {
     bool regenerated = false;
-    rc = publish(c, shard, f->token, scratch, n, sum, ended, note, &regenerated);
+    rc = publish(c, shard, f->token, scratch, n, sum, *ended, note,
+                 &regenerated);
     if (rc == 0)
       atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
   }
-  keep = rc == 0 && !ended;
+  if (rc == 0) checked_set(c, shard); /* this process's pass produced it */
 cleanup:
   atomic_fetch_add(&c->stats.records_written, n);
   if (rc != 0 && rc != BC_ERANGE && scratch != NULL) {
@@ -691,8 +681,186 @@ cleanup:
   }
   free(scratch);
   bc_writer_free(w);
-  bc_buf_release(&buf);
   bc_buf_release(&crcs);
+  return rc;
+}
+
+/* A fill token: unique in the process, so a claim names one fill. */
+static uint64_t fill_token(void) {
+  static _Atomic uint64_t next_token = 1;
+  return atomic_fetch_add(&next_token, 1);
+}
+
+/* ---- the shards a pass crosses ------------------------------------------------------
+ *
+ * A fill's pass moves from where it stands to the target's first record
+ * (doc/cache.md, "The determinism check").  For a source that cannot
+ * seek, each whole shard it crosses whose checksum the state holds
+ * (recorded at its first publish, kept after eviction) and that no pass
+ * of this process has matched or produced yet is read (next(), not
+ * skip(): its records' bytes are needed) and compared with it: a source
+ * that changed since the cache was filled is BC_ENONDET before the pass
+ * goes on.  Other shards are skipped as before (skip(), or read and
+ * dropped).  Either way their records count in records_skipped. */
+
+/* Whether shard `shard` is checked (its records matched, or produced by
+ * this process's passes); `set`: it is now.  The pool's lock, alone. */
+static bool checked_get(bc_cache *c, uint64_t shard) {
+  bool on = false;
+  pthread_mutex_lock(&c->pool.lock);
+  if (shard / 64 < c->pool.checked_words)
+    on = (c->pool.checked[shard / 64] >> (shard % 64)) & 1;
+  pthread_mutex_unlock(&c->pool.lock);
+  return on;
+}
+
+static void checked_set(bc_cache *c, uint64_t shard) {
+  pthread_mutex_lock(&c->pool.lock);
+  if (shard / 64 >= c->pool.checked_words && shard / 64 < SIZE_MAX / 16) {
+    size_t words = (size_t)(shard / 64) * 2 + 1;
+    uint64_t *grown = realloc(c->pool.checked, words * sizeof *grown);
+    if (grown != NULL) { /* (out of memory: it is checked again later) */
+      memset(grown + c->pool.checked_words, 0,
+             (words - c->pool.checked_words) * sizeof *grown);
+      c->pool.checked = grown;
+      c->pool.checked_words = words;
+    }
+  }
+  if (shard / 64 < c->pool.checked_words)
+    c->pool.checked[shard / 64] |= (uint64_t)1 << (shard % 64);
+  pthread_mutex_unlock(&c->pool.lock);
+}
+
+/* What the state says of shard `shard` crossed by a pass (one read
+ * transaction): the checksum recorded at its first publish, if any. */
+typedef struct {
+  bool have_sum;
+  uint64_t sum;
+} crossing;
+
+static int crossing_read(bc_cache *c, uint64_t shard, crossing *x) {
+  const bc__store *s = &c->store;
+  bc__store_txn *t;
+  *x = (crossing){0};
+  int rc = s->ops->begin(s->impl, false, &t);
+  if (rc != 0) return rc;
+  rc = s->ops->sum_get(t, shard, &x->sum, &x->have_sum);
+  s->ops->abort(t);
+  return rc;
+}
+
+/* BC_ENONDET: the records a pass gives are not the ones stored. */
+static int source_changed(bc_cache *c, const char *what) {
+  return bc__error(BC_ENONDET,
+                   "%s: %s: the source changed since the cache was filled (or "
+                   "it is not deterministic); to start over, clear the cache "
+                   "(bagcache cache clear %s) or use a new root", c->root, what,
+                   c->root);
+}
+
+/* Reads the records of stored shard `shard` from pass p (at its first
+ * record) and compares their checksum with the one recorded, `sum`.
+ * *ended: the source ended in it (then its records must be the last ones
+ * known, else BC_ENONDET too). */
+static int cross_check(bc_cache *c, const bc__filling *f, bc__pass *p,
+                       uint64_t shard, uint64_t sum, bc_buf *buf, bool *ended) {
+  uint64_t start = shard * c->R, n = 0, h = BC__SUM_INIT;
+  int rc = 0;
+  while (rc == 0 && n < c->R) {
+    if (atomic_load(&c->stop_fills)) {
+      rc = bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
+      break;
+    }
+    if ((rc = check_abandoned(c, f)) != 0 || (rc = bc__interrupt_poll()) != 0) break;
+    int r = c->src.next(c->src.payload, p->handle, buf);
+    if (r < 0 || r > 1) {
+      rc = r < 0 ? r : source_error(r, "next");
+      break;
+    }
+    if (r == 0) {
+      *ended = true;
+      break;
+    }
+    p->pos++;
+    n++;
+    h = bc__sum_add(h, buf->data, buf->size);
+  }
+  atomic_fetch_add(&c->stats.records_skipped, n);
+  if (rc != 0) return rc;
+  char what[200];
+  if (*ended && start + n < atomic_load(&c->known_length)) {
+    snprintf(what, sizeof what, "the source now ends after %llu records, but "
+             "%llu are known", (unsigned long long)(start + n),
+             (unsigned long long)atomic_load(&c->known_length));
+    return source_changed(c, what);
+  }
+  if (h != sum) {
+    snprintf(what, sizeof what, "records %llu..%llu (shard %llu) came out "
+             "different from the ones stored", (unsigned long long)start,
+             (unsigned long long)(start + c->R), (unsigned long long)shard);
+    return source_changed(c, what);
+  }
+  checked_set(c, shard);
+  return 0;
+}
+
+/* Moves leased pass p to `target` (a shard's first record), checking the
+ * whole shards it crosses (above).  *ended: the source ended first (the
+ * pass then sits at the end). */
+static int pass_cross(bc_cache *c, const bc__filling *f, bc__pass *p,
+                      uint64_t target, bc_buf *buf, bool *ended) {
+  *ended = false;
+  /* A seekable source opens its pass at the target (or close before it):
+   * nothing whole is crossed. */
+  if (c->src.open_at != NULL) return pass_advance(c, p, target, buf, ended);
+  int rc = 0;
+  while (rc == 0 && !*ended && p->pos < target) {
+    uint64_t shard = p->pos / c->R, next = (shard + 1) * c->R;
+    if (p->pos % c->R != 0 || next > target) {
+      rc = pass_advance(c, p, next < target ? next : target, buf, ended);
+      continue;
+    }
+    crossing x;
+    if ((rc = crossing_read(c, shard, &x)) != 0) break;
+    if (x.have_sum && !checked_get(c, shard))
+      rc = cross_check(c, f, p, shard, x.sum, buf, ended);
+    else
+      rc = pass_advance(c, p, next, buf, ended);
+  }
+  return rc;
+}
+
+/* Fills shard f->shard, which this process has claimed (claim f->token).
+ * *queued: its publish was queued (publish-behind): the shard is readable
+ * from its scratch file (f->readable) and the claim stays until the
+ * publisher is done with it. */
+static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
+                bc_bag **bag) {
+  *queued = false;
+  uint64_t shard = f->shard;
+  uint64_t start = shard * c->R;
+  size_t slot = 0;
+  int rc = pass_lease(c, start, mode, &slot);
+  if (rc != 0) return rc;
+  bc__pass *p = &c->pool.passes[slot];
+  bc_buf buf = BC_BUF_INIT;
+  bool ended = false, keep = false;
+  char note[160] = "";
+  if (c->src.open_at != NULL && p->opened_at > 0) /* a pass from 0 is open()'s */
+    snprintf(note, sizeof note, " (its pass was opened at record %llu with the "
+             "source's open_at)", (unsigned long long)p->opened_at);
+  if ((rc = pass_cross(c, f, p, start, &buf, &ended)) != 0) goto cleanup;
+  if (ended) { /* the source has no record `start` */
+    rc = record_end(c, shard, p->pos);
+    if (rc == 0)
+      rc = bc__error(BC_ERANGE, "%s: the source ends after %llu records",
+                     c->root, (unsigned long long)p->pos);
+    goto cleanup;
+  }
+  rc = fill_records(c, f, p, &buf, note, queued, bag, &ended);
+  keep = rc == 0 && !ended;
+cleanup:
+  bc_buf_release(&buf);
   /* A pass that failed cannot be trusted to continue; one that ended is
    * useless; otherwise it now sits at the next shard's start. */
   pass_return(c, slot, keep);
@@ -839,10 +1007,9 @@ int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
       pthread_mutex_unlock(&reg->lock);
       return bc__error(BC_ENOMEM, "out of memory");
     }
-    static _Atomic uint64_t next_token = 1;
     f->shard = shard;
     f->cache = c;
-    f->token = atomic_fetch_add(&next_token, 1);
+    f->token = fill_token();
     atomic_init(&f->abandoned, false);
     f->refs = 1;
     f->next = reg->list;

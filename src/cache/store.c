@@ -200,8 +200,11 @@ int bc__store_record_end(const bc__store *s, uint64_t shard, uint64_t end) {
   if (rc == 0 && known > end)
     rc = bc__error(BC_ENONDET,
                    "%s: the source ended after %llu records, but %llu were "
-                   "seen before: the iterator is not deterministic", s->root,
-                   (unsigned long long)end, (unsigned long long)known);
+                   "seen before: the source changed since the cache was "
+                   "filled (or it is not deterministic); to start over, clear "
+                   "the cache (bagcache cache clear %s) or use a new root",
+                   s->root, (unsigned long long)end, (unsigned long long)known,
+                   s->root);
   if (rc == 0) rc = put_final_length(s, t, end);
   if (rc == 0) rc = o->del(t, shard);
   return finish(s, t, rc);

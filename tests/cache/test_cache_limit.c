@@ -337,6 +337,91 @@ static void test_nondeterministic_length(void **state) {
   get_ok(f->c, 99, true);
 }
 
+/* Issue 26: a root filled from one source, then opened with another.
+ * Shards 0 and 9 are stored (the pass to shard 9 crossed 1..8 without
+ * keeping them); a new process's source has other bytes (variant
+ * "bytes") or ends after 5 records ("length").  Reading record 25 (shard
+ * 2, never filled) moves a pass across stored shard 0: its records are
+ * compared with shard 0's recorded checksum, and the difference is
+ * BC_ENONDET, saying the source changed and how to start over, with
+ * nothing published.  Before, shard 2 was filled from the new source
+ * (mixing two datasets) and the short one was blamed on the iterator. */
+static void crossed_shard_checked(fixture *f, uint64_t ends_after) {
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  bc_cache_options o = limited(10, 0);
+  open_with(f, &cfg, &o);
+  get_ok(f->c, 5, true);
+  get_ok(f->c, 95, true);
+  assert_int_equal(present_set(f->c, 10), 0x201);
+  assert_int_equal(stats_of(f->c).records_skipped, 80);
+  bc_cache_close(f->c);
+  f->c = NULL;
+  ts_shared_free(f->sh);
+  f->sh = NULL;
+  cfg.nondet_pass = 0; /* every pass of the new source differs */
+  cfg.nondet_n = ends_after;
+  open_with(f, &cfg, &o);
+  bc_buf *b = &f->buf;
+  CU_RC(bc_cache_get(f->c, 25, b), BC_ENONDET);
+  const char *msg = bc_errmsg();
+  const char *want = ends_after ? "the source now ends after 5 records, but 100 are known"
+                                : "records 0..10 (shard 0) came out different from the ones stored";
+  if (strstr(msg, want) == NULL ||
+      strstr(msg, "the source changed since the cache was filled") == NULL ||
+      strstr(msg, "bagcache cache clear ") == NULL)
+    fail_msg("message: %s", msg);
+  /* The pass read shard 0's records (next(), not skip()) and stopped. */
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.records_skipped, ends_after ? 5 : 10);
+  assert_int_equal(st.records_written, 0);
+  assert_int_equal(st.fills + st.regenerations, 0);
+  assert_int_equal(present_set(f->c, 10), 0x201);
+  assert_int_equal(st.length, 100);
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  /* Again: the same error (a check that failed is not remembered as done). */
+  CU_RC(bc_cache_get(f->c, 25, b), BC_ENONDET);
+  /* Stored records are still served as they are. */
+  get_ok(f->c, 5, true);
+}
+
+static void test_crossed_shard_checked(void **state) {
+  crossed_shard_checked(*state, 0);
+}
+static void test_crossed_shard_checked_length(void **state) {
+  crossed_shard_checked(*state, 5);
+}
+
+/* A crossed shard is checked once per process: a shard this process
+ * filled, or matched once, is skipped (skip()) by later passes. */
+static void test_crossed_shard_checked_once(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  cfg.with_skip = true;
+  bc_cache_options o = limited(10, 0);
+  o.max_passes = 1;
+  open_with(f, &cfg, &o);
+  get_ok(f->c, 5, true);  /* shard 0, filled here: checked */
+  get_ok(f->c, 95, true); /* skips 10..89 */
+  assert_int_equal(atomic_load(&f->sh->skipped), 80);
+  bc_cache_close(f->c);
+  f->c = NULL;
+  open_with(f, &cfg, &o); /* a new cache object: nothing checked yet */
+  uint64_t produced = atomic_load(&f->sh->produced);
+  get_ok(f->c, 25, true); /* crosses shard 0: read and matched, then 10..19 skipped */
+  assert_int_equal(atomic_load(&f->sh->produced) - produced, 10 + 10);
+  assert_int_equal(atomic_load(&f->sh->skipped), 80 + 10);
+  get_ok(f->c, 45, true); /* the pass goes on from 30: 30..39 skipped */
+  assert_int_equal(atomic_load(&f->sh->produced) - produced, 30);
+  assert_int_equal(atomic_load(&f->sh->skipped), 100);
+  /* Shard 1: behind the one pass, which restarts from 0: shard 0 is
+   * checked now, so it is skipped. */
+  get_ok(f->c, 15, true);
+  assert_int_equal(atomic_load(&f->sh->produced) - produced, 40);
+  assert_int_equal(atomic_load(&f->sh->skipped), 110);
+}
+
 /* The first fill of a shard must not shorten a length already known final
  * from later shards: a pass that ends inside shard 5 although shard 9 (up
  * to 95) was published is a nondeterministic source, not an end. */
@@ -581,6 +666,9 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_nondeterministic_length, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_crossed_shard_checked, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_crossed_shard_checked_length, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_crossed_shard_checked_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nondeterministic_length_first_fill,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_evicted_readers_released, setup,
