@@ -321,9 +321,66 @@ def test_nondeterministic_iterator_names_the_shard(tmp_path):
     shift.write_text("1")  # ... by an iterator that now gives other records
     again = LoadIt(Shifted(50, str(shift)), root_dir=root, max_shard_length=10,
                    preload_fn=None)
-    with pytest.raises(bagcache.NondeterministicError, match=r"shard 1 \(records 10\.\.20\)"):
+    # The pass to shard 1 crosses stored shard 0 first, and compares it.
+    with pytest.raises(bagcache.NondeterministicError,
+                       match=r"records 0\.\.10 \(shard 0\) came out different"):
         again[12]
     assert again[25] == item(25)  # untouched shards still read
+
+
+def test_changed_source_is_caught_where_a_pass_crosses_stored_records(tmp_path):
+    # Issue 26: a root filled from `a`, opened again with `b`.  Shards 0
+    # and 9 are stored (the pass to 999 skipped 100..899); record 250's
+    # shard was never filled, and the pass to it crosses stored shard 0:
+    # its records are compared with shard 0's checksum.  Before, [250]
+    # returned ('B', 250) beside [5] == ('A', 5), nothing raised.
+    def a():
+        for i in range(1000):
+            yield ("A", i)
+
+    def b():
+        for i in range(500):
+            yield ("B", i)
+
+    root = str(tmp_path / "c")
+    first = LoadIt(root, a, max_shard_length=100, preload_fn=None)
+    assert first[5] == ("A", 5) and first[999] == ("A", 999)
+    first.close()
+    again = LoadIt(root, b, max_shard_length=100, preload_fn=None)
+    assert again[5] == ("A", 5)  # stored records are served as stored
+    for _ in range(2):  # the same error each time, nothing published
+        with pytest.raises(bagcache.NondeterministicError) as e:
+            again[250]
+        msg = str(e.value)
+        assert "records 0..100 (shard 0) came out different from the ones stored" in msg
+        assert "the source changed since the cache was filled" in msg
+        assert f"bagcache cache clear {root}" in msg
+    assert sorted(os.listdir(os.path.join(root, "shards"))) == ["0.100.bag", "900.1000.bag"]
+    st = again.stats()
+    assert (st["fills"], st["records_written"], st["records_skipped"]) == (0, 0, 200)
+    again.close()
+
+
+def test_source_now_shorter_than_the_stored_records(tmp_path):
+    # The length case: a source that now ends inside stored records.
+    def a():
+        for i in range(1000):
+            yield ("A", i)
+
+    def short():
+        for i in range(50):
+            yield ("A", i)
+
+    root = str(tmp_path / "c")
+    first = LoadIt(root, a, max_shard_length=100, preload_fn=None)
+    assert first[5] == ("A", 5) and first[999] == ("A", 999)
+    first.close()
+    again = LoadIt(root, short, max_shard_length=100, preload_fn=None)
+    with pytest.raises(bagcache.NondeterministicError,
+                       match=r"the source now ends after 50 records, but 1000 are known: "
+                             r"the source changed since the cache was filled"):
+        again[250]
+    again.close()
 
 
 def test_raw_serializer_and_bad_records(tmp_path):
