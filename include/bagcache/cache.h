@@ -447,6 +447,8 @@ typedef struct bc_cache_stats {
   uint64_t publish_batches;  /* its transactions (one per batch) */
   uint64_t publish_largest;  /* shards in its largest batch */
   uint64_t publish_failures; /* queued shards whose publish failed */
+  uint64_t shards_kept;      /* shards a pass published on its way to another
+                                one (not in fills or regenerations) */
 } bc_cache_stats;
 
 int bc_cache_stats_get(bc_cache *cache, bc_cache_stats *stats);

@@ -335,6 +335,7 @@ static void cache_destroy(bc_seq *self) {
   bc__publisher_destroy(&c->publisher);
   free(c->pool.passes);
   free(c->pool.checked);
+  free(c->pool.nokeep);
   free(c->prefetch.workers);
   free(c->root);
   free(c->shards_dir);
@@ -791,6 +792,8 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
     uint64_t largest = 0;
     unsigned prefetched, shards = bc__limit_shards(opts, &prefetched);
     if ((rc = largest_shard(c, &largest)) != 0) goto fail;
+    /* (Also what a claim reserves, and a shard kept on a pass's way.) */
+    atomic_store(&c->shard_bytes_seen, largest);
     if (largest != 0 && opts->disk_limit / shards < largest) {
       rc = bc__limit_error(c->root, opts->disk_limit, shards, prefetched, largest,
                            "the largest shard present");
@@ -957,6 +960,7 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   st->publish_batches = atomic_load(&c->publisher.batches);
   st->publish_largest = atomic_load(&c->publisher.largest);
   st->publish_failures = atomic_load(&c->publisher.failures);
+  st->shards_kept = atomic_load(&c->stats.shards_kept);
   st->evictions = atomic_load(&c->stats.evictions);
   st->passes_opened = atomic_load(&c->stats.passes_opened);
   st->records_skipped = atomic_load(&c->stats.records_skipped);

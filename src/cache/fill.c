@@ -327,7 +327,8 @@ static void note_shard_bytes(bc_cache *c, uint64_t bytes) {
  * opened at), "" when none. */
 static int publish(bc_cache *c, uint64_t shard, uint64_t token,
                    const char *scratch, uint64_t records, uint64_t checksum,
-                   bool ended, const char *note, bool *regenerated) {
+                   bool ended, const char *note, bool no_evict,
+                   bool *regenerated) {
   struct stat st;
   if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
   pass_snapshot ps; /* taken before the transaction: no lock inside it */
@@ -337,7 +338,8 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
       .size = (uint64_t)st.st_size, .checksum = checksum, .ended = ended,
       .zstd = c->zstd, .note = note, .default_limit = c->opts.disk_limit,
       .passes = ps.pos, .npasses = ps.n, .seekable = c->src.open_at != NULL,
-      .bump = bc__access_bump, .bump_arg = c};
+      .no_evict = no_evict, .bump = bc__access_bump, .bump_arg = c};
+  q.spare = no_evict ? q.size : 0;
   q.need = bc__limit_shards(&c->opts, &q.prefetched);
   note_shard_bytes(c, q.size);
   bc__victims victims = {0};
@@ -583,7 +585,8 @@ static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
  * (*queued: the shard is readable from its scratch file, f->readable, and
  * the claim stays until the publisher is done with it).  *ended: the
  * source ended in it (a short last shard, published; or none at all:
- * BC_ERANGE, the end recorded). */
+ * BC_ERANGE, the end recorded).  f->kept: a shard kept on the way, whose
+ * synchronous publish evicts nothing (BC_ENOSPC without room). */
 static int fill_records(bc_cache *c, bc__filling *f, bc__pass *p, bc_buf *buf,
                         const char *note, bool *queued, bc_bag **bag,
                         bool *ended) {
@@ -664,10 +667,11 @@ static int fill_records(bc_cache *c, bc__filling *f, bc__pass *p, bc_buf *buf,
   }
   if (!*queued) {
     bool regenerated = false;
-    rc = publish(c, shard, f->token, scratch, n, sum, *ended, note,
+    rc = publish(c, shard, f->token, scratch, n, sum, *ended, note, f->kept,
                  &regenerated);
     if (rc == 0)
-      atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
+      atomic_fetch_add(f->kept ? &c->stats.shards_kept
+                       : regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
   }
   if (rc == 0) checked_set(c, shard); /* this process's pass produced it */
 cleanup:
@@ -694,47 +698,70 @@ static uint64_t fill_token(void) {
 /* ---- the shards a pass crosses ------------------------------------------------------
  *
  * A fill's pass moves from where it stands to the target's first record
- * (doc/cache.md, "The determinism check").  For a source that cannot
- * seek, each whole shard it crosses whose checksum the state holds
- * (recorded at its first publish, kept after eviction) and that no pass
- * of this process has matched or produced yet is read (next(), not
- * skip(): its records' bytes are needed) and compared with it: a source
- * that changed since the cache was filled is BC_ENONDET before the pass
- * goes on.  Other shards are skipped as before (skip(), or read and
- * dropped).  Either way their records count in records_skipped. */
+ * (doc/cache.md, "Shards on the way").  For a source that cannot seek,
+ * each whole shard it crosses is
+ *   - kept when no process has it (no state: not cached, not claimed):
+ *     claimed and filled from the pass like any fill (checksum, sidecar,
+ *     publish or publish-behind, its room reserved at its claim), except
+ *     that nothing is evicted for it: under a disk limit it is kept only
+ *     if the limit has room for it and for one more shard (the next
+ *     miss's claim) as it is;
+ *   - else, when the state holds a checksum of its records (recorded at
+ *     its first publish, kept after eviction) that no pass of this
+ *     process has matched or produced yet, read (next(), not skip(): its
+ *     records' bytes are needed) and compared with it: a source that
+ *     changed since the cache was filled is BC_ENONDET before the pass
+ *     goes on;
+ *   - else skipped as before (skip(), or read and dropped).
+ * Records kept count in records_written (the shards in shards_kept), the
+ * others in records_skipped. */
 
-/* Whether shard `shard` is checked (its records matched, or produced by
- * this process's passes); `set`: it is now.  The pool's lock, alone. */
-static bool checked_get(bc_cache *c, uint64_t shard) {
+/* The pool's per-shard bits (passes.h): `checked` (its records matched,
+ * or produced by this process's passes) and `nokeep` (keeping it on a
+ * pass's way failed: later passes skip it).  The pool's lock, alone. */
+typedef enum { BIT_CHECKED, BIT_NOKEEP } shard_bit;
+
+static bool bit_get(bc_cache *c, shard_bit which, uint64_t shard) {
   bool on = false;
   pthread_mutex_lock(&c->pool.lock);
+  uint64_t *bits = which == BIT_CHECKED ? c->pool.checked : c->pool.nokeep;
   if (shard / 64 < c->pool.checked_words)
-    on = (c->pool.checked[shard / 64] >> (shard % 64)) & 1;
+    on = (bits[shard / 64] >> (shard % 64)) & 1;
   pthread_mutex_unlock(&c->pool.lock);
   return on;
 }
 
-static void checked_set(bc_cache *c, uint64_t shard) {
+static void bit_set(bc_cache *c, shard_bit which, uint64_t shard) {
   pthread_mutex_lock(&c->pool.lock);
   if (shard / 64 >= c->pool.checked_words && shard / 64 < SIZE_MAX / 16) {
-    size_t words = (size_t)(shard / 64) * 2 + 1;
-    uint64_t *grown = realloc(c->pool.checked, words * sizeof *grown);
-    if (grown != NULL) { /* (out of memory: it is checked again later) */
-      memset(grown + c->pool.checked_words, 0,
-             (words - c->pool.checked_words) * sizeof *grown);
-      c->pool.checked = grown;
+    size_t words = (size_t)(shard / 64) * 2 + 1, old = c->pool.checked_words;
+    uint64_t *a = realloc(c->pool.checked, words * sizeof *a);
+    if (a != NULL) c->pool.checked = a;
+    uint64_t *b = a ? realloc(c->pool.nokeep, words * sizeof *b) : NULL;
+    if (b != NULL) c->pool.nokeep = b;
+    if (a != NULL && b != NULL) { /* (out of memory: not recorded) */
+      memset(a + old, 0, (words - old) * sizeof *a);
+      memset(b + old, 0, (words - old) * sizeof *b);
       c->pool.checked_words = words;
     }
   }
+  uint64_t *bits = which == BIT_CHECKED ? c->pool.checked : c->pool.nokeep;
   if (shard / 64 < c->pool.checked_words)
-    c->pool.checked[shard / 64] |= (uint64_t)1 << (shard % 64);
+    bits[shard / 64] |= (uint64_t)1 << (shard % 64);
   pthread_mutex_unlock(&c->pool.lock);
 }
 
+static bool checked_get(bc_cache *c, uint64_t shard) {
+  return bit_get(c, BIT_CHECKED, shard);
+}
+
+static void checked_set(bc_cache *c, uint64_t shard) { bit_set(c, BIT_CHECKED, shard); }
+
 /* What the state says of shard `shard` crossed by a pass (one read
- * transaction): the checksum recorded at its first publish, if any. */
+ * transaction): whether it has an entry (PRESENT or claimed), and the
+ * checksum recorded at its first publish, if any. */
 typedef struct {
-  bool have_sum;
+  bool found, have_sum;
   uint64_t sum;
 } crossing;
 
@@ -744,7 +771,9 @@ static int crossing_read(bc_cache *c, uint64_t shard, crossing *x) {
   *x = (crossing){0};
   int rc = s->ops->begin(s->impl, false, &t);
   if (rc != 0) return rc;
-  rc = s->ops->sum_get(t, shard, &x->sum, &x->have_sum);
+  bc__shard_rec rec;
+  rc = s->ops->get(t, shard, &rec, &x->found);
+  if (rc == 0) rc = s->ops->sum_get(t, shard, &x->sum, &x->have_sum);
   s->ops->abort(t);
   return rc;
 }
@@ -804,9 +833,89 @@ static int cross_check(bc_cache *c, const bc__filling *f, bc__pass *p,
   return 0;
 }
 
-/* Moves leased pass p to `target` (a shard's first record), checking the
- * whole shards it crosses (above).  *ended: the source ended first (the
- * pass then sits at the end). */
+/* Claims crossed shard `shard` to keep it (fill `token`): under a disk
+ * limit the claim reserves the largest shard size seen, evicting nothing,
+ * and only where the limit holds that and as much again (the next miss's
+ * claim); with no size seen yet the synchronous publish decides the same
+ * way.  *room: what the fill may publish behind it (0 without
+ * publish-behind: it publishes synchronously); *no_room: claimed but not
+ * to be kept (the caller releases the claim). */
+static int claim_to_keep(bc_cache *c, uint64_t shard, uint64_t token,
+                         bc__shard_rec *rec, bool *claimed, uint64_t *room,
+                         bool *no_room) {
+  *room = 0;
+  *no_room = false;
+  uint64_t estimate = atomic_load(&c->shard_bytes_seen);
+  bc__publish_req q = {
+      .shard = shard, .token = token, .size = estimate, .records = c->R,
+      .default_limit = c->opts.disk_limit, .seekable = false,
+      .no_evict = true, .spare = estimate, .bump = bc__access_bump,
+      .bump_arg = c};
+  q.need = bc__limit_shards(&c->opts, &q.prefetched);
+  bc__victims victims = {0};
+  int rc = bc__store_claim_room(&c->store, &q, rec, claimed, room, &victims);
+  bc__victims_free(&victims); /* (none: nothing is evicted) */
+  /* Under a limit a known size that found no room: not kept. */
+  if (rc == 0 && *claimed && *room == 0 && estimate > 0) *no_room = true;
+  /* The reservation stays in the claim until its publish; without
+   * publish-behind that publish is synchronous. */
+  if (!c->opts.publish_behind || atomic_load(&c->publisher.closed)) *room = 0;
+  return rc;
+}
+
+/* Keeps crossed shard `shard` (no process has it): becomes this process's
+ * filler of it, claims it and fills it from pass p as any fill (its
+ * publish queued or made).  *tried: the pass read its records (else the
+ * shard is not kept and the caller crosses it otherwise).  A shard the
+ * limit has no room for is dropped after all (its records read). */
+static int cross_keep(bc_cache *c, bc__pass *p, uint64_t shard, bc_buf *buf,
+                      bool *tried, bool *ended) {
+  bc__filling *g = NULL, *other = NULL;
+  uint64_t token = fill_token();
+  *tried = false;
+  int rc = bc__fill_enter(c, shard, token, &g, &other);
+  if (rc != 0) return rc;
+  if (other != NULL) { /* a thread of ours fills it */
+    bc__fill_put(c, other);
+    return 0;
+  }
+  bc__shard_rec rec;
+  bool claimed = false, queued = false, no_room = false;
+  uint64_t room = 0;
+  rc = claim_to_keep(c, shard, token, &rec, &claimed, &room, &no_room);
+  if (rc == 0 && claimed && no_room) {
+    release_claim(c, shard, token, 0);
+  } else if (rc == 0 && claimed) {
+    *tried = true;
+    g->room = room;
+    g->kept = true;
+    rc = fill_records(c, g, p, buf, "", &queued, NULL, ended);
+    if (rc != 0 && rc != BC_ERANGE) release_claim(c, shard, token, rc);
+    /* No room after all (or the disk full): the records were read. */
+    if (rc == BC_ENOSPC && p->pos == (shard + 1) * c->R) rc = 0;
+    /* Any other failure fails the pass and the fill it was on its way to;
+     * after one of the source or the disk (not an interruption or a
+     * close), later passes skip this shard rather than keep it (a record
+     * the source cannot produce but can skip stays out of their way). */
+    if (rc != 0 && rc != BC_ERANGE && rc != BC_ECANCELED && rc != BC_ECLOSED)
+      bit_set(c, BIT_NOKEEP, shard);
+  }
+  bc__fill_registry *reg = bc__env_fills(c->env);
+  pthread_mutex_lock(&reg->lock);
+  if (!queued && !g->done) { /* (queued: the publisher marks it done) */
+    g->done = true;
+    if (rc != 0 && rc != BC_ERANGE) bc_error_save(&g->err, rc);
+  }
+  pthread_cond_broadcast(&reg->cond);
+  filling_put(reg, g);
+  pthread_mutex_unlock(&reg->lock);
+  return rc;
+}
+
+/* Moves leased pass p to `target` (a shard's first record), keeping or
+ * checking the whole shards it crosses (above).  *ended: the source ended
+ * first (the pass then sits at the end; a kept shard that found the end
+ * recorded it). */
 static int pass_cross(bc_cache *c, const bc__filling *f, bc__pass *p,
                       uint64_t target, bc_buf *buf, bool *ended) {
   *ended = false;
@@ -822,6 +931,15 @@ static int pass_cross(bc_cache *c, const bc__filling *f, bc__pass *p,
     }
     crossing x;
     if ((rc = crossing_read(c, shard, &x)) != 0) break;
+    if (!x.found && !bit_get(c, BIT_NOKEEP, shard)) {
+      bool tried = false;
+      rc = cross_keep(c, p, shard, buf, &tried, ended);
+      if (rc == BC_ERANGE) { /* the end, at its first record: recorded */
+        rc = 0;
+        *ended = true;
+      }
+      if (tried || rc != 0) continue;
+    }
     if (x.have_sum && !checked_get(c, shard))
       rc = cross_check(c, f, p, shard, x.sum, buf, ended);
     else
@@ -1291,7 +1409,7 @@ void bc__fill_release_claim(bc_cache *c, uint64_t shard, uint64_t token,
 int bc__fill_publish(bc_cache *c, uint64_t shard, uint64_t token,
                      const char *scratch, uint64_t records, uint64_t checksum,
                      bool ended, bool *regenerated) {
-  return publish(c, shard, token, scratch, records, checksum, ended, "",
+  return publish(c, shard, token, scratch, records, checksum, ended, "", false,
                  regenerated);
 }
 

@@ -220,7 +220,7 @@ struct bc_cache {
   struct {
     atomic_uint_fast64_t shard_opens, fills, regenerations, evictions,
         passes_opened, records_skipped, records_written, waits,
-        miss_ns;
+        miss_ns, shards_kept;
   } stats;
 };
 

@@ -480,10 +480,19 @@ static int make_room(const bc__store *s, bc__store_txn *t,
   if (rc == 0 && q->bump != NULL) rc = q->bump(q->bump_arg, s, t, &st->clock);
   reserve_walk rw = {.q = q, .nkeep = nkeep};
   if (rc == 0) rc = s->ops->each(t, note_reserved, &rw);
+  if (q->no_evict) size += q->spare;
   while (rc == 0 && st->bytes + rw.reserved + size > st->limit) {
     uint64_t victim = 0;
     bc__shard_rec vrec = {0};
     bool any = false;
+    if (q->no_evict) { /* room only if it is there already */
+      if (full != NULL)
+        *full = true;
+      else
+        rc = bc__error(BC_ENOSPC, "%s: no room under the disk limit %llu "
+                       "without evicting", s->root, (unsigned long long)st->limit);
+      break;
+    }
     rc = bc__store_pick_victim(s, t, q, &victim, &vrec, &any);
     if (rc == 0 && !any && full != NULL) {
       *full = true;

@@ -189,6 +189,12 @@ struct bc__publish_req {
   const uint64_t *passes;
   size_t npasses;
   bool seekable;
+  /* A shard kept on a pass's way (doc/cache.md, "Shards on the way"):
+   * nothing is evicted for it, and the limit must also keep `spare` bytes
+   * free beside it (the next miss's claim).  Without that room a publish
+   * fails with BC_ENOSPC and a claim reserves nothing. */
+  bool no_evict;
+  uint64_t spare;
   /* Applied in the transaction before victims are picked (this process's
    * pending access-clock bumps), NULL for none. */
   int (*bump)(void *arg, const bc__store *s, bc__store_txn *t, uint64_t *clock);

@@ -89,16 +89,21 @@ static void test_first_read_past_end(void **state) {
   fx_open(f, &cfg, &o);
   bc_buf b = BC_BUF_INIT;
   /* Shard 100 lies beyond the end: the fill discovers the end (95) while
-   * moving to it, records it, and reports BC_ERANGE. */
+   * moving to it, records it, and reports BC_ERANGE.  The shards it
+   * crossed are kept (no limit), the short last one (90..95) with them. */
   CU_RC(bc_cache_get(f->c, 1005, &b), BC_ERANGE);
   bc_cache_stats st = fx_stats(f->c);
   assert_true(st.length_final);
   assert_int_equal(st.length, 95);
-  assert_int_equal(st.shards_present, 0);
+  assert_int_equal(st.shards_present, 10);
+  assert_int_equal(st.shards_kept, 10);
+  assert_int_equal(st.fills, 0);
+  assert_int_equal(st.records_written, 95);
+  assert_int_equal(st.records_skipped, 0);
   size_t files = 0;
   char *sd = fx_shards_dir(f);
   cu_dir_bytes(sd, &files);
-  assert_int_equal(files, 0);
+  assert_int_equal(files, 10);
   /* Asking again costs nothing: the end is known. */
   uint64_t opens = atomic_load(&f->sh->opens);
   CU_RC(bc_cache_get(f->c, 100, &b), BC_ERANGE);
@@ -636,7 +641,9 @@ static void test_known_length(void **state) {
   CU_OK(bc_cache_get(f->c, -1, &b));
   assert_true(ts_matches(56, false, &b));
   assert_int_equal(atomic_load(&f->sh->opens), 1);
-  assert_int_equal(atomic_load(&f->sh->produced), 7); /* records 50..56 */
+  /* Records 50..56, and 0..49 on the way (kept: no limit). */
+  assert_int_equal(atomic_load(&f->sh->produced), 57);
+  assert_int_equal(fx_stats(f->c).shards_kept, 5);
   cu_check_all(f->c, 57, false);
   bc_buf_release(&b);
 }

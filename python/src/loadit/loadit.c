@@ -518,7 +518,7 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
   if (rc != 0) return bcpy_raise(rc, NULL);
   return Py_BuildValue(
       "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,"
-      "s:K,s:K,s:K,s:K,s:K}", "length",
+      "s:K,s:K,s:K,s:K,s:K,s:K}", "length",
       (unsigned long long)st.length, "length_final", st.length_final ? Py_True : Py_False,
       "shard_records", (unsigned long long)st.shard_records, "shards_present",
       (unsigned long long)st.shards_present, "bytes_on_disk",
@@ -534,7 +534,8 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
       "publishes_queued", (unsigned long long)st.publishes_queued,
       "publish_batches", (unsigned long long)st.publish_batches,
       "publish_largest", (unsigned long long)st.publish_largest,
-      "publish_failures", (unsigned long long)st.publish_failures);
+      "publish_failures", (unsigned long long)st.publish_failures,
+      "shards_kept", (unsigned long long)st.shards_kept);
 }
 
 static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
