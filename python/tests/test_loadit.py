@@ -385,6 +385,29 @@ def test_source_now_shorter_than_the_stored_records(tmp_path):
     again.close()
 
 
+def test_records_on_the_way_are_kept(tmp_path):
+    # Issue 26: without a limit, the shards a pass produces on its way to
+    # a record are kept (written, checksummed, published like any other),
+    # so a later read of one costs the iterator nothing.  Before,
+    # loader[150] kept one shard (records_skipped 150) and loader[140]
+    # ran the iterator over 140 records again.
+    src = Source(300)
+    root = str(tmp_path / "c")
+    loader = LoadIt(root, src, max_shard_length=10, preload_fn=None)
+    assert loader[150] == item(150)
+    st = loader.stats()
+    assert (st["shards_present"], st["shards_kept"], st["fills"]) == (16, 15, 1)
+    assert (st["records_written"], st["records_skipped"]) == (160, 0)
+    assert loader[140] == item(140)
+    again = loader.stats()
+    assert again["records_generated"] == st["records_generated"] == 160
+    assert src.passes == 1 and again["misses"] == 1
+    loader.close()
+    assert sorted(os.listdir(os.path.join(root, "shards"))) == sorted(
+        f"{s}.{s + 10}.bag" for s in range(0, 160, 10))
+    assert bagcache.LoadIt(root, None)[55] == item(55)  # readable without a source
+
+
 def test_raw_serializer_and_bad_records(tmp_path):
     data = [b"rec%d" % i * (i % 5) for i in range(60)]
     loader = LoadIt(lambda: iter(data), root_dir=str(tmp_path / "a"), max_shard_length=8,

@@ -353,6 +353,61 @@ static void test_working_set_converges_no_skip(void **state) {
   replay_working_set(*state, false, WS, READS);
 }
 
+/* Issue 26: the shards a pass crosses on its way are kept.  No limit:
+ * record 150 of a fresh root leaves shards 0..15, and record 140 then
+ * costs the source nothing. */
+static void test_shards_on_the_way_kept(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(200);
+  cfg.fixed = true;
+  bc_cache_options o = fx_quiet_options(10);
+  fx_open(f, &cfg, &o);
+  fx_get_fixed_ok(f->c, 150);
+  bc_cache_stats st = fx_stats(f->c);
+  assert_int_equal(st.shards_present, 16);
+  assert_int_equal(st.shards_kept, 15);
+  assert_int_equal(st.fills, 1);
+  assert_int_equal(st.records_written, 160);
+  assert_int_equal(st.records_skipped, 0);
+  uint64_t produced = atomic_load(&f->sh->produced);
+  assert_int_equal(produced, 160);
+  fx_get_fixed_ok(f->c, 140);
+  st = fx_stats(f->c);
+  assert_int_equal(atomic_load(&f->sh->produced), produced);
+  assert_int_equal(atomic_load(&f->sh->opens), 1);
+  assert_int_equal(st.fills + st.regenerations + st.shards_kept, 16);
+  cu_check_shards(f->root, true, false); /* complete, checksummed shards */
+  uint64_t bad = 0;
+  CU_OK(bc_cache_verify(f->c, &bad));
+}
+
+/* Under a limit of 4.5 shards, a crossed shard is kept only while the
+ * limit has room for it and one more (the next miss's claim), and
+ * nothing is evicted for it: record 95 of a fresh root keeps 0, 1 and 2
+ * and skips 3..8. */
+static void test_shards_on_the_way_under_a_limit(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  uint64_t size = shard_size(f, &cfg, 10);
+  bc_cache_options o = fx_quiet_options(10);
+  o.disk_limit = 4 * size + size / 2;
+  fx_open(f, &cfg, &o);
+  fx_get_fixed_ok(f->c, 95);
+  bc_cache_stats st = fx_stats(f->c);
+  assert_int_equal(st.shards_kept, 3);
+  assert_int_equal(st.fills, 1);
+  assert_int_equal(st.evictions, 0);
+  assert_int_equal(st.records_written, 40);
+  assert_int_equal(st.records_skipped, 60);
+  bc_cache_shard list[16];
+  size_t n = 0;
+  CU_OK(bc_cache_shards(f->c, list, 16, &n));
+  assert_int_equal(n, 4);
+  const uint64_t starts[4] = {0, 10, 20, 90};
+  for (size_t k = 0; k < n; k++) assert_int_equal(list[k].start, starts[k]);
+}
+
 /* With parked passes, a regeneration costs far less than restarting the
  * source: the same reads with max_passes 1 (the old pool of a source that
  * is not thread-safe) read more records. */
@@ -505,6 +560,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_replay_seekable_two_passes, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_working_set_converges, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_working_set_converges_no_skip, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shards_on_the_way_kept, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shards_on_the_way_under_a_limit, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_parked_passes_cost_less, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_seek_wrong_is_caught, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_seek_past_the_end, fx_setup, fx_teardown),
