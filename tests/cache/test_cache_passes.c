@@ -116,8 +116,8 @@ static void m_fill(model *m, uint64_t s) {
     double best_score = 0;
     for (size_t v = 0; v < SHARDS; v++) {
       if (!m->present[v] || v == s) continue;
-      double k = (double)m_skip_cost(m, pos, npos, v * R) / (double)R;
-      double score = (double)m->la[v] + (double)count * (k > 1 ? 1 : k);
+      double credit = (double)m_skip_cost(m, pos, npos, v * R) / (double)R;
+      double score = (double)m->la[v] + (double)count * (credit > 1 ? 1 : credit);
       if (victim == SIZE_MAX || score < best_score) {
         victim = v;
         best_score = score;
