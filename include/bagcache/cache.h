@@ -460,6 +460,12 @@ typedef struct bc_cache_stats {
   uint64_t publish_batches;  /* its transactions (one per batch) */
   uint64_t publish_largest;  /* shards in its largest batch */
   uint64_t publish_failures; /* queued shards whose publish failed */
+  uint64_t shards_kept;      /* shards a pass published on its way to another
+                                one (not in fills or regenerations) */
+  uint64_t shards_bypassed;  /* shards a read was served from their scratch
+                                file without keeping them: no room under the
+                                limit within a second (room held by other
+                                fills; doc/cache.md, "Room under load") */
   /* The root's counters, summed over every process that has used it
    * (kept in the shared state by the transactions that publish and evict;
    * a root written by a version before them starts them at 0): */
@@ -470,6 +476,8 @@ typedef struct bc_cache_stats {
     uint64_t records_generated; /* records the source produced for them
                                    (written, and skipped on the way) */
     uint64_t bytes_written;     /* bytes of the shard files published */
+    uint64_t shards_kept;       /* shards published on a pass's way to
+                                   another (not in fills or regenerations) */
   } root;
 } bc_cache_stats;
 

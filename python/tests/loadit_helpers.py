@@ -43,6 +43,17 @@ class Source:
             yield item(i)
 
 
+class Seekable:
+    """A seekable create_iter: create_iter(start) yields item(start..n-1),
+    so a fill starts at its shard and crosses nothing."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, start=0):
+        return (item(i) for i in range(start, self.n))
+
+
 class Shifted:
     """A nondeterministic source: item(i + shift) where shift is read from a
     file at each pass."""

@@ -20,7 +20,7 @@ import pytest
 import bagcache
 from bagcache import LoadIt
 
-from loadit_helpers import Shifted, Source, item, shard_bytes
+from loadit_helpers import Seekable, Shifted, Source, item, shard_bytes
 
 
 def model(n):
@@ -136,16 +136,18 @@ def test_first_pass_then_reuse_read_only(tmp_path):
 
 def test_partial_cache_without_source(tmp_path):
     loader = LoadIt(Source(500), root_dir=str(tmp_path), max_shard_length=50, preload_fn=None)
-    assert loader[10] == item(10) and loader[120] == item(120)  # shards 0 and 2
+    # Shards 0 and 2, and 1 kept on the pass's way to 2.
+    assert loader[10] == item(10) and loader[120] == item(120)
     assert loader.worker_positions() == [150]  # one pass, kept where it stopped
+    assert loader.stats()["shards_kept"] == 1
     loader.close()
     ro = LoadIt(str(tmp_path))
-    assert ro[49] == item(49) and ro[100] == item(100)
+    assert ro[49] == item(49) and ro[100] == item(100) and ro[60] == item(60)
     with pytest.raises(bagcache.NotCachedError) as e:
-        ro[60]
+        ro[160]
     assert isinstance(e.value, IndexError)  # what loadit raised
     it = iter(ro)
-    assert [next(it) for _ in range(50)] == model(50)
+    assert [next(it) for _ in range(150)] == model(150)
     with pytest.raises(bagcache.NotCachedError):  # loadit would stop silently
         next(it)
     with pytest.raises(bagcache.NotCachedError):
@@ -321,9 +323,89 @@ def test_nondeterministic_iterator_names_the_shard(tmp_path):
     shift.write_text("1")  # ... by an iterator that now gives other records
     again = LoadIt(Shifted(50, str(shift)), root_dir=root, max_shard_length=10,
                    preload_fn=None)
-    with pytest.raises(bagcache.NondeterministicError, match=r"shard 1 \(records 10\.\.20\)"):
+    # The pass to shard 1 crosses stored shard 0 first, and compares it.
+    with pytest.raises(bagcache.NondeterministicError,
+                       match=r"records 0\.\.10 \(shard 0\) came out different"):
         again[12]
     assert again[25] == item(25)  # untouched shards still read
+
+
+def test_changed_source_is_caught_where_a_pass_crosses_stored_records(tmp_path):
+    # Issue 26: a root filled from `a`, opened again with `b`.  Shards 0
+    # and 9 are stored (`a` seeks: its pass to 999 opened at 900); record
+    # 250's shard was never filled, and the pass to it crosses stored shard
+    # 0: its records are compared with shard 0's checksum.  Before, [250]
+    # returned ('B', 250) beside [5] == ('A', 5), nothing raised.
+    def a(start=0):
+        for i in range(start, 1000):
+            yield ("A", i)
+
+    def b():
+        for i in range(500):
+            yield ("B", i)
+
+    root = str(tmp_path / "c")
+    first = LoadIt(root, a, max_shard_length=100, preload_fn=None)
+    assert first[5] == ("A", 5) and first[999] == ("A", 999)
+    first.close()
+    again = LoadIt(root, b, max_shard_length=100, preload_fn=None)
+    assert again[5] == ("A", 5)  # stored records are served as stored
+    for _ in range(2):  # the same error each time, nothing published
+        with pytest.raises(bagcache.NondeterministicError) as e:
+            again[250]
+        msg = str(e.value)
+        assert "records 0..100 (shard 0) came out different from the ones stored" in msg
+        assert "the source changed since the cache was filled" in msg
+        assert f"bagcache cache clear {root}" in msg
+    assert sorted(os.listdir(os.path.join(root, "shards"))) == ["0.100.bag", "900.1000.bag"]
+    st = again.stats()
+    assert (st["fills"], st["records_written"], st["records_skipped"]) == (0, 0, 200)
+    again.close()
+
+
+def test_source_now_shorter_than_the_stored_records(tmp_path):
+    # The length case: a source that now ends inside stored records.
+    def a(start=0):
+        for i in range(start, 1000):
+            yield ("A", i)
+
+    def short():
+        for i in range(50):
+            yield ("A", i)
+
+    root = str(tmp_path / "c")
+    first = LoadIt(root, a, max_shard_length=100, preload_fn=None)
+    assert first[5] == ("A", 5) and first[999] == ("A", 999)
+    first.close()
+    again = LoadIt(root, short, max_shard_length=100, preload_fn=None)
+    with pytest.raises(bagcache.NondeterministicError,
+                       match=r"the source now ends after 50 records, but 1000 are known: "
+                             r"the source changed since the cache was filled"):
+        again[250]
+    again.close()
+
+
+def test_records_on_the_way_are_kept(tmp_path):
+    # Issue 26: without a limit, the shards a pass produces on its way to
+    # a record are kept (written, checksummed, published like any other),
+    # so a later read of one costs the iterator nothing.  Before,
+    # loader[150] kept one shard (records_skipped 150) and loader[140]
+    # ran the iterator over 140 records again.
+    src = Source(300)
+    root = str(tmp_path / "c")
+    loader = LoadIt(root, src, max_shard_length=10, preload_fn=None)
+    assert loader[150] == item(150)
+    st = loader.stats()
+    assert (st["shards_present"], st["shards_kept"], st["fills"]) == (16, 15, 1)
+    assert (st["records_written"], st["records_skipped"]) == (160, 0)
+    assert loader[140] == item(140)
+    again = loader.stats()
+    assert again["records_generated"] == st["records_generated"] == 160
+    assert src.passes == 1 and again["misses"] == 1
+    loader.close()
+    assert sorted(os.listdir(os.path.join(root, "shards"))) == sorted(
+        f"{s}.{s + 10}.bag" for s in range(0, 160, 10))
+    assert bagcache.LoadIt(root, None)[55] == item(55)  # readable without a source
 
 
 def test_raw_serializer_and_bad_records(tmp_path):
@@ -351,11 +433,12 @@ def test_records_are_pickles_of_the_highest_protocol(tmp_path):
     first = LoadIt(Source(30), root_dir=str(tmp_path / "first"), max_shard_length=10)
     assert list(first) == model(30)
     assert stored(first) == expect
-    # (No prefetching: shard 1 is not read, and must not be filled.)
+    # (No prefetching; shards 0 and 1 are kept on the pass's way to 2.)
     random_read = LoadIt(Source(30), root_dir=str(tmp_path / "read"), max_shard_length=10,
                          preload_fn=None)
     assert random_read[25] == item(25) and random_read[3] == item(3)
-    assert stored(random_read) == {i: expect[i] for i in [*range(0, 10), *range(20, 30)]}
+    assert stored(random_read) == expect
+    assert random_read.stats()["shards_kept"] == 2
 
 
 def test_custom_serializer(tmp_path):
@@ -528,7 +611,8 @@ def test_preload_policies(tmp_path):
         calls.append(idx)
         return [[idx + 3 * msl]]  # loadit's format: lists of indices
 
-    loader = LoadIt(str(tmp_path / "a"), Source(200), max_shard_length=msl,
+    # (Seekable: a fill of shard 3 keeps nothing on its way.)
+    loader = LoadIt(str(tmp_path / "a"), Seekable(200), max_shard_length=msl,
                     preload_fn=my_preload)
     assert loader[5] == item(5)
     deadline = time.time() + 10

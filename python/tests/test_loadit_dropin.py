@@ -9,7 +9,7 @@ import pytest
 
 from bagcache import LoadIt
 
-from loadit_helpers import Source, item
+from loadit_helpers import Seekable, Source, item
 
 np = pytest.importorskip("numpy")
 
@@ -161,8 +161,9 @@ def test_notice_when_a_given_option_differs(tmp_path, caplog, kw, says):
 
 
 def test_writer_pool_positions_as_loadit_tests_read_them(tmp_path):
-    # loadit's test_uses_multiple_writers, on bagcache's passes.
-    loader = LoadIt(str(tmp_path), Source(1000), max_shard_length=16, max_cache_size=10,
+    # loadit's test_uses_multiple_writers, on bagcache's passes (a seekable
+    # source: a pass from 0 would keep the shards on its way to 11).
+    loader = LoadIt(str(tmp_path), Seekable(1000), max_shard_length=16, max_cache_size=10,
                     max_workers=5, iterator_thread_safe=True, preload_fn=None)
     writers = loader.writer_pool.writers
     assert len(writers) == 5 and [w.current_idx for w in writers] == [-1] * 5

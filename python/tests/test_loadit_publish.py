@@ -25,13 +25,14 @@ def test_sync_makes_every_miss_durable(tmp_path):
     root = str(tmp_path / "c")
     with LoadIt(root, records, max_shard_length=R, serializer="raw",
                 preload_fn=None) as loader:
-        for i in (5, 25, 45, 65):  # four misses
+        for i in (5, 25, 45, 65):  # four misses, each keeping a shard on its way
             assert loader[i] == b"record-%04d" % i
         assert loader.sync() is None
-        assert shard_names(root) == ["0.10.bag", "20.30.bag", "40.50.bag", "60.70.bag"]
+        assert shard_names(root) == ["%d.%d.bag" % (s, s + 10) for s in range(0, 70, 10)]
         st = loader.stats()
-        assert st["fills"] == 4
-        assert st["publishes_queued"] == 4  # no limit: every miss publishes behind
+        assert st["fills"] == 4 and st["shards_kept"] == 3
+        # No limit: every shard published behind, the kept ones too.
+        assert st["publishes_queued"] == 7
         assert st["publish_failures"] == 0
         assert loader.sync() is None  # nothing queued: returns at once
     # Another loader without a source reads all four from the disk.

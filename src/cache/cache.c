@@ -335,6 +335,8 @@ static void cache_destroy(bc_seq *self) {
   pthread_mutex_destroy(&c->access.lock);
   bc__publisher_destroy(&c->publisher);
   free(c->pool.passes);
+  free(c->pool.checked);
+  free(c->pool.nokeep);
   free(c->prefetch.workers);
   free(c->root);
   free(c->shards_dir);
@@ -859,6 +861,8 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
     uint64_t largest = 0;
     unsigned prefetched, shards = bc__limit_shards(opts, &prefetched);
     if ((rc = largest_shard(c, &largest)) != 0) goto fail;
+    /* (Also what a claim reserves, and a shard kept on a pass's way.) */
+    atomic_store(&c->shard_bytes_seen, largest);
     if (largest != 0 && opts->disk_limit / shards < largest) {
       rc = bc__limit_error(c->root, opts->disk_limit, shards, prefetched, largest,
                            "the largest shard present");
@@ -1000,7 +1004,8 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
       {"n_fills", &st->root.fills}, {"n_regenerations", &st->root.regenerations},
       {"n_evictions", &st->root.evictions},
       {"n_records_generated", &st->root.records_generated},
-      {"n_bytes_written", &st->root.bytes_written}};
+      {"n_bytes_written", &st->root.bytes_written},
+      {"n_shards_kept", &st->root.shards_kept}};
   for (size_t k = 0; rc == 0 && k < sizeof counters / sizeof counters[0]; k++)
     rc = bc__u64_get(t, bc__dbi_meta(c->env), counters[k].name, counters[k].v, &found);
   if (rc == 0) {
@@ -1033,6 +1038,8 @@ int bc_cache_stats_get(bc_cache *c, bc_cache_stats *st) {
   st->publish_batches = atomic_load(&c->publisher.batches);
   st->publish_largest = atomic_load(&c->publisher.largest);
   st->publish_failures = atomic_load(&c->publisher.failures);
+  st->shards_kept = atomic_load(&c->stats.shards_kept);
+  st->shards_bypassed = atomic_load(&c->stats.bypassed);
   st->evictions = atomic_load(&c->stats.evictions);
   st->passes_opened = atomic_load(&c->stats.passes_opened);
   st->records_skipped = atomic_load(&c->stats.records_skipped);

@@ -265,6 +265,8 @@ int bc_cache_finalize(bc_cache *c) {
   return rc;
 }
 
+static void checked_set(bc_cache *c, uint64_t shard); /* (below) */
+
 /* ---- publishing ------------------------------------------------------------------- */
 
 /* Where this process's passes stand, for the eviction's cost model:
@@ -322,11 +324,13 @@ static void note_shard_bytes(bc_cache *c, uint64_t bytes) {
 /* Publishes the finished shard through the store (store.c has the steps)
  * and drops this process's readers of every shard it evicted.  `note`:
  * appended to determinism errors (the start a seekable source's pass was
- * opened at), "" when none. */
+ * opened at), "" when none.  `skipped`: records the pass produced on its
+ * way to it and dropped (the root's records_generated counts them).
+ * `no_evict`: a shard kept on a pass's way (BC_ENOSPC without room). */
 static int publish(bc_cache *c, uint64_t shard, uint64_t token,
                    const char *scratch, uint64_t records, uint64_t skipped,
-                   uint64_t checksum, bool ended, const char *note, double wait_s,
-                   bool *regenerated) {
+                   uint64_t checksum, bool ended, const char *note, bool no_evict,
+                   double wait_s, bool *regenerated) {
   struct stat st;
   if (stat(scratch, &st) != 0) return bc__error_errno(errno, "%s", scratch);
   pass_snapshot ps; /* taken before the transaction: no lock inside it */
@@ -337,7 +341,8 @@ static int publish(bc_cache *c, uint64_t shard, uint64_t token,
       .ended = ended,
       .zstd = c->zstd, .note = note, .default_limit = c->opts.disk_limit,
       .passes = ps.pos, .npasses = ps.n, .seekable = c->src.open_at != NULL,
-      .bump = bc__access_bump, .bump_arg = c};
+      .no_evict = no_evict, .kept = no_evict, .bump = bc__access_bump, .bump_arg = c};
+  q.spare = no_evict ? q.size : 0;
   q.need = bc__limit_shards(&c->opts, &q.prefetched);
   note_shard_bytes(c, q.size);
   bc__victims victims = {0};
@@ -588,7 +593,8 @@ static int publish_behind(bc_cache *c, bc__filling *f, const char *scratch,
  * gets the shard from its scratch file (*bag, opened before the file is
  * unlinked by fill's cleanup), and the shard is not kept, as if evicted
  * at once; the claim goes.  Without a reader to give it to (bag NULL: a
- * prefetch, a drain) that is BC_ENOSPC, as before. */
+ * prefetch, a drain, a shard kept on a pass's way) that is BC_ENOSPC, as
+ * before. */
 static int bypass(bc_cache *c, bc__filling *f, const char *scratch, uint64_t n,
                   bc_bag **bag) {
   if (bag == NULL) return bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg());
@@ -607,40 +613,28 @@ static int bypass(bc_cache *c, bc__filling *f, const char *scratch, uint64_t n,
   return 0;
 }
 
-/* Fills shard f->shard, which this process has claimed (claim f->token).
- * *queued: its publish was queued (publish-behind): the shard is readable
- * from its scratch file (f->readable) and the claim stays until the
- * publisher is done with it.  *served: not published for lack of room
- * (bypass): *bag is the only reader of its records, the claim is gone. */
-static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
-                bool *served, bc_bag **bag) {
+/* Writes the records of shard f->shard (claimed: f->token) from leased
+ * pass p, standing at its first record, into a scratch file, and
+ * publishes it, or with room reserved (f->room) queues its publish
+ * (*queued: the shard is readable from its scratch file, f->readable, and
+ * the claim stays until the publisher is done with it).  *ended: the
+ * source ended in it (a short last shard, published; or none at all:
+ * BC_ERANGE, the end recorded).  f->kept: a shard kept on the way, whose
+ * synchronous publish evicts nothing and waits for no room (BC_ENOSPC
+ * without it).  *served: not published for lack of room (bypass): *bag is
+ * the only reader of its records, the claim is gone.  `skipped`: records
+ * the pass produced on its way here and dropped. */
+static int fill_records(bc_cache *c, bc__filling *f, bc__pass *p, bc_buf *buf,
+                        const char *note, uint64_t skipped, bool *queued,
+                        bool *served, bc_bag **bag, bool *ended) {
+  uint64_t shard = f->shard, start = shard * c->R, n = 0;
+  bc_buf crcs = BC_BUF_INIT;
+  bc_writer *w = NULL;
+  char *scratch = NULL;
+  int rc = 0;
   *queued = false;
   *served = false;
-  uint64_t shard = f->shard;
-  uint64_t start = shard * c->R;
-  size_t slot = 0;
-  int rc = pass_lease(c, start, mode, &slot);
-  if (rc != 0) return rc;
-  bc__pass *p = &c->pool.passes[slot];
-  bc_buf buf = BC_BUF_INIT, crcs = BC_BUF_INIT;
-  bc_writer *w = NULL;
-  bool ended = false, keep = false;
-  uint64_t n = 0, skipped = 0;
-  char note[160] = "";
-  if (c->src.open_at != NULL && p->opened_at > 0) /* a pass from 0 is open()'s */
-    snprintf(note, sizeof note, " (its pass was opened at record %llu with the "
-             "source's open_at)", (unsigned long long)p->opened_at);
-  char *scratch = NULL;
-  uint64_t pos0 = p->pos;
-  if ((rc = pass_advance(c, p, start, &buf, &ended)) != 0) goto cleanup;
-  skipped = p->pos - pos0; /* produced on the way, dropped */
-  if (ended) { /* the source has no record `start` */
-    rc = record_end(c, shard, p->pos);
-    if (rc == 0)
-      rc = bc__error(BC_ERANGE, "%s: the source ends after %llu records",
-                     c->root, (unsigned long long)p->pos);
-    goto cleanup;
-  }
+  *ended = false;
   /* Publish-behind: nothing is fsynced on this path (the publisher does
    * it, or the synchronous fallback below). */
   bool behind = f->room > 0;
@@ -656,7 +650,7 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
     /* This thread's interrupt handler: the fill is abandoned like a
      * failed one (claim released, scratch removed). */
     if ((rc = bc__interrupt_poll()) != 0) goto cleanup;
-    int r = c->src.next(c->src.payload, p->handle, &buf);
+    int r = c->src.next(c->src.payload, p->handle, buf);
     if (r < 0) {
       rc = r;
       goto cleanup;
@@ -666,13 +660,13 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
       goto cleanup;
     }
     if (r == 0) {
-      ended = true;
+      *ended = true;
       break;
     }
     p->pos++;
-    sum = bc__sum_add(sum, buf.data, buf.size);
-    if ((rc = bc_writer_write(w, buf.data, buf.size)) != 0) goto cleanup;
-    if (c->crc && (rc = crc_append(&crcs, buf.data, buf.size)) != 0)
+    sum = bc__sum_add(sum, buf->data, buf->size);
+    if ((rc = bc_writer_write(w, buf->data, buf->size)) != 0) goto cleanup;
+    if (c->crc && (rc = crc_append(&crcs, buf->data, buf->size)) != 0)
       goto cleanup;
     n++;
   }
@@ -681,8 +675,8 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
     if (c->src.open_at != NULL && p->opened_at == start &&
         start > atomic_load(&c->known_length)) {
       /* Seeked past the end: find where the source really ends. */
-      ended = false;
-      if ((rc = pass_find_end(c, p, start, &buf, &ended)) != 0) goto cleanup;
+      *ended = false;
+      if ((rc = pass_find_end(c, p, start, buf, ended)) != 0) goto cleanup;
       end = p->pos;
     }
     rc = record_end(c, shard, end);
@@ -698,7 +692,7 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
                                     bc_writer_records_bytes(w), !behind)) != 0)
     goto cleanup;
   if (behind) {
-    if ((rc = publish_behind(c, f, scratch, n, skipped, sum, ended, note, queued,
+    if ((rc = publish_behind(c, f, scratch, n, skipped, sum, *ended, note, queued,
                              bag)) != 0)
       goto cleanup;
     if (!*queued) {
@@ -712,15 +706,19 @@ static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
   }
   if (!*queued) {
     bool regenerated = false;
-    /* A read waits BC__ROOM_WAIT_S for room, then is served without it;
-     * a prefetch or drain (no reader to serve) as long as before. */
-    rc = publish(c, shard, f->token, scratch, n, skipped, sum, ended, note,
-                 bag != NULL ? BC__ROOM_WAIT_S : PUBLISH_WAIT_MAX_S, &regenerated);
-    if (rc == BC_EAGAIN && (rc = bypass(c, f, scratch, n, bag)) == 0) *served = true;
+    /* A read waits BC__ROOM_WAIT_S for room, then is served without it; a
+     * prefetch or drain (no reader to serve) as long as before; a shard
+     * kept on the way not at all. */
+    double wait_s = f->kept ? 0 : bag != NULL ? BC__ROOM_WAIT_S : PUBLISH_WAIT_MAX_S;
+    rc = publish(c, shard, f->token, scratch, n, skipped, sum, *ended, note, f->kept,
+                 wait_s, &regenerated);
+    if (rc == BC_EAGAIN && (rc = bypass(c, f, scratch, n, bag)) == 0)
+      *served = true;
     else if (rc == 0)
-      atomic_fetch_add(regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
+      atomic_fetch_add(f->kept ? &c->stats.shards_kept
+                       : regenerated ? &c->stats.regenerations : &c->stats.fills, 1);
   }
-  keep = rc == 0 && !ended;
+  if (rc == 0) checked_set(c, shard); /* this process's pass produced it */
 cleanup:
   atomic_fetch_add(&c->stats.records_written, n);
   if (((rc != 0 && rc != BC_ERANGE) || *served) && scratch != NULL) {
@@ -732,8 +730,312 @@ cleanup:
   }
   free(scratch);
   bc_writer_free(w);
-  bc_buf_release(&buf);
   bc_buf_release(&crcs);
+  return rc;
+}
+
+/* A fill token: unique in the process, so a claim names one fill. */
+static uint64_t fill_token(void) {
+  static _Atomic uint64_t next_token = 1;
+  return atomic_fetch_add(&next_token, 1);
+}
+
+/* ---- the shards a pass crosses ------------------------------------------------------
+ *
+ * A fill's pass moves from where it stands to the target's first record
+ * (doc/cache.md, "Shards on the way").  For a source that cannot seek,
+ * each whole shard it crosses is
+ *   - kept when no process has it (no state: not cached, not claimed):
+ *     claimed and filled from the pass like any fill (checksum, sidecar,
+ *     publish or publish-behind, its room reserved at its claim), except
+ *     that nothing is evicted for it: under a disk limit it is kept only
+ *     if the limit has room for it and for one more shard (the next
+ *     miss's claim) as it is;
+ *   - else, when the state holds a checksum of its records (recorded at
+ *     its first publish, kept after eviction) that no pass of this
+ *     process has matched or produced yet, read (next(), not skip(): its
+ *     records' bytes are needed) and compared with it: a source that
+ *     changed since the cache was filled is BC_ENONDET before the pass
+ *     goes on;
+ *   - else skipped as before (skip(), or read and dropped).
+ * Records kept count in records_written (the shards in shards_kept), the
+ * others in records_skipped. */
+
+/* The pool's per-shard bits (passes.h): `checked` (its records matched,
+ * or produced by this process's passes) and `nokeep` (keeping it on a
+ * pass's way failed: later passes skip it).  The pool's lock, alone. */
+typedef enum { BIT_CHECKED, BIT_NOKEEP } shard_bit;
+
+static bool bit_get(bc_cache *c, shard_bit which, uint64_t shard) {
+  bool on = false;
+  pthread_mutex_lock(&c->pool.lock);
+  uint64_t *bits = which == BIT_CHECKED ? c->pool.checked : c->pool.nokeep;
+  if (shard / 64 < c->pool.checked_words)
+    on = (bits[shard / 64] >> (shard % 64)) & 1;
+  pthread_mutex_unlock(&c->pool.lock);
+  return on;
+}
+
+static void bit_set(bc_cache *c, shard_bit which, uint64_t shard) {
+  pthread_mutex_lock(&c->pool.lock);
+  if (shard / 64 >= c->pool.checked_words && shard / 64 < SIZE_MAX / 16) {
+    size_t words = (size_t)(shard / 64) * 2 + 1, old = c->pool.checked_words;
+    uint64_t *a = realloc(c->pool.checked, words * sizeof *a);
+    if (a != NULL) c->pool.checked = a;
+    uint64_t *b = a ? realloc(c->pool.nokeep, words * sizeof *b) : NULL;
+    if (b != NULL) c->pool.nokeep = b;
+    if (a != NULL && b != NULL) { /* (out of memory: not recorded) */
+      memset(a + old, 0, (words - old) * sizeof *a);
+      memset(b + old, 0, (words - old) * sizeof *b);
+      c->pool.checked_words = words;
+    }
+  }
+  uint64_t *bits = which == BIT_CHECKED ? c->pool.checked : c->pool.nokeep;
+  if (shard / 64 < c->pool.checked_words)
+    bits[shard / 64] |= (uint64_t)1 << (shard % 64);
+  pthread_mutex_unlock(&c->pool.lock);
+}
+
+static bool checked_get(bc_cache *c, uint64_t shard) {
+  return bit_get(c, BIT_CHECKED, shard);
+}
+
+static void checked_set(bc_cache *c, uint64_t shard) { bit_set(c, BIT_CHECKED, shard); }
+
+/* What the state says of shard `shard` crossed by a pass (one read
+ * transaction): whether it has an entry (PRESENT or claimed), and the
+ * checksum recorded at its first publish, if any. */
+typedef struct {
+  bool found, have_sum;
+  uint64_t sum;
+} crossing;
+
+static int crossing_read(bc_cache *c, uint64_t shard, crossing *x) {
+  const bc__store *s = &c->store;
+  bc__store_txn *t;
+  *x = (crossing){0};
+  int rc = s->ops->begin(s->impl, false, &t);
+  if (rc != 0) return rc;
+  bc__shard_rec rec;
+  rc = s->ops->get(t, shard, &rec, &x->found);
+  if (rc == 0) rc = s->ops->sum_get(t, shard, &x->sum, &x->have_sum);
+  s->ops->abort(t);
+  return rc;
+}
+
+/* BC_ENONDET: the records a pass gives are not the ones stored. */
+static int source_changed(bc_cache *c, const char *what) {
+  return bc__error(BC_ENONDET,
+                   "%s: %s: the source changed since the cache was filled (or "
+                   "it is not deterministic); to start over, clear the cache "
+                   "(bagcache cache clear %s) or use a new root", c->root, what,
+                   c->root);
+}
+
+/* Reads the records of stored shard `shard` from pass p (at its first
+ * record) and compares their checksum with the one recorded, `sum`.
+ * *ended: the source ended in it (then its records must be the last ones
+ * known, else BC_ENONDET too). */
+static int cross_check(bc_cache *c, const bc__filling *f, bc__pass *p,
+                       uint64_t shard, uint64_t sum, bc_buf *buf, bool *ended) {
+  uint64_t start = shard * c->R, n = 0, h = BC__SUM_INIT;
+  int rc = 0;
+  while (rc == 0 && n < c->R) {
+    if (atomic_load(&c->stop_fills)) {
+      rc = bc__error(BC_ECLOSED, "%s: the cache is closing", c->root);
+      break;
+    }
+    if ((rc = check_abandoned(c, f)) != 0 || (rc = bc__interrupt_poll()) != 0) break;
+    int r = c->src.next(c->src.payload, p->handle, buf);
+    if (r < 0 || r > 1) {
+      rc = r < 0 ? r : source_error(r, "next");
+      break;
+    }
+    if (r == 0) {
+      *ended = true;
+      break;
+    }
+    p->pos++;
+    n++;
+    h = bc__sum_add(h, buf->data, buf->size);
+  }
+  atomic_fetch_add(&c->stats.records_skipped, n);
+  if (rc != 0) return rc;
+  char what[200];
+  if (*ended && start + n < atomic_load(&c->known_length)) {
+    snprintf(what, sizeof what, "the source now ends after %llu records, but "
+             "%llu are known", (unsigned long long)(start + n),
+             (unsigned long long)atomic_load(&c->known_length));
+    return source_changed(c, what);
+  }
+  if (h != sum) {
+    snprintf(what, sizeof what, "records %llu..%llu (shard %llu) came out "
+             "different from the ones stored", (unsigned long long)start,
+             (unsigned long long)(start + c->R), (unsigned long long)shard);
+    return source_changed(c, what);
+  }
+  checked_set(c, shard);
+  return 0;
+}
+
+/* Claims crossed shard `shard` to keep it (fill `token`): under a disk
+ * limit the claim reserves the largest shard size seen, evicting nothing,
+ * and only where the limit holds that and as much again (the next miss's
+ * claim); with no size seen yet the synchronous publish decides the same
+ * way.  *room: what the fill may publish behind it (0 without
+ * publish-behind: it publishes synchronously); *no_room: claimed but not
+ * to be kept (the caller releases the claim). */
+static int claim_to_keep(bc_cache *c, uint64_t shard, uint64_t token,
+                         bc__shard_rec *rec, bool *claimed, uint64_t *room,
+                         bool *no_room) {
+  *room = 0;
+  *no_room = false;
+  uint64_t estimate = atomic_load(&c->shard_bytes_seen);
+  bc__publish_req q = {
+      .shard = shard, .token = token, .size = estimate, .records = c->R,
+      .default_limit = c->opts.disk_limit, .seekable = false,
+      .no_evict = true, .spare = estimate, .bump = bc__access_bump,
+      .bump_arg = c};
+  q.need = bc__limit_shards(&c->opts, &q.prefetched);
+  bc__victims victims = {0};
+  int rc = bc__store_claim_room(&c->store, &q, rec, claimed, room, &victims);
+  bc__victims_free(&victims); /* (none: nothing is evicted) */
+  /* Under a limit a known size that found no room: not kept. */
+  if (rc == 0 && *claimed && *room == 0 && estimate > 0) *no_room = true;
+  /* The reservation stays in the claim until its publish; without
+   * publish-behind that publish is synchronous. */
+  if (!c->opts.publish_behind || atomic_load(&c->publisher.closed)) *room = 0;
+  return rc;
+}
+
+/* Keeps crossed shard `shard` (no process has it): becomes this process's
+ * filler of it, claims it and fills it from pass p as any fill (its
+ * publish queued or made).  *tried: the pass read its records (else the
+ * shard is not kept and the caller crosses it otherwise).  A shard the
+ * limit has no room for is dropped after all (its records read).
+ * *kept: the records it published (or queued), 0 when it kept none. */
+static int cross_keep(bc_cache *c, bc__pass *p, uint64_t shard, bc_buf *buf,
+                      bool *tried, bool *ended, uint64_t *kept) {
+  bc__filling *g = NULL, *other = NULL;
+  uint64_t token = fill_token();
+  *tried = false;
+  *kept = 0;
+  int rc = bc__fill_enter(c, shard, token, &g, &other);
+  if (rc != 0) return rc;
+  if (other != NULL) { /* a thread of ours fills it */
+    bc__fill_put(c, other);
+    return 0;
+  }
+  bc__shard_rec rec;
+  bool claimed = false, queued = false, no_room = false;
+  uint64_t room = 0;
+  rc = claim_to_keep(c, shard, token, &rec, &claimed, &room, &no_room);
+  if (rc == 0 && claimed && no_room) {
+    release_claim(c, shard, token, 0);
+  } else if (rc == 0 && claimed) {
+    *tried = true;
+    g->room = room;
+    g->kept = true;
+    bool served = false; /* (never: no reader to serve, bag NULL) */
+    uint64_t pos0 = p->pos;
+    rc = fill_records(c, g, p, buf, "", 0, &queued, &served, NULL, ended);
+    if (rc == 0) *kept = p->pos - pos0;
+    if (rc != 0 && rc != BC_ERANGE) release_claim(c, shard, token, rc);
+    /* No room after all (or the disk full): the records were read. */
+    if (rc == BC_ENOSPC && p->pos == (shard + 1) * c->R) rc = 0;
+    /* Any other failure fails the pass and the fill it was on its way to;
+     * after one of the source or the disk (not an interruption or a
+     * close), later passes skip this shard rather than keep it (a record
+     * the source cannot produce but can skip stays out of their way). */
+    if (rc != 0 && rc != BC_ERANGE && rc != BC_ECANCELED && rc != BC_ECLOSED)
+      bit_set(c, BIT_NOKEEP, shard);
+  }
+  bc__fill_registry *reg = bc__env_fills(c->env);
+  pthread_mutex_lock(&reg->lock);
+  if (!queued && !g->done) { /* (queued: the publisher marks it done) */
+    g->done = true;
+    if (rc != 0 && rc != BC_ERANGE) bc_error_save(&g->err, rc);
+  }
+  pthread_cond_broadcast(&reg->cond);
+  filling_put(reg, g);
+  pthread_mutex_unlock(&reg->lock);
+  return rc;
+}
+
+/* Moves leased pass p to `target` (a shard's first record), keeping or
+ * checking the whole shards it crosses (above).  *ended: the source ended
+ * first (the pass then sits at the end; a kept shard that found the end
+ * recorded it).  *kept: the records of the shards it kept. */
+static int pass_cross(bc_cache *c, const bc__filling *f, bc__pass *p,
+                      uint64_t target, bc_buf *buf, bool *ended, uint64_t *kept) {
+  *ended = false;
+  *kept = 0;
+  /* A seekable source opens its pass at the target (or close before it):
+   * nothing whole is crossed. */
+  if (c->src.open_at != NULL) return pass_advance(c, p, target, buf, ended);
+  int rc = 0;
+  while (rc == 0 && !*ended && p->pos < target) {
+    uint64_t shard = p->pos / c->R, next = (shard + 1) * c->R;
+    if (p->pos % c->R != 0 || next > target) {
+      rc = pass_advance(c, p, next < target ? next : target, buf, ended);
+      continue;
+    }
+    crossing x;
+    if ((rc = crossing_read(c, shard, &x)) != 0) break;
+    if (!x.found && !bit_get(c, BIT_NOKEEP, shard)) {
+      bool tried = false;
+      uint64_t k = 0;
+      rc = cross_keep(c, p, shard, buf, &tried, ended, &k);
+      *kept += k;
+      if (rc == BC_ERANGE) { /* the end, at its first record: recorded */
+        rc = 0;
+        *ended = true;
+      }
+      if (tried || rc != 0) continue;
+    }
+    if (x.have_sum && !checked_get(c, shard))
+      rc = cross_check(c, f, p, shard, x.sum, buf, ended);
+    else
+      rc = pass_advance(c, p, next, buf, ended);
+  }
+  return rc;
+}
+
+/* Fills shard f->shard, which this process has claimed (claim f->token).
+ * *queued: its publish was queued (publish-behind): the shard is readable
+ * from its scratch file (f->readable) and the claim stays until the
+ * publisher is done with it.  *served: not published for lack of room
+ * (bypass): *bag is the only reader of its records, the claim is gone. */
+static int fill(bc_cache *c, bc__filling *f, bc__wait_mode mode, bool *queued,
+                bool *served, bc_bag **bag) {
+  *queued = false;
+  *served = false;
+  uint64_t shard = f->shard;
+  uint64_t start = shard * c->R;
+  size_t slot = 0;
+  int rc = pass_lease(c, start, mode, &slot);
+  if (rc != 0) return rc;
+  bc__pass *p = &c->pool.passes[slot];
+  bc_buf buf = BC_BUF_INIT;
+  bool ended = false, keep = false;
+  char note[160] = "";
+  if (c->src.open_at != NULL && p->opened_at > 0) /* a pass from 0 is open()'s */
+    snprintf(note, sizeof note, " (its pass was opened at record %llu with the "
+             "source's open_at)", (unsigned long long)p->opened_at);
+  uint64_t pos0 = p->pos, kept = 0;
+  if ((rc = pass_cross(c, f, p, start, &buf, &ended, &kept)) != 0) goto cleanup;
+  uint64_t skipped = p->pos - pos0 - kept; /* produced on the way, dropped */
+  if (ended) { /* the source has no record `start` */
+    rc = record_end(c, shard, p->pos);
+    if (rc == 0)
+      rc = bc__error(BC_ERANGE, "%s: the source ends after %llu records",
+                     c->root, (unsigned long long)p->pos);
+    goto cleanup;
+  }
+  rc = fill_records(c, f, p, &buf, note, skipped, queued, served, bag, &ended);
+  keep = rc == 0 && !ended;
+cleanup:
+  bc_buf_release(&buf);
   /* A pass that failed cannot be trusted to continue; one that ended is
    * useless; otherwise it now sits at the next shard's start. */
   pass_return(c, slot, keep);
@@ -892,10 +1194,9 @@ int bc__obtain_scratch(bc_cache *c, uint64_t shard, bc__wait_mode mode,
       pthread_mutex_unlock(&reg->lock);
       return bc__error(BC_ENOMEM, "out of memory");
     }
-    static _Atomic uint64_t next_token = 1;
     f->shard = shard;
     f->cache = c;
-    f->token = atomic_fetch_add(&next_token, 1);
+    f->token = fill_token();
     atomic_init(&f->abandoned, false);
     f->refs = 1;
     f->next = reg->list;
@@ -1180,7 +1481,7 @@ int bc__fill_publish(bc_cache *c, uint64_t shard, uint64_t token,
                      bool ended, bool *regenerated) {
   /* (an appender's shard: nothing can regenerate it, so it waits as long
    * as before and is BC_ENOSPC then) */
-  int rc = publish(c, shard, token, scratch, records, 0, checksum, ended, "",
+  int rc = publish(c, shard, token, scratch, records, 0, checksum, ended, "", false,
                    PUBLISH_WAIT_MAX_S, regenerated);
   return rc == BC_EAGAIN ? bc__error_wrap(BC_ENOSPC, "%s", bc_errmsg()) : rc;
 }

@@ -42,6 +42,9 @@ typedef struct bc__filling {
   char *scratch;
   bc__shard_rec rec;
   uint64_t room; /* bytes its claim reserved (UINT64_MAX: no limit) */
+  bool kept;     /* a shard a pass kept on its way to another (fill.c):
+                    counted in shards_kept, not fills (set by its filler
+                    before its publish is queued) */
   bc_error_state err; /* the fill's result for its waiters: err.code 0, or
                          the failure (message, errno, payload) */
   int refs; /* the filler + waiters (registry lock) */

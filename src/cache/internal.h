@@ -237,7 +237,7 @@ struct bc_cache {
   struct {
     atomic_uint_fast64_t shard_opens, fills, regenerations, evictions,
         passes_opened, records_skipped, records_written, waits,
-        miss_ns;
+        miss_ns, shards_kept;
     /* Shards served from their scratch file and not kept: no room under
      * the limit within BC__ROOM_WAIT_S (publisher.c, fill.c). */
     atomic_uint_fast64_t bypassed;

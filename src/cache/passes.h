@@ -34,6 +34,13 @@ typedef struct bc__pass_pool {
   bc__pass *passes;
   size_t max_passes;  /* slots: passes kept open (parked or leased) */
   size_t max_running; /* passes leased at once (1: not thread-safe) */
+  /* Bit s of `checked`: shard s's records came from a pass of this
+   * process (filled, or crossed and matched with its recorded checksum),
+   * so a pass crossing it need not compare them again; of `nokeep`: a
+   * pass failed to keep it on its way, so later ones skip it (fill.c,
+   * "the shards a pass crosses").  Both arrays have checked_words words. */
+  uint64_t *checked, *nokeep;
+  size_t checked_words;
 } bc__pass_pool;
 
 #endif /* BC_CACHE_PASSES_H */

@@ -224,7 +224,7 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
         .shard = f->shard, .token = f->token, .scratch = f->scratch,
         .records = f->rec.records, .size = f->rec.bytes,
         .checksum = e->checksum, .skipped = e->skipped, .ended = e->ended,
-        .zstd = c->zstd,
+        .kept = f->kept, .zstd = c->zstd,
         .note = e->note, .default_limit = c->opts.disk_limit,
         .passes = passes, .npasses = npasses,
         .seekable = c->src.open_at != NULL,
@@ -263,7 +263,8 @@ static void publish_batch(bc_cache *c, bc__pub_entry *list, size_t n) {
         uint64_t end = f->shard * c->R + f->rec.records;
         if (end > atomic_load(&c->known_length)) atomic_store(&c->known_length, end);
         if (es[i]->ended) atomic_store(&c->final, true);
-        atomic_fetch_add(regen[i] ? &c->stats.regenerations : &c->stats.fills, 1);
+        atomic_fetch_add(f->kept ? &c->stats.shards_kept
+                         : regen[i] ? &c->stats.regenerations : &c->stats.fills, 1);
       }
       finish_entry(c, es[i], &errs[i]);
       bc_error_state_clear(&errs[i]);

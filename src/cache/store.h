@@ -53,6 +53,8 @@ typedef enum {
                           shards: their records and those skipped on the
                           way to them */
   BC__KEY_N_WRITTEN,   /* bytes of the shard files published */
+  BC__KEY_N_KEPT,      /* shards a pass published on its way to another
+                          (not in n_fills or n_regenerations) */
   BC__KEY_COUNT        /* (the number of keys) */
 } bc__store_key;
 
@@ -214,6 +216,15 @@ struct bc__publish_req {
   const uint64_t *passes;
   size_t npasses;
   bool seekable;
+  /* A shard kept on a pass's way (doc/cache.md, "Shards on the way"):
+   * nothing is evicted for it, and the limit must also keep `spare` bytes
+   * free beside it (the next miss's claim).  Without that room a publish
+   * fails with BC_ENOSPC and a claim reserves nothing. */
+  bool no_evict;
+  uint64_t spare;
+  /* Counted in the root's n_shards_kept, not as a fill (a shard kept on a
+   * pass's way, published synchronously or behind). */
+  bool kept;
   /* Applied in the transaction before victims are picked (this process's
    * pending access-clock bumps), NULL for none. */
   int (*bump)(void *arg, const bc__store *s, bc__store_txn *t, uint64_t *clock);

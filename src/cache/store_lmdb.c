@@ -107,7 +107,8 @@ static const char *const key_names[] = {
     [BC__KEY_LENGTH] = "length", [BC__KEY_FINAL] = "final",
     [BC__KEY_LIMIT] = "limit", [BC__KEY_N_FILLS] = "n_fills",
     [BC__KEY_N_REGENS] = "n_regenerations", [BC__KEY_N_EVICTIONS] = "n_evictions",
-    [BC__KEY_N_RECORDS] = "n_records_generated", [BC__KEY_N_WRITTEN] = "n_bytes_written"};
+    [BC__KEY_N_RECORDS] = "n_records_generated", [BC__KEY_N_WRITTEN] = "n_bytes_written",
+    [BC__KEY_N_KEPT] = "n_shards_kept"};
 
 static int s_u64_get(bc__store_txn *t, bc__store_key key, uint64_t *v, bool *found) {
   return bc__u64_get(t->txn, bc__dbi_meta(t->env), key_names[key], v, found);

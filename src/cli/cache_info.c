@@ -24,7 +24,8 @@ static const char info_usage[] =
     "shard, the shards present, their bytes on disk, the disk limit stored\n"
     "with the cache, the root's counters (summed over every process that\n"
     "has used it: misses, fills, regenerations, evictions, records\n"
-    "generated, bytes written; 0 on a root written before they were kept),\n"
+    "generated, bytes written, shards kept on a pass's way; 0 on a root\n"
+    "written before they were kept),\n"
     "and the user info (JSON) from metadata.json; then, when stored there,\n"
     "the source's fingerprint (JSON) and the length hint the cache was\n"
     "created with (until the source's end is seen).\n"
@@ -123,7 +124,8 @@ static json_t *stats_json(const bc_cache_stats *s) {
             put(counters, "regenerations", u64(s->root.regenerations)) &&
             put(counters, "evictions", u64(s->root.evictions)) &&
             put(counters, "records_generated", u64(s->root.records_generated)) &&
-            put(counters, "bytes_written", u64(s->root.bytes_written));
+            put(counters, "bytes_written", u64(s->root.bytes_written)) &&
+            put(counters, "shards_kept", u64(s->root.shards_kept));
   /* put() consumes counters; if it was never called, drop it here. */
   if (!ok)
     json_decref(counters);
@@ -225,6 +227,7 @@ static int print_lines(bc_cache *cache, const bc_cache_stats *s) {
   cli_printf("evictions: %" PRIu64 "\n", s->root.evictions);
   cli_printf("records generated: %" PRIu64 "\n", s->root.records_generated);
   cli_printf("bytes written: %" PRIu64 "\n", s->root.bytes_written);
+  cli_printf("shards kept: %" PRIu64 "\n", s->root.shards_kept);
   cli_printf("info: %s\n", text);
   /* Only when stored, each on one line. */
   if (fingerprint != NULL) cli_printf("fingerprint: %s\n", fingerprint);

@@ -72,6 +72,20 @@ Rows:
                    (tmpfs): the other side of the default, in the same run
                    (skipped with a build that has no evict_ahead).
   loadit           (with --loadit) loadit.LoadIt with the same arguments.
+
+--working-set runs issue 26's workload instead, a working set that fits
+the limit (doc/cache.md, "Eviction"): a generator of --ws-records
+(20,000) dict records (a numpy array of 60 float32 when numpy is there,
+else 240 bytes, a string, the index), LoadIt(memory_limit=--ws-limit
+(2mb), max_shard_length=--ws-shard (500)), drained with len() (the last
+shards stay, each expensive to rebuild), then --reads reads of
+loader[rng.randrange(--ws-span)] (2,000: a working set of 4 shards),
+with a generator that costs nothing and one that spins 0.2 ms per record
+(--ws-slow-us); plus one epoch of chunk_shuffle(loader, --ws-span,
+seed=0) on a fresh root.  Each row prints the misses (fills +
+regenerations) and records generated after the drain, and the seconds;
+the baseline is an LRU of the shards the limit holds in memory, filled
+from the generator: it misses once per working-set shard.
 """
 
 import argparse
@@ -100,6 +114,12 @@ def parse_args():
     p.add_argument("--dir", action="append")
     p.add_argument("--loadit")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--working-set", action="store_true")
+    p.add_argument("--ws-records", type=int, default=20_000)
+    p.add_argument("--ws-shard", type=int, default=500)
+    p.add_argument("--ws-limit", default="2mb")
+    p.add_argument("--ws-span", type=int, default=2000)
+    p.add_argument("--ws-slow-us", type=float, default=200.0)
     a = p.parse_args()
     if a.quick:
         a.records, a.record_bytes, a.shard, a.reads, a.repeat = 10_000, 100, 100, 200, 1
@@ -339,10 +359,114 @@ def print_table(a, kinds, tmp, times, produced, stats, store, capacity, rate, se
             print("  ".join("-" * w for w in widths))
 
 
+def ws_source(a, slow_us):
+    """The working-set workload's generator (see --working-set)."""
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+
+    def create_iter():
+        for i in range(a.ws_records):
+            if slow_us:
+                t = time.perf_counter()
+                while time.perf_counter() - t < slow_us * 1e-6:
+                    pass
+            x = np.full(60, i, dtype=np.float32) if np is not None else bytes(240)
+            yield {"x": x, "name": f"item-{i}", "i": i}
+
+    return create_iter
+
+
+def ws_run(a, LoadIt, tmp, slow_us, shuffle):
+    """One row: (misses, records generated, seconds) after the drain (or
+    for the whole shuffled epoch), and the shards the limit held."""
+    import bagcache
+
+    root = os.path.join(tmp, f"ws-{slow_us:g}-{int(shuffle)}")
+    shutil.rmtree(root, ignore_errors=True)
+    L = LoadIt(root, ws_source(a, slow_us), memory_limit=a.ws_limit,
+               max_shard_length=a.ws_shard)
+    t = time.perf_counter()
+    if shuffle:
+        v = bagcache.chunk_shuffle(L, a.ws_span, seed=0)
+        s0 = {"misses": 0, "records_generated": 0}
+        for k in range(len(v)):
+            v[k]
+    else:
+        len(L)
+        s0 = L.stats()
+        t = time.perf_counter()
+        rng = random.Random(a.seed)
+        for _ in range(a.reads):
+            j = rng.randrange(a.ws_span)
+            if L[j]["i"] != j:
+                sys.exit(f"loader[{j}] is wrong")
+    dt = time.perf_counter() - t
+    s = L.stats()
+    out = (s["misses"] - s0["misses"], s["records_generated"] - s0["records_generated"], dt,
+           s["shards_present"])
+    del L
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def working_set(a, LoadIt):
+    tmp = (a.dir or [None])[0] or tempfile.mkdtemp(prefix="bagcache-ws-")
+    os.makedirs(tmp, exist_ok=True)
+    try:
+        rows = [["row", "misses", "records generated", "seconds", "shards held",
+                 "misses vs LRU"]]
+        held = None
+        results = []
+        for name, slow, shuffle in (("random reads, free generator", 0.0, False),
+                                    (f"random reads, {a.ws_slow_us:g} us/record", a.ws_slow_us,
+                                     False),
+                                    ("chunk_shuffle epoch, free generator", 0.0, True)):
+            m, g, dt, h = ws_run(a, LoadIt, tmp, slow, shuffle)
+            held = h if held is None else held
+            results.append((name, m, g, dt, shuffle))
+        # The baseline: an LRU of `held` shards in memory misses once per
+        # working-set shard read (the reads' distinct shards fit).
+        rng = random.Random(a.seed)
+        lru, base = collections.OrderedDict(), 0
+        for _ in range(a.reads):
+            sh = rng.randrange(a.ws_span) // a.ws_shard
+            if sh in lru:
+                lru.move_to_end(sh)
+                continue
+            base += 1
+            lru[sh] = True
+            if len(lru) > held:
+                lru.popitem(last=False)
+        for name, m, g, dt, shuffle in results:
+            rows.append([name, f"{m:,}", f"{g:,}", f"{dt:.2f}", f"{held}",
+                         "-" if shuffle else f"{m / base:.1f}x"])
+        rows.insert(1, ["LRU of the shards held (baseline)", f"{base:,}",
+                        f"{base * a.ws_shard:,}", "-", f"{held}", "1.0x"])
+        print(f"working set: {a.ws_records:,} dict records, shards of {a.ws_shard:,}, "
+              f"memory_limit={a.ws_limit!r}, drained with len(), then {a.reads:,} reads of "
+              f"loader[rng.randrange({a.ws_span:,})] (seed {a.seed}); chunk_shuffle: one "
+              f"epoch on a fresh root")
+        widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+        for n, r in enumerate(rows):
+            print("  ".join(v.ljust(w) if c == 0 else v.rjust(w)
+                            for c, (v, w) in enumerate(zip(r, widths))))
+            if n == 0:
+                print("  ".join("-" * w for w in widths))
+    finally:
+        if not a.dir:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
 def main():
     a = parse_args()
     sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python", "pkg"))
     from bagcache import LoadIt
+
+    if a.working_set:
+        return working_set(a, LoadIt)
 
     rng = random.Random(a.seed)
     indices = [rng.randrange(a.records) for _ in range(a.reads)]

@@ -90,16 +90,21 @@ static void test_first_read_past_end(void **state) {
   fx_open(f, &cfg, &o);
   bc_buf b = BC_BUF_INIT;
   /* Shard 100 lies beyond the end: the fill discovers the end (95) while
-   * moving to it, records it, and reports BC_ERANGE. */
+   * moving to it, records it, and reports BC_ERANGE.  The shards it
+   * crossed are kept (no limit), the short last one (90..95) with them. */
   CU_RC(bc_cache_get(f->c, 1005, &b), BC_ERANGE);
   bc_cache_stats st = fx_stats(f->c);
   assert_true(st.length_final);
   assert_int_equal(st.length, 95);
-  assert_int_equal(st.shards_present, 0);
+  assert_int_equal(st.shards_present, 10);
+  assert_int_equal(st.shards_kept, 10);
+  assert_int_equal(st.fills, 0);
+  assert_int_equal(st.records_written, 95);
+  assert_int_equal(st.records_skipped, 0);
   size_t files = 0;
   char *sd = fx_shards_dir(f);
   cu_dir_bytes(sd, &files);
-  assert_int_equal(files, 0);
+  assert_int_equal(files, 10);
   /* Asking again costs nothing: the end is known. */
   uint64_t opens = atomic_load(&f->sh->opens);
   CU_RC(bc_cache_get(f->c, 100, &b), BC_ERANGE);

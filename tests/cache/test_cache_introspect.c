@@ -143,51 +143,49 @@ static void scripted(fixture *f, bool with_skip) {
   bc_cache_options o = fx_quiet_options(10);
   fx_open(f, &cfg, &o);
   /* Passes are parked where they stop (up to max_passes; one runs at a time,
-   * the source is not thread-safe).  Each step: what it costs. */
+   * the source is not thread-safe); with no disk limit the shards a pass
+   * crosses on its way are kept.  Each step: what it costs. */
   fx_get_ok(f->c, 0);  /* open a pass, fill shard 0; the pass sits at 10 */
   check_stats(f->c, (expect){1, 0, 1, 1, 0}, "get 0");
   fx_get_ok(f->c, 5);  /* a hit */
-  fx_get_ok(f->c, 35); /* skip 10..29, fill shard 3; the pass sits at 40 */
-  check_stats(f->c, (expect){2, 1, 2, 1, 20}, "get 35");
-  fx_get_ok(f->c, 15); /* the pass is past 10: a new one, skip 0..9; the
-                          first stays parked at 40 */
-  check_stats(f->c, (expect){3, 1, 3, 2, 30}, "get 15");
-  fx_get_ok(f->c, 25); /* the pass sits at 20: nothing skipped */
+  fx_get_ok(f->c, 35); /* keep shards 1 and 2 on the way, fill shard 3;
+                          the pass sits at 40 */
+  check_stats(f->c, (expect){2, 1, 2, 1, 0}, "get 35");
+  assert_int_equal(fx_stats(f->c).shards_kept, 2);
+  fx_get_ok(f->c, 15); /* kept: opened, nothing filled, no pass */
+  check_stats(f->c, (expect){2, 1, 3, 1, 0}, "get 15");
+  fx_get_ok(f->c, 25);
   fx_get_ok(f->c, 36);
   fx_get_ok(f->c, 0);
-  check_stats(f->c, (expect){4, 3, 4, 2, 30}, "get 25, 36, 0");
+  check_stats(f->c, (expect){2, 3, 4, 1, 0}, "get 25, 36, 0");
   bc_cache_stats st = fx_stats(f->c);
   assert_int_equal(st.shards_present, 4);
+  assert_int_equal(st.shards_kept, 2);
+  assert_int_equal(st.records_written, 40);
   assert_int_equal(st.length, 40);
   assert_false(st.length_final);
   char *sd = fx_shards_dir(f);
   assert_int_equal(st.bytes_on_disk, cu_dir_bytes(sd, NULL));
   free(sd);
 
-  /* The source saw the same: two passes, none closed, 40 records written;
-   * the skipped ones were skipped by skip() or read and dropped. */
-  assert_int_equal(atomic_load(&f->sh->opens), 2);
+  /* The source saw the same: one pass, not closed, 40 records produced,
+   * none skipped. */
+  assert_int_equal(atomic_load(&f->sh->opens), 1);
   assert_int_equal(atomic_load(&f->sh->closes), 0);
-  if (with_skip) {
-    assert_int_equal(atomic_load(&f->sh->skipped), 30);
-    assert_int_equal(atomic_load(&f->sh->produced), 40);
-  } else {
-    assert_int_equal(atomic_load(&f->sh->skip_calls), 0);
-    assert_int_equal(atomic_load(&f->sh->produced), 70);
-  }
+  assert_int_equal(atomic_load(&f->sh->skip_calls), 0);
+  assert_int_equal(atomic_load(&f->sh->produced), 40);
   assert_int_equal(atomic_load(&f->sh->overlaps), 0);
 
-  /* The first pass is parked at 40, after shard 3; the second at 30, after
-   * shard 2 (in the order of their slots). */
+  /* The pass is parked at 40, after shard 3. */
   uint64_t pos[4];
   size_t n = 0;
   CU_OK(bc_cache_worker_positions(f->c, pos, 4, &n));
-  assert_int_equal(n, 2);
+  assert_int_equal(n, 1);
   assert_int_equal(pos[0], 40);
-  assert_int_equal(pos[1], 30);
 
   /* The listing: ascending, exact ranges, paths and sizes; the shared
-   * clock orders them by first use (0, 3, 1, 2). */
+   * clock orders them by last publish or open (0, 3, 1, 2: the kept
+   * shards were published before 3, and opened after it). */
   bc_cache_shard list[8];
   CU_OK(bc_cache_shards(f->c, NULL, 0, &n));
   assert_int_equal(n, 4);
@@ -217,7 +215,7 @@ static void scripted(fixture *f, bool with_skip) {
   /* Closing the cache closes the pass and frees the payload. */
   bc_cache_close(f->c);
   f->c = NULL;
-  assert_int_equal(atomic_load(&f->sh->closes), 2);
+  assert_int_equal(atomic_load(&f->sh->closes), 1);
   assert_int_equal(atomic_load(&f->sh->frees), 1);
 }
 
@@ -260,9 +258,10 @@ static void test_worker_positions_thread_safe(void **state) {
   fixture *f = *state;
   ts_config cfg = ts_config_default(100);
   cfg.thread_safe = true;
+  cfg.seekable = true; /* (a pass from 0 would keep 0..49 on its way) */
   bc_cache_options o = fx_quiet_options(10);
   fx_open(f, &cfg, &o);
-  fx_get_ok(f->c, 55); /* a pass at 60 */
+  fx_get_ok(f->c, 55); /* a pass opened at 50, now at 60 */
   fx_get_ok(f->c, 5);  /* a second pass (two may be open): at 10 */
   uint64_t pos[4];
   size_t n = 0;
@@ -274,7 +273,7 @@ static void test_worker_positions_thread_safe(void **state) {
   assert_int_equal(hi, 60);
   fx_get_ok(f->c, 65); /* continues the pass at 60 */
   fx_get_ok(f->c, 15); /* continues the pass at 10 */
-  check_stats(f->c, (expect){4, 0, 4, 2, 50}, "two passes");
+  check_stats(f->c, (expect){4, 0, 4, 2, 0}, "two passes");
   CU_OK(bc_cache_worker_positions(f->c, pos, 1, &n));
   assert_int_equal(n, 2);
 }
@@ -336,6 +335,7 @@ static void test_prefetch_policy(void **state) {
   int calls = 0;
   o.prefetch = pick_seven;
   o.prefetch_payload = &calls;
+  cfg.seekable = true; /* (a pass from 0 would keep 1..6 on its way to 7) */
   fx_open(f, &cfg, &o);
   fx_get_ok(f->c, 3);
   assert_true(wait_present(f->c, 2));

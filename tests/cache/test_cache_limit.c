@@ -205,12 +205,16 @@ static void test_limit_random_access(void **state) {
   bc_cache_stats st = stats_of(f->c);
   assert_true(st.evictions > 0);
   assert_true(st.regenerations > 0);
-  /* Every publish adds a shard and every eviction removes one. */
-  assert_int_equal(st.fills + st.regenerations - st.evictions, st.shards_present);
+  /* Every publish adds a shard (shards kept on a pass's way too) and
+   * every eviction removes one. */
+  uint64_t published = st.fills + st.regenerations + st.shards_kept;
+  assert_int_equal(published - st.evictions, st.shards_present);
   assert_true(st.fills <= shards);
-  /* Each publish wrote its shard's records once through next(). */
-  uint64_t published = st.fills + st.regenerations;
+  /* Each publish wrote its shard's records once through next() (and a
+   * shard crossed with room only for itself, not the next one, is not
+   * written: nothing else is). */
   assert_int_equal(atomic_load(&f->sh->produced), published * records);
+  assert_int_equal(st.records_written, published * records);
   cu_check_shards(f->root, false, false);
   uint64_t bad = 0;
   CU_OK(bc_cache_verify(f->c, &bad));
@@ -338,6 +342,98 @@ static void test_nondeterministic_length(void **state) {
   get_ok(f->c, 99, true);
 }
 
+/* Issue 26: a root filled from one source, then opened with another.
+ * Shards 0 and 9 are stored (the pass to shard 9 crossed 1..8 without
+ * keeping them); a new process's source has other bytes (variant
+ * "bytes") or ends after 5 records ("length").  Reading record 25 (shard
+ * 2, never filled) moves a pass across stored shard 0: its records are
+ * compared with shard 0's recorded checksum, and the difference is
+ * BC_ENONDET, saying the source changed and how to start over, with
+ * nothing published.  Before, shard 2 was filled from the new source
+ * (mixing two datasets) and the short one was blamed on the iterator. */
+static void crossed_shard_checked(fixture *f, uint64_t ends_after) {
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  /* A limit of 3.5 shards keeps shard 1 on the way to 9 (room for it and
+   * one more), not 2..8. */
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  bc_cache_options o = limited(10, 3 * sizes[0] + sizes[0] / 2);
+  open_with(f, &cfg, &o);
+  get_ok(f->c, 5, true);
+  get_ok(f->c, 95, true);
+  assert_int_equal(present_set(f->c, 10), 0x203);
+  assert_int_equal(stats_of(f->c).records_skipped, 70);
+  assert_int_equal(stats_of(f->c).shards_kept, 1);
+  bc_cache_close(f->c);
+  f->c = NULL;
+  ts_shared_free(f->sh);
+  f->sh = NULL;
+  cfg.nondet_pass = 0; /* every pass of the new source differs */
+  cfg.nondet_n = ends_after;
+  open_with(f, &cfg, &o);
+  bc_buf *b = &f->buf;
+  CU_RC(bc_cache_get(f->c, 25, b), BC_ENONDET);
+  const char *msg = bc_errmsg();
+  const char *want = ends_after ? "the source now ends after 5 records, but 100 are known"
+                                : "records 0..10 (shard 0) came out different from the ones stored";
+  if (strstr(msg, want) == NULL ||
+      strstr(msg, "the source changed since the cache was filled") == NULL ||
+      strstr(msg, "bagcache cache clear ") == NULL)
+    fail_msg("message: %s", msg);
+  /* The pass read shard 0's records (next(), not skip()) and stopped. */
+  bc_cache_stats st = stats_of(f->c);
+  assert_int_equal(st.records_skipped, ends_after ? 5 : 10);
+  assert_int_equal(st.records_written, 0);
+  assert_int_equal(st.fills + st.regenerations + st.shards_kept, 0);
+  assert_int_equal(present_set(f->c, 10), 0x203);
+  assert_int_equal(st.length, 100);
+  assert_int_equal(cu_dir_count(f->scratch), 0);
+  /* Again: the same error (a check that failed is not remembered as done). */
+  CU_RC(bc_cache_get(f->c, 25, b), BC_ENONDET);
+  /* Stored records are still served as they are. */
+  get_ok(f->c, 5, true);
+}
+
+static void test_crossed_shard_checked(void **state) {
+  crossed_shard_checked(*state, 0);
+}
+static void test_crossed_shard_checked_length(void **state) {
+  crossed_shard_checked(*state, 5);
+}
+
+/* A crossed shard is checked once per cache object: one this object
+ * filled, or matched once, is skipped (skip()) by later passes.  Under a
+ * limit of 3.5 shards: no room to keep shard 2 on the way (it would leave
+ * none for the next miss). */
+static void test_crossed_shard_checked_once(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  cfg.with_skip = true;
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  bc_cache_options o = limited(10, 3 * sizes[0] + sizes[0] / 2);
+  o.max_passes = 1;
+  open_with(f, &cfg, &o);
+  get_ok(f->c, 5, true);
+  get_ok(f->c, 15, true); /* shards 0 and 1, in order */
+  bc_cache_close(f->c);
+  f->c = NULL;
+  open_with(f, &cfg, &o); /* a new cache object: nothing checked yet */
+  uint64_t produced = atomic_load(&f->sh->produced);
+  uint64_t skipped = atomic_load(&f->sh->skipped);
+  /* A new pass crosses 0 and 1 (read and matched), skips 2, fills 3. */
+  get_ok(f->c, 35, true);
+  assert_int_equal(atomic_load(&f->sh->produced) - produced, 30);
+  assert_int_equal(atomic_load(&f->sh->skipped) - skipped, 10);
+  assert_int_equal(present_set(f->c, 10), 0xb);
+  /* Shard 2: behind the one pass, which restarts from 0: 0 and 1 are
+   * checked now, so they are skipped. */
+  get_ok(f->c, 25, true);
+  assert_int_equal(atomic_load(&f->sh->produced) - produced, 40);
+  assert_int_equal(atomic_load(&f->sh->skipped) - skipped, 30);
+  assert_int_equal(stats_of(f->c).shards_kept, 0);
+}
+
 /* The first fill of a shard must not shorten a length already known final
  * from later shards: a pass that ends inside shard 5 although shard 9 (up
  * to 95) was published is a nondeterministic source, not an end. */
@@ -347,7 +443,10 @@ static void test_nondeterministic_length_first_fill(void **state) {
   cfg.fixed = true;
   cfg.nondet_pass = 1;
   cfg.nondet_n = 55;
-  bc_cache_options o = limited(10, 0);
+  /* A limit of 2.5 shards: pass 0 keeps shard 0 on its way (room for it
+   * and one more), not 1..8. */
+  uint64_t *sizes = f->sizes = cu_shard_sizes(100, 10, true);
+  bc_cache_options o = limited(10, 2 * sizes[0] + sizes[0] / 2);
   open_with(f, &cfg, &o);
   get_ok(f->c, 92, true); /* pass 0 fills shard 9 and finds the end: 95 */
   bc_cache_stats st = stats_of(f->c);
@@ -359,7 +458,7 @@ static void test_nondeterministic_length_first_fill(void **state) {
   st = stats_of(f->c);
   assert_true(st.length_final);
   assert_int_equal(st.length, 95);
-  assert_int_equal(present_set(f->c, 10), 0x200);
+  assert_int_equal(present_set(f->c, 10), 0x201);
   get_ok(f->c, 94, true);
   uint64_t len = 0;
   CU_OK(bc_cache_len(f->c, &len));
@@ -661,6 +760,9 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_nondeterministic_length, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_crossed_shard_checked, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_crossed_shard_checked_length, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_crossed_shard_checked_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nondeterministic_length_first_fill,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_evicted_readers_released, setup,

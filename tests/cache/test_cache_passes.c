@@ -39,7 +39,7 @@ typedef struct {
   bool present[SHARDS];
   uint64_t la[SHARDS]; /* last_access */
   uint64_t clock;
-  uint64_t written, skipped, opened, seeks, evictions, misses;
+  uint64_t written, skipped, opened, seeks, evictions, misses, kept;
 } model;
 
 static uint64_t m_skip_cost(const model *m, const uint64_t *pos, size_t n,
@@ -78,11 +78,31 @@ static void m_fill(model *m, uint64_t s) {
     m->opened++;
     m->seeks += m->seekable && t > 0;
   }
-  m->skipped += t - m->p[k].pos;
+  /* The whole shards the pass crosses: one no process has is kept
+   * (published, nothing evicted for it) while the limit has room for it
+   * and one more shard; the others are skipped (all were filled by this
+   * process, so none is read to be checked). */
+  uint64_t at = m->p[k].pos;
+  while (!m->seekable && at + R <= t) {
+    uint64_t c = at / R;
+    size_t used = 0;
+    for (size_t v = 0; v < SHARDS; v++) used += m->present[v];
+    if (!m->present[c] && used + 2 <= CAP) {
+      m->present[c] = true;
+      m->la[c] = ++m->clock;
+      m->written += R;
+      m->kept++;
+    } else {
+      m->skipped += R;
+    }
+    at += R;
+  }
+  m->skipped += t - at;
   m->p[k].pos = t + R;
   m->written += R;
   m->misses++;
-  /* Publish: evict by last_access + present * skip / R. */
+  /* Publish: evict by last_access + present * min(skip / R, 1): the
+   * credit of a rebuild's cost is capped at one turnover. */
   uint64_t pos[MAXP + 1];
   size_t npos = 0;
   for (size_t i = 0; i < m->np; i++)
@@ -96,8 +116,8 @@ static void m_fill(model *m, uint64_t s) {
     double best_score = 0;
     for (size_t v = 0; v < SHARDS; v++) {
       if (!m->present[v] || v == s) continue;
-      double score = (double)m->la[v] + (double)count *
-                     (double)m_skip_cost(m, pos, npos, v * R) / (double)R;
+      double credit = (double)m_skip_cost(m, pos, npos, v * R) / (double)R;
+      double score = (double)m->la[v] + (double)count * (credit > 1 ? 1 : credit);
       if (victim == SIZE_MAX || score < best_score) {
         victim = v;
         best_score = score;
@@ -147,6 +167,26 @@ static uint64_t shard_size(fixture *f, const ts_config *cfg, uint64_t records) {
   ts_shared_free(sh);
   free(root);
   return size;
+}
+
+/* Fails unless the engine's counters are the model's. */
+static void check_counts(fixture *f, const model *m, int r, uint64_t i) {
+  bc_cache_stats st = fx_stats(f->c);
+  if (st.hits != 0 || st.records_written != m->written ||
+      st.records_skipped != m->skipped || st.passes_opened != m->opened ||
+      st.evictions != m->evictions || st.fills + st.regenerations != m->misses ||
+      st.shards_kept != m->kept)
+    fail_msg("read %d (record %llu): engine written %llu skipped %llu passes "
+             "%llu evictions %llu misses %llu hits %llu; model %llu %llu %llu "
+             "%llu %llu", r, (unsigned long long)i,
+             (unsigned long long)st.records_written,
+             (unsigned long long)st.records_skipped,
+             (unsigned long long)st.passes_opened,
+             (unsigned long long)st.evictions,
+             (unsigned long long)(st.fills + st.regenerations),
+             (unsigned long long)st.hits, (unsigned long long)m->written,
+             (unsigned long long)m->skipped, (unsigned long long)m->opened,
+             (unsigned long long)m->evictions, (unsigned long long)m->misses);
 }
 
 static void replay(fixture *f, bool seekable, bool with_skip, int max_passes,
@@ -250,6 +290,124 @@ static void test_replay_seekable_two_passes(void **state) {
   replay(*state, true, false, 2, 99);
 }
 
+/* Issue 26's working set: the whole source read once in order (as len()
+ * drains it), leaving the last CAP shards present, each expensive to
+ * rebuild (no pass stands before them: the draining pass ended), then
+ * READS reads among the first WS shards only, which fit the limit many
+ * times over.  The working set must stop missing after a bounded number of
+ * misses whatever the cold shards cost: the engine and the model agree
+ * read by read, and the misses after the drain are exactly `want` (WS
+ * under LRU; uncapped, the credit of a cold shard costing k shards
+ * outlived k turnovers of the cache, and this missed `old` times). */
+#define WS 4
+static void replay_working_set(fixture *f, bool with_skip, uint64_t want,
+                               uint64_t old) {
+  ts_config cfg = ts_config_default(N);
+  cfg.fixed = true;
+  cfg.with_skip = with_skip;
+  uint64_t size = shard_size(f, &cfg, R);
+  bc_cache_options o = fx_quiet_options(R);
+  o.disk_limit = CAP * size + size / 2;
+  o.max_open_shards = 1;
+  fx_open(f, &cfg, &o);
+  model *m = calloc(1, sizeof *m);
+  assert_non_null(m);
+  m->np = 64;
+  for (uint64_t s = 0; s < SHARDS; s++) {
+    fx_get_fixed_ok(f->c, (int64_t)(s * R));
+    m_read(m, s);
+    check_counts(f, m, -1, s * R);
+  }
+  uint64_t drained = m->misses;
+  assert_int_equal(drained, SHARDS);
+  uint64_t x = 0x9e3779b97f4a7c15ULL, prev = UINT64_MAX, last_miss = 0;
+  for (int r = 0; r < READS; r++) {
+    uint64_t i, s;
+    do {
+      i = rng_next(&x) % (WS * R);
+      s = i / R;
+    } while (s == prev);
+    prev = s;
+    uint64_t before = m->misses;
+    fx_get_fixed_ok(f->c, (int64_t)i);
+    m_read(m, s);
+    check_counts(f, m, r, i);
+    if (m->misses != before) last_miss = (uint64_t)r;
+  }
+  uint64_t misses = m->misses - drained;
+  if (misses != want)
+    fail_msg("the working set missed %llu times after the drain (want %llu; "
+             "%llu with the uncapped credit), the last at read %llu",
+             (unsigned long long)misses, (unsigned long long)want,
+             (unsigned long long)old, (unsigned long long)last_miss);
+  /* The bound: at most WS misses plus one turnover of the cache. */
+  assert_true(misses <= WS + CAP);
+  for (uint64_t s = 0; s < WS; s++) assert_true(m->present[s]);
+  free(m);
+}
+
+static void test_working_set_converges(void **state) {
+  replay_working_set(*state, true, WS, READS);
+}
+static void test_working_set_converges_no_skip(void **state) {
+  replay_working_set(*state, false, WS, READS);
+}
+
+/* Issue 26: the shards a pass crosses on its way are kept.  No limit:
+ * record 150 of a fresh root leaves shards 0..15, and record 140 then
+ * costs the source nothing. */
+static void test_shards_on_the_way_kept(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(200);
+  cfg.fixed = true;
+  bc_cache_options o = fx_quiet_options(10);
+  fx_open(f, &cfg, &o);
+  fx_get_fixed_ok(f->c, 150);
+  bc_cache_stats st = fx_stats(f->c);
+  assert_int_equal(st.shards_present, 16);
+  assert_int_equal(st.shards_kept, 15);
+  assert_int_equal(st.fills, 1);
+  assert_int_equal(st.records_written, 160);
+  assert_int_equal(st.records_skipped, 0);
+  uint64_t produced = atomic_load(&f->sh->produced);
+  assert_int_equal(produced, 160);
+  fx_get_fixed_ok(f->c, 140);
+  st = fx_stats(f->c);
+  assert_int_equal(atomic_load(&f->sh->produced), produced);
+  assert_int_equal(atomic_load(&f->sh->opens), 1);
+  assert_int_equal(st.fills + st.regenerations + st.shards_kept, 16);
+  cu_check_shards(f->root, true, false); /* complete, checksummed shards */
+  uint64_t bad = 0;
+  CU_OK(bc_cache_verify(f->c, &bad));
+}
+
+/* Under a limit of 4.5 shards, a crossed shard is kept only while the
+ * limit has room for it and one more (the next miss's claim), and
+ * nothing is evicted for it: record 95 of a fresh root keeps 0, 1 and 2
+ * and skips 3..8. */
+static void test_shards_on_the_way_under_a_limit(void **state) {
+  fixture *f = *state;
+  ts_config cfg = ts_config_default(100);
+  cfg.fixed = true;
+  uint64_t size = shard_size(f, &cfg, 10);
+  bc_cache_options o = fx_quiet_options(10);
+  o.disk_limit = 4 * size + size / 2;
+  fx_open(f, &cfg, &o);
+  fx_get_fixed_ok(f->c, 95);
+  bc_cache_stats st = fx_stats(f->c);
+  assert_int_equal(st.shards_kept, 3);
+  assert_int_equal(st.fills, 1);
+  assert_int_equal(st.evictions, 0);
+  assert_int_equal(st.records_written, 40);
+  assert_int_equal(st.records_skipped, 60);
+  bc_cache_shard list[16];
+  size_t n = 0;
+  CU_OK(bc_cache_shards(f->c, list, 16, &n));
+  assert_int_equal(n, 4);
+  const uint64_t starts[4] = {0, 10, 20, 90};
+  for (size_t k = 0; k < n; k++) assert_int_equal(list[k].start, starts[k]);
+}
+
 /* With parked passes, a regeneration costs far less than restarting the
  * source: the same reads with max_passes 1 (the old pool of a source that
  * is not thread-safe) read more records. */
@@ -332,7 +490,7 @@ static void test_seek_past_the_end(void **state) {
 }
 
 /* A version-1 source (the struct before open_at) is still accepted, and
- * read from its start. */
+ * read from its start: the shards on the way to record 55 are kept. */
 static void test_source_version_1(void **state) {
   fixture *f = *state;
   ts_config cfg = ts_config_default(100);
@@ -341,7 +499,11 @@ static void test_source_version_1(void **state) {
   bc_cache_options o = fx_quiet_options(10);
   fx_open(f, &cfg, &o);
   fx_get_ok(f->c, 55);
-  assert_int_equal(fx_stats(f->c).records_skipped, 50);
+  bc_cache_stats st = fx_stats(f->c);
+  assert_int_equal(st.records_skipped, 0);
+  assert_int_equal(st.records_written, 60);
+  assert_int_equal(st.shards_kept, 5);
+  assert_int_equal(st.shards_present, 6);
   assert_int_equal(atomic_load(&f->sh->seeks), 0);
 }
 
@@ -361,6 +523,7 @@ static bool present_starts(bc_cache *c, uint64_t *starts, size_t *n) {
 static void test_prefetch_only_sequential(void **state) {
   fixture *f = *state;
   ts_config cfg = ts_config_default(1000);
+  cfg.seekable = true; /* (a pass from 0 would keep the shards on its way) */
   bc_cache_options o = BC_CACHE_OPTIONS_INIT;
   o.shard_records = 10;
   o.fill_workers = 1;
@@ -395,6 +558,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_replay_one_pass, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_replay_seekable, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_replay_seekable_two_passes, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_working_set_converges, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_working_set_converges_no_skip, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shards_on_the_way_kept, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shards_on_the_way_under_a_limit, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_parked_passes_cost_less, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_seek_wrong_is_caught, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_seek_past_the_end, fx_setup, fx_teardown),

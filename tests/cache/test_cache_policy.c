@@ -416,8 +416,8 @@ static void test_publish_evicts_lru(void **state) {
 
 /* The same state with a source that cannot seek and passes standing at
  * records 0 and 30: a shard far past a pass costs more to rebuild and is
- * kept as if used later (score = access + present * skip / R): shard 3
- * (score 1) goes first, then shard 0 (5; shard 5 scores 2 + 5 * 2 = 12). */
+ * kept as if used later (score = access + present * min(skip / R, 1)):
+ * shard 3 (score 1) goes first, then shard 0 (5; shard 5 scores 2 + 6 = 8). */
 static void test_publish_evicts_by_cost(void **state) {
   (void)state;
   fake f = {0};
@@ -437,6 +437,35 @@ static void test_publish_evicts_by_cost(void **state) {
   assert_int_equal(bc__store_publish(&me, &q, &v, &regenerated), 0);
   assert_int_equal(v.n, 2);
   assert_int_equal(v.shards[0], 3);
+  assert_int_equal(v.shards[1], 0);
+  bc__victims_free(&v);
+}
+
+/* The credit of a rebuild's cost is capped at one turnover (present
+ * clock ticks): a pass at record 0 only, so shard s costs s shards of
+ * skipped records; scores access + 6 * min(s, 1): shard 5 (2 + 6 = 8)
+ * goes first, then shard 0 (9 + 0).  Uncapped, shard 5 scored 2 + 30 and
+ * outlived every shard read since (the victims were 0 and 1): a shard
+ * nobody reads stayed for as many turnovers as it cost shards. */
+static void test_publish_cost_credit_is_capped(void **state) {
+  (void)state;
+  fake f = {0};
+  bc__store me = store_of(&f, ME);
+  const uint64_t access[6] = {9, 8, 7, 10, 11, 2};
+  for (uint64_t s = 0; s < 6; s++) present(&f, s, 100, access[s]);
+  set_key(&f, BC__KEY_LIMIT, 700);
+  bc__shard_rec rec;
+  bool claimed, regenerated;
+  assert_int_equal(bc__store_claim(&me, 6, 77, &rec, &claimed), 0);
+  bc__publish_req q = req_of(6, 77, 300);
+  const uint64_t passes[1] = {0};
+  q.seekable = false;
+  q.passes = passes;
+  q.npasses = 1;
+  bc__victims v = {0};
+  assert_int_equal(bc__store_publish(&me, &q, &v, &regenerated), 0);
+  assert_int_equal(v.n, 2);
+  assert_int_equal(v.shards[0], 5);
   assert_int_equal(v.shards[1], 0);
   bc__victims_free(&v);
 }
@@ -962,6 +991,7 @@ int main(void) {
       cmocka_unit_test(test_publish_batch),
       cmocka_unit_test(test_publish_evicts_lru),
       cmocka_unit_test(test_publish_evicts_by_cost),
+      cmocka_unit_test(test_publish_cost_credit_is_capped),
       cmocka_unit_test(test_publish_returns_every_victim),
       cmocka_unit_test(test_publish_nothing_to_evict),
       cmocka_unit_test(test_publish_checks),

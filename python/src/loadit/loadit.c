@@ -552,7 +552,7 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
   if (rc != 0) return bcpy_raise(rc, NULL);
   return Py_BuildValue(
       "{s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,"
-      "s:K,s:K,s:K,s:K,s:K,s:{s:K,s:K,s:K,s:K,s:K}}", "length",
+      "s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:{s:K,s:K,s:K,s:K,s:K,s:K}}", "length",
       (unsigned long long)st.length, "length_final", st.length_final ? Py_True : Py_False,
       "shard_records", (unsigned long long)st.shard_records, "shards_present",
       (unsigned long long)st.shards_present, "bytes_on_disk",
@@ -569,11 +569,14 @@ static PyObject *core_stats(bcpy_core *self, PyObject *unused) {
       "publish_batches", (unsigned long long)st.publish_batches,
       "publish_largest", (unsigned long long)st.publish_largest,
       "publish_failures", (unsigned long long)st.publish_failures,
+      "shards_kept", (unsigned long long)st.shards_kept,
+      "shards_bypassed", (unsigned long long)st.shards_bypassed,
       "root", "fills", (unsigned long long)st.root.fills,
       "regenerations", (unsigned long long)st.root.regenerations,
       "evictions", (unsigned long long)st.root.evictions,
       "records_generated", (unsigned long long)st.root.records_generated,
-      "bytes_written", (unsigned long long)st.root.bytes_written);
+      "bytes_written", (unsigned long long)st.root.bytes_written,
+      "shards_kept", (unsigned long long)st.root.shards_kept);
 }
 
 static PyObject *core_shards(bcpy_core *self, PyObject *unused) {
