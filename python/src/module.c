@@ -135,10 +135,15 @@ static void set_exception(int code, int sys_errno, const char *message) {
   PyErr_SetString(error_type(code), message);
 }
 
-/* NondeterministicError, saying how to start over.  The engine's messages
- * begin with the root ("ROOT: shard 3 ..."): the advice names it when
+/* NondeterministicError, saying how to start over (unless the engine's
+ * message does, as the CLI's report does).  The engine's messages begin
+ * with the root ("ROOT: shard 3 ..."): the advice names it when
  * that prefix is a cache's directory. */
 static void set_nondet(const char *message) {
+  if (strstr(message, "cache clear") != NULL) { /* the engine said it already */
+    PyErr_SetString(bcpy_NondeterministicError, message);
+    return;
+  }
   const char *colon = strstr(message, ": ");
   char root[4096] = "";
   if (colon != NULL && (size_t)(colon - message) + sizeof "/metadata.json" < sizeof root) {

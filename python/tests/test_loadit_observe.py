@@ -116,7 +116,7 @@ def _worker(root, memory_limit, seed, queue):
     st = loader.stats()
     loader.close()
     queue.put({k: st[k] for k in ("fills", "regenerations", "evictions",
-                                  "records_generated")})
+                                  "records_generated", "shards_kept")})
 
 
 def test_root_counters_sum_every_process(tmp_path):
@@ -154,7 +154,8 @@ def test_root_counters_sum_every_process(tmp_path):
                         "regenerations": root_counts["regenerations"],
                         "evictions": root_counts["evictions"],
                         "records_generated": root_counts["records_generated"],
-                        "bytes_written": root_counts["bytes_written"]}
+                        "bytes_written": root_counts["bytes_written"],
+                        "shards_kept": root_counts["shards_kept"]}
 
 
 # ---- a root filled by `bagcache cache fill -- CMD` -------------------------------

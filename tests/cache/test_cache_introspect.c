@@ -23,7 +23,7 @@
 /* ---- the root's counters ----------------------------------------------------- */
 
 typedef struct root_counts {
-  uint64_t fills, regenerations, evictions, records_generated, bytes_written;
+  uint64_t fills, regenerations, evictions, records_generated, bytes_written, kept;
 } root_counts;
 
 static void check_root(bc_cache *c, root_counts e, const char *when) {
@@ -31,15 +31,17 @@ static void check_root(bc_cache *c, root_counts e, const char *when) {
   if (st.root.fills != e.fills || st.root.regenerations != e.regenerations ||
       st.root.evictions != e.evictions ||
       st.root.records_generated != e.records_generated ||
-      st.root.bytes_written != e.bytes_written)
-    fail_msg("%s: root fills %llu regen %llu evict %llu records %llu bytes %llu; "
-             "expected %llu %llu %llu %llu %llu", when,
+      st.root.bytes_written != e.bytes_written || st.root.shards_kept != e.kept)
+    fail_msg("%s: root fills %llu regen %llu evict %llu records %llu bytes %llu kept %llu; "
+             "expected %llu %llu %llu %llu %llu %llu", when,
              (unsigned long long)st.root.fills, (unsigned long long)st.root.regenerations,
              (unsigned long long)st.root.evictions,
              (unsigned long long)st.root.records_generated,
-             (unsigned long long)st.root.bytes_written, (unsigned long long)e.fills,
+             (unsigned long long)st.root.bytes_written,
+             (unsigned long long)st.root.shards_kept, (unsigned long long)e.fills,
              (unsigned long long)e.regenerations, (unsigned long long)e.evictions,
-             (unsigned long long)e.records_generated, (unsigned long long)e.bytes_written);
+             (unsigned long long)e.records_generated, (unsigned long long)e.bytes_written,
+             (unsigned long long)e.kept);
 }
 
 /* Deletes the root's counters from its shared state, as a root last
@@ -52,8 +54,9 @@ static void drop_root_counters(const char *root) {
   MDB_txn *t = NULL;
   CU_OK(bc__txn_begin(env, true, &t));
   static const char *const names[] = {"n_fills", "n_regenerations", "n_evictions",
-                                      "n_records_generated", "n_bytes_written"};
-  for (size_t i = 0; i < 5; i++) {
+                                      "n_records_generated", "n_bytes_written",
+                                      "n_shards_kept"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     MDB_val k = {strlen(names[i]), (void *)names[i]};
     int rc = mdb_del(t, bc__dbi_meta(env), &k, NULL);
     assert_true(rc == 0 || rc == MDB_NOTFOUND);
@@ -70,17 +73,19 @@ static void test_root_counters(void **state) {
   fx_open(f, &cfg, &o);
   check_root(f->c, (root_counts){0}, "fresh");
   fx_get_ok(f->c, 0);  /* fill shard 0: 10 records */
-  fx_get_ok(f->c, 35); /* skip 10..29, fill shard 3: 30 records generated */
+  fx_get_ok(f->c, 35); /* keep shards 1 and 2 on the way, fill shard 3 */
   uint64_t b1 = fx_stats(f->c).bytes_on_disk;
-  check_root(f->c, (root_counts){2, 0, 0, 40, b1}, "two fills");
+  check_root(f->c, (root_counts){2, 0, 0, 40, b1, 2}, "two fills, two kept");
   /* A second cache object (another process would do the same) counts into
    * the same root; its own counters start at 0. */
   fx_reopen(f, &cfg, &o);
   assert_int_equal(fx_stats(f->c).fills, 0);
-  check_root(f->c, (root_counts){2, 0, 0, 40, b1}, "reopened");
-  fx_get_ok(f->c, 15); /* a new pass: skip 0..9, fill shard 1 */
+  check_root(f->c, (root_counts){2, 0, 0, 40, b1, 2}, "reopened");
+  /* A new pass: reads shards 0..3 to check them against the source (a new
+   * cache object has checked none), then fills shard 4. */
+  fx_get_ok(f->c, 45);
   uint64_t b2 = fx_stats(f->c).bytes_on_disk;
-  check_root(f->c, (root_counts){3, 0, 0, 60, b2}, "after the reopen");
+  check_root(f->c, (root_counts){3, 0, 0, 40 + 40 + 10, b2, 2}, "after the reopen");
 
   /* A root without counters (written before them) starts them at 0. */
   bc_cache_close(f->c);
@@ -88,9 +93,9 @@ static void test_root_counters(void **state) {
   drop_root_counters(f->root);
   fx_open(f, &cfg, &o);
   check_root(f->c, (root_counts){0}, "old root");
-  fx_get_ok(f->c, 25); /* a new cache's pass: skip 0..19, fill shard 2 */
+  fx_get_ok(f->c, 55); /* a new cache's pass: checks 0..49, fills shard 5 */
   uint64_t b3 = fx_stats(f->c).bytes_on_disk;
-  check_root(f->c, (root_counts){1, 0, 0, 30, b3 - b2}, "old root, one fill");
+  check_root(f->c, (root_counts){1, 0, 0, 60, b3 - b2, 0}, "old root, one fill");
 
   /* Under a limit of two shards: evictions and regenerations are counted. */
   bc_cache_close(f->c);
@@ -99,7 +104,7 @@ static void test_root_counters(void **state) {
   o.disk_limit = 2 * (b1 / 2) + (b1 / 2) / 2; /* 2.5 shards of shard 0's size */
   fx_open(f, &cfg, &o);
   fx_get_ok(f->c, 5); /* present */
-  fx_get_ok(f->c, 45); /* fill shard 4: evicts down to the limit */
+  fx_get_ok(f->c, 75); /* fill shard 7 (0..5 present): evicts down to the limit */
   bc_cache_stats st = fx_stats(f->c);
   assert_true(st.root.evictions >= 2);
   assert_int_equal(st.root.evictions, st.evictions);

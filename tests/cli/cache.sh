@@ -73,7 +73,7 @@ check [ "$total" -eq 10893 ]
 bc cache info c
 want_rc 0
 want_quiet_err
-want_out 'length: 1000\nlength final: yes\nshard records: 64\nshards present: 16\nbytes on disk: 10893\ndisk limit: none\nmisses: 16\nfills: 16\nregenerations: 0\nevictions: 0\nrecords generated: 1000\nbytes written: 10893\ninfo: null\n'
+want_out 'length: 1000\nlength final: yes\nshard records: 64\nshards present: 16\nbytes on disk: 10893\ndisk limit: none\nmisses: 16\nfills: 16\nregenerations: 0\nevictions: 0\nrecords generated: 1000\nbytes written: 10893\nshards kept: 0\ninfo: null\n'
 
 t "info --json: the same fields and every shard"
 bc cache info --json c
@@ -90,7 +90,7 @@ sed 's/^\(      "last_access": \)[0-9][0-9]*$/\1T/' out >got.json
   printf '  "counters": {\n    "misses": 16,\n    "fills": 16,\n'
   printf '    "regenerations": 0,\n    "evictions": 0,\n'
   printf '    "records_generated": 1000,\n'
-  printf '    "bytes_written": 10893\n  },\n  "info": null,\n  "shards": [\n'
+  printf '    "bytes_written": 10893,\n    "shards_kept": 0\n  },\n  "info": null,\n  "shards": [\n'
   s=0
   while [ $s -lt 16 ]; do
     start=$((s * 64))
