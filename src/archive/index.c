@@ -58,7 +58,13 @@ int bc__index_error(bc__index *ix, int rc, const char *what) {
 /* An SQL error while reading the schema means the file is not a barecat
  * index (a missing table or column): BC_ECORRUPT, whatever SQLite's code. */
 static int not_an_index(bc__index *ix, int rc) {
-  int code = bc__index_error(ix, rc, "not a barecat index");
+  int code;
+  if (rc == SQLITE_READONLY && ix->readonly)
+    return bc__error(BC_EPERM, "%s: a writer was killed during its commit and "
+                     "left a journal that only a writer can roll back: open the "
+                     "archive for writing once (%s)", ix->path,
+                     sqlite3_errmsg(ix->db));
+  code = bc__index_error(ix, rc, "not a barecat index");
   if (code == BC_EIO) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", bc_errmsg());
@@ -112,6 +118,31 @@ static int config_int(bc__index *ix, const char *key, int64_t *out) {
   return rc;
 }
 
+/* A writer killed inside a write transaction leaves a hot rollback journal
+ * (PATH-journal) that a read-only connection cannot roll back (SQLite then
+ * fails every read with SQLITE_READONLY).  So before a read-only open, where
+ * a journal exists and we may write the index, one short read-write
+ * connection reads the schema: SQLite rolls a hot journal back under its
+ * own locks (and leaves a live writer's journal alone, since that writer
+ * holds its lock).  The index then holds its last commit, as it would for
+ * any SQLite reader with write access.  Without write access, the open
+ * fails later with the BC_EPERM of not_an_index. */
+static void roll_back_hot_journal(const char *path) {
+  size_t n = strlen(path) + sizeof "-journal";
+  char *j = malloc(n);
+  struct stat st;
+  sqlite3 *db = NULL;
+  if (j == NULL) return;
+  snprintf(j, n, "%s-journal", path);
+  if (stat(j, &st) == 0 && access(path, W_OK) == 0 &&
+      sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 60000);
+    sqlite3_exec(db, "SELECT COUNT(*) FROM sqlite_master", NULL, NULL, NULL);
+  }
+  if (db != NULL) sqlite3_close(db);
+  free(j);
+}
+
 int bc__index_open(bc__index *ix, const char *path, bool readonly) {
   int rc = 0, src;
   int64_t major = 0, limit = 0, trig = 0;
@@ -119,6 +150,7 @@ int bc__index_open(bc__index *ix, const char *path, bool readonly) {
   ix->readonly = readonly;
   ix->path = strdup(path);
   if (ix->path == NULL) return bc__error(BC_ENOMEM, "archive: out of memory");
+  if (readonly) roll_back_hot_journal(path);
   src = sqlite3_open_v2(path, &ix->db,
                         readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE,
                         NULL);
@@ -423,8 +455,10 @@ int bc__index_insert_file(bc__index *ix, const char *path,
   sqlite3_stmt *st = ix->st[BC__ST_INSERT_FILE];
   int rc = 0, src;
   if ((rc = bc__index_begin(ix)) != 0) return rc;
+  /* The directory rows and the file row change together or not at all. */
+  if ((rc = exec(ix, "SAVEPOINT bc_add", "add")) != 0) return rc;
   if (!ix->use_triggers && (rc = manual_aggregates(ix, path, fi->size, 1)) != 0)
-    return rc;
+    goto cleanup;
   sqlite3_bind_text(st, 1, path, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 2, (int64_t)fi->shard);
   sqlite3_bind_int64(st, 3, (int64_t)fi->offset);
@@ -438,6 +472,11 @@ int bc__index_insert_file(bc__index *ix, const char *path,
   if (src != SQLITE_DONE) rc = bc__index_error(ix, src, path);
   sqlite3_reset(st);
   sqlite3_clear_bindings(st);
+cleanup:
+  if (rc != 0)
+    sqlite3_exec(ix->db, "ROLLBACK TO bc_add; RELEASE bc_add", NULL, NULL, NULL);
+  else
+    rc = exec(ix, "RELEASE bc_add", "add");
   return rc;
 }
 
@@ -447,6 +486,7 @@ int bc__index_delete_file(bc__index *ix, const char *path) {
   int rc, src;
   if ((rc = bc__index_lookup_file(ix, path, &fi)) <= 0) return rc;
   if ((rc = bc__index_begin(ix)) != 0) return rc;
+  if ((rc = exec(ix, "SAVEPOINT bc_remove", "remove")) != 0) return rc;
   sqlite3_bind_text(st, 1, path, -1, SQLITE_STATIC);
   src = sqlite3_step(st);
   rc = src == SQLITE_DONE ? 1 : bc__index_error(ix, src, path);
@@ -455,6 +495,13 @@ int bc__index_delete_file(bc__index *ix, const char *path) {
   if (rc == 1 && !ix->use_triggers) {
     int mrc = manual_aggregates(ix, path, fi.size, -1);
     if (mrc != 0) rc = mrc;
+  }
+  if (rc != 1) {
+    sqlite3_exec(ix->db, "ROLLBACK TO bc_remove; RELEASE bc_remove", NULL, NULL,
+                 NULL);
+  } else {
+    int rrc = exec(ix, "RELEASE bc_remove", "remove");
+    if (rrc != 0) rc = rrc;
   }
   return rc;
 }
