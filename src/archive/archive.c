@@ -91,6 +91,18 @@ static int archive_exists(const char *ipath, const char *base, bool *exists) {
   return 0;
 }
 
+/* Opens the index file and takes the writer's exclusive flock on it. */
+static int lock_index(const char *ipath, const char *path, int *fd) {
+  *fd = open(ipath, O_RDWR | O_CLOEXEC);
+  if (*fd < 0) return bc__error_errno(errno, "%s: open", ipath);
+  if (flock(*fd, LOCK_EX | LOCK_NB) != 0)
+    return errno == EWOULDBLOCK
+               ? bc__error(BC_EAGAIN, "%s: another process has the archive "
+                           "open for writing", path)
+               : bc__error_errno(errno, "%s: flock", ipath);
+  return 0;
+}
+
 int bc_archive_open(bc_archive **out, const char *path,
                     const bc_archive_options *opts) {
   static const bc_archive_options defaults = BC_ARCHIVE_OPTIONS_INIT;
@@ -123,7 +135,8 @@ int bc_archive_open(bc_archive **out, const char *path,
   mutex = true;
   if ((rc = archive_exists(ipath, path, &exists)) != 0) goto cleanup;
   if (opts->readonly) {
-    if (!exists) {
+    struct stat st;
+    if (stat(ipath, &st) != 0) {
       rc = bc__error(BC_ENOTFOUND, "%s: no such archive (%s does not exist)",
                      path, ipath);
       goto cleanup;
@@ -132,38 +145,40 @@ int bc_archive_open(bc_archive **out, const char *path,
     rc = bc__error(BC_EINVAL, "%s: the archive exists (exist_ok is off)", path);
     goto cleanup;
   } else if (exists && opts->overwrite) {
+    /* Not under a live writer: take its lock first. */
+    struct stat st;
+    if (stat(ipath, &st) == 0 && (rc = lock_index(ipath, path, &a->lock_fd)) < 0)
+      goto cleanup;
     if (unlink(ipath) != 0 && errno != ENOENT) {
       rc = bc__error_errno(errno, "%s: unlink", ipath);
       goto cleanup;
     }
     if ((rc = bc__shards_remove_all(path)) != 0) goto cleanup;
-    exists = false;
+    if (a->lock_fd >= 0) close(a->lock_fd);
+    a->lock_fd = -1;
   }
   if (!opts->readonly) {
     struct stat st;
+    bool created = false;
     if (stat(ipath, &st) != 0) {
       if (errno != ENOENT) {
         rc = bc__error_errno(errno, "%s: stat", ipath);
         goto cleanup;
       }
-      /* Shards without an index (a creator killed before its index was
-       * linked in) hold nothing: start afresh. */
-      if ((rc = bc__shards_remove_all(path)) != 0 ||
-          (rc = bc__index_create(ipath)) != 0)
+      if ((rc = bc__index_create(ipath)) < 0) goto cleanup;
+      created = rc == 0;
+      if (rc == 1 && !opts->exist_ok) {
+        rc = bc__error(BC_EINVAL, "%s: the archive exists (another process "
+                       "created it; exist_ok is off)", path);
         goto cleanup;
+      }
+      rc = 0;
     }
-    a->lock_fd = open(ipath, O_RDWR | O_CLOEXEC);
-    if (a->lock_fd < 0) {
-      rc = bc__error_errno(errno, "%s: open", ipath);
-      goto cleanup;
-    }
-    if (flock(a->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-      rc = errno == EWOULDBLOCK
-               ? bc__error(BC_EAGAIN, "%s: another process has the archive "
-                           "open for writing", path)
-               : bc__error_errno(errno, "%s: flock", ipath);
-      goto cleanup;
-    }
+    if ((rc = lock_index(ipath, path, &a->lock_fd)) < 0) goto cleanup;
+    /* Shards beside an index we just created (a creator killed before its
+     * index was linked in, or an overwrite that lost a race) hold nothing
+     * any index points at: start afresh, now that we hold the lock. */
+    if (created && (rc = bc__shards_remove_all(path)) != 0) goto cleanup;
   }
   if ((rc = bc__index_open(&a->ix, ipath, opts->readonly)) != 0 ||
       (rc = bc__shards_open(&a->sh, path, opts->readonly)) != 0 ||

@@ -245,11 +245,9 @@ int bc__index_create(const char *path) {
     goto cleanup;
   }
   if ((rc = bc__fsync(fd, tmp)) != 0) goto cleanup;
-  /* link refuses an existing index (another creator won the race). */
+  /* link refuses an existing index: another creator won the race. */
   if (link(tmp, path) != 0) {
-    rc = errno == EEXIST
-             ? bc__error(BC_EINVAL, "%s: exists (another process created it)", path)
-             : bc__error_errno(errno, "%s: link", path);
+    rc = errno == EEXIST ? 1 : bc__error_errno(errno, "%s: link", path);
     goto cleanup;
   }
   linked = true;

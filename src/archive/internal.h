@@ -89,9 +89,9 @@ size_t bc__archive_parent_len(const char *path);
 
 /* Opens an index that exists (readonly or not) and checks its schema. */
 int bc__index_open(bc__index *ix, const char *path, bool readonly);
-/* Creates a new index at `path` (which must not exist) atomically: the
- * schema and the root directory are written to a temporary file, fsynced
- * and linked into place. */
+/* Creates a new index at `path` atomically: the schema and the root
+ * directory are written to a temporary file, fsynced and linked into
+ * place.  1 (and nothing changed) when `path` exists by then. */
 int bc__index_create(const char *path);
 void bc__index_close(bc__index *ix);
 int bc__index_set_limit(bc__index *ix, uint64_t limit, uint64_t largest_shard);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -328,6 +329,11 @@ static void test_open_options(void **state) {
   o.readonly = false;
   assert_int_equal(bc_archive_open(&b, path, &o), BC_EAGAIN);
   assert_non_null(strstr(bc_errmsg(), "open for writing"));
+  /* Not even overwrite replaces an archive under a live writer. */
+  o.overwrite = true;
+  assert_int_equal(bc_archive_open(&b, path, &o), BC_EAGAIN);
+  o.overwrite = false;
+  assert_int_equal(bc_archive_isfile(a, "x"), 1);
   assert_int_equal(bc_archive_close(a), 0);
   o.exist_ok = false;
   assert_int_equal(bc_archive_open(&b, path, &o), BC_EINVAL);
@@ -337,6 +343,29 @@ static void test_open_options(void **state) {
   assert_int_equal(bc_archive_num_files(b), 0);
   assert_int_equal(bc_archive_isfile(b, "x"), 0);
   assert_int_equal(bc_archive_close(b), 0);
+  /* Shards without an index (a creator killed before it linked its index
+   * in): a reader finds no archive, a writer starts afresh. */
+  {
+    char *ip = ta_index_path(path), *s0 = ta_shard_path(path, 0);
+    size_t n;
+    unsigned char *bytes;
+    tu_write_file(s0, "stale bytes", 11);
+    assert_int_equal(unlink(ip), 0);
+    o.overwrite = false;
+    o.readonly = true;
+    assert_int_equal(bc_archive_open(&b, path, &o), BC_ENOTFOUND);
+    assert_non_null(strstr(bc_errmsg(), "no such archive"));
+    o.readonly = false;
+    assert_int_equal(bc_archive_open(&b, path, &o), 0);
+    assert_int_equal(bc_archive_num_files(b), 0);
+    assert_int_equal(bc_archive_add(b, "y", "12", 2, NULL), 0);
+    assert_int_equal(bc_archive_close(b), 0);
+    bytes = tu_read_file(s0, &n);
+    tu_assert_bytes(bytes, n, "12", 2, "shard 0 started afresh");
+    free(bytes);
+    free(ip);
+    free(s0);
+  }
   o.version = 99;
   assert_int_equal(bc_archive_open(&b, path, &o), BC_EINVAL);
   assert_int_equal(bc_archive_options_init(&o, BC_ARCHIVE_OPTIONS_VERSION), 0);
