@@ -150,6 +150,13 @@ int bc__index_open(bc__index *ix, const char *path, bool readonly) {
   ix->readonly = readonly;
   ix->path = strdup(path);
   if (ix->path == NULL) return bc__error(BC_ENOMEM, "archive: out of memory");
+  /* One connection is used by many threads (under bc_archive.lock), which
+   * an SQLite built single-threaded does not allow. */
+  if (sqlite3_threadsafe() == 0) {
+    rc = bc__error(BC_EUNSUPPORTED, "%s: this SQLite library was built without "
+                   "thread support (SQLITE_THREADSAFE=0)", path);
+    goto cleanup;
+  }
   if (readonly) roll_back_hot_journal(path);
   src = sqlite3_open_v2(path, &ix->db,
                         readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE,

@@ -377,6 +377,55 @@ static void test_open_options(void **state) {
   free(dir);
 }
 
+/* A reader open while a writer goes on sees each commit, including files
+ * in shards created after the reader opened and bytes appended to a shard
+ * it had already measured. */
+static void test_live_reader(void **state) {
+  char *dir = tu_tempdir(), *path = tu_join(dir, "arch");
+  bc_archive *w = ta_open_rw(path, 100), *r;
+  unsigned char got[64];
+  size_t g = 0;
+  (void)state;
+  assert_int_equal(bc_archive_add(w, "a", "0123456789", 10, NULL), 0);
+  assert_int_equal(bc_archive_commit(w), 0);
+  r = ta_open_ro(path);
+  assert_int_equal(bc_archive_read(r, "a", got, sizeof got, &g), 0);
+  tu_assert_bytes(got, g, "0123456789", 10, "a");
+  assert_int_equal(bc_archive_add(w, "b", "abcdefghij", 10, NULL), 0);
+  /* Not committed: not visible to the other connection. */
+  assert_int_equal(bc_archive_isfile(r, "b"), 0);
+  for (int i = 0; i < 5; i++) {
+    char *n = tu_format("big/%d", i);
+    unsigned char d[60];
+    memset(d, 'A' + i, sizeof d);
+    assert_int_equal(bc_archive_add(w, n, d, sizeof d, NULL), 0);
+    free(n);
+  }
+  assert_int_equal(bc_archive_commit(w), 0);
+  assert_int_equal(bc_archive_read(r, "b", got, sizeof got, &g), 0);
+  tu_assert_bytes(got, g, "abcdefghij", 10, "b");
+  for (int i = 0; i < 5; i++) {
+    char *n = tu_format("big/%d", i);
+    unsigned char d[60];
+    bc_archive_file_info fi;
+    memset(d, 'A' + i, sizeof d);
+    assert_int_equal(bc_archive_read(r, n, got, sizeof got, &g), 0);
+    tu_assert_bytes(got, g, d, sizeof d, n);
+    assert_int_equal(bc_archive_stat(r, n, &fi), 0);
+    /* big/0 fits after a and b in shard 0 (20 + 60 <= 100), the rest
+     * take a new shard each (80 + 60 > 100). */
+    assert_int_equal(fi.shard, (uint64_t)i);
+    free(n);
+  }
+  assert_int_equal(bc_archive_num_files(r), 7);
+  assert_int_equal(bc_archive_verify(r), 0);
+  assert_int_equal(bc_archive_close(r), 0);
+  assert_int_equal(bc_archive_close(w), 0);
+  tu_rmtree(dir);
+  free(path);
+  free(dir);
+}
+
 typedef struct reader_arg {
   bc_archive *a;
   int seed;
@@ -433,6 +482,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_paths),
       cmocka_unit_test(test_sharding),     cmocka_unit_test(test_readonly),
       cmocka_unit_test(test_open_options), cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_live_reader),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
