@@ -28,7 +28,7 @@ jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 # Debian packages the build and the tests need.
 packages=(gcc make autoconf automake libtool pkg-config
-          libzstd-dev liblmdb-dev libjansson-dev libcmocka-dev
+          libzstd-dev liblmdb-dev libjansson-dev libcmocka-dev libsqlite3-dev
           python3-dev python3-pytest python3-numpy)
 
 missing=()

@@ -45,7 +45,8 @@ dist_doc_DATA += \
 	doc/format.md \
 	doc/c-api.md \
 	doc/architecture.md \
-	doc/cache.md
+	doc/cache.md \
+	doc/archive.md
 
 docexamplesdir = $(docdir)/examples
 dist_docexamples_DATA = doc/examples/demo.c doc/examples/cache_demo.py

@@ -22,6 +22,7 @@
 #include "bagcache/index.h"
 #include "bagcache/seq.h"
 #include "bagcache/cache.h"
+#include "bagcache/archive.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -4,4 +4,5 @@ bagcacheinclude_HEADERS += \
 	include/bagcache/bag.h \
 	include/bagcache/index.h \
 	include/bagcache/seq.h \
-	include/bagcache/cache.h
+	include/bagcache/cache.h \
+	include/bagcache/archive.h

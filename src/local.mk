@@ -11,4 +11,7 @@ libbagcache_la_LDFLAGS = -version-info $(BC_LT_VERSION) \
 noinst_LTLIBRARIES += libbagcache_core.la
 libbagcache_core_la_SOURCES = $(BC_COMMON_SOURCES) $(BC_BAG_SOURCES) $(BC_SEQ_SOURCES) \
 	$(BC_CACHE_SOURCES)
+if BC_ARCHIVE
+libbagcache_core_la_SOURCES += $(BC_ARCHIVE_SOURCES)
+endif
 libbagcache_core_la_LIBADD = $(BC_DEP_LIBS)
