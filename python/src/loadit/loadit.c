@@ -724,33 +724,30 @@ static PyObject *core_progress(bcpy_core *self, PyObject *unused) {
                        draining ? Py_True : Py_False);
 }
 
-static PyObject *core_info(bcpy_core *self, PyObject *unused) {
-  (void)unused;
+/* A JSON text of metadata.json read by `get` (GIL released), as str; None
+ * when `get` gives NULL (a field that is not stored). */
+static PyObject *meta_text(bcpy_core *self, int (*get)(bc_cache *, char **)) {
   if (core_check(self) < 0) return NULL;
   char *json = NULL;
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = bc_cache_info(self->cache, &json);
-  Py_END_ALLOW_THREADS
-  if (rc != 0) return bcpy_raise(rc, NULL);
-  PyObject *s = PyUnicode_FromString(json);
-  free(json);
-  return s;
-}
-
-static PyObject *core_fingerprint(bcpy_core *self, PyObject *unused) {
-  (void)unused;
-  if (core_check(self) < 0) return NULL;
-  char *json = NULL;
-  int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = bc_cache_fingerprint(self->cache, &json);
+  rc = get(self->cache, &json);
   Py_END_ALLOW_THREADS
   if (rc != 0) return bcpy_raise(rc, NULL);
   if (json == NULL) Py_RETURN_NONE;
   PyObject *s = PyUnicode_FromString(json);
   free(json);
   return s;
+}
+
+static PyObject *core_info(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  return meta_text(self, bc_cache_info);
+}
+
+static PyObject *core_fingerprint(bcpy_core *self, PyObject *unused) {
+  (void)unused;
+  return meta_text(self, bc_cache_fingerprint);
 }
 
 /* bc_cache_clear(root): no cache may be open on it (loadit.py checks this
