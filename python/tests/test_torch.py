@@ -347,9 +347,10 @@ def test_two_gloo_ranks(tmp_path):
 
 
 @skip_fork_under_asan  # its DataLoader forks two workers
-def test_doc_example(tmp_path, monkeypatch):
-    """doc/python.md's torch example (a ```py block, which the doc tests
-    that need no torch leave alone), run as written."""
+def test_doc_examples(tmp_path, monkeypatch):
+    """doc/python.md's torch examples (```py blocks, which the doc tests
+    that need no torch leave alone), run as written: a Reader's Dataset
+    with the DistributedSampler, and epochs over a LoadIt under a limit."""
     import re
 
     srcdir = os.environ.get("BC_SRCDIR",
@@ -358,8 +359,15 @@ def test_doc_example(tmp_path, monkeypatch):
         text = f.read()
     found = [b for b in re.findall(r"^```py\n(.*?)^```$", text, flags=re.M | re.S)
              if "bagcache.torch" in b]
-    assert len(found) == 1
+    assert len(found) == 2
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__doc_example__"}
     exec(compile(found[0], "doc/python.md (torch example)", "exec"), namespace)
     assert namespace["batch"].shape == (100, 4) and namespace["batch"].dtype == torch.float32
+    namespace = {"__name__": "__doc_example__"}
+    exec(compile(found[1], "doc/python.md (torch over a LoadIt)", "exec"), namespace)
+    data, x, y = namespace["data"], namespace["x"], namespace["y"]
+    assert len(data) == 10_000 and data[1234] == {"x": [1234.0] * 4, "label": 4}
+    assert x.shape == (10_000 % 256, 4) and y.shape == (10_000 % 256,)  # the last batch
+    assert data.stats()["root"]["records_generated"] >= 10_000
+    data.close()
