@@ -82,3 +82,20 @@ def shard_bytes(root):
         except FileNotFoundError:
             pass
     return total
+
+
+def bagcache_command():
+    """(path of the build's `bagcache` command, the environment to run it
+    in).  Skips outside make check, which names the build (BC_BUILDDIR).
+    The environment drops LD_PRELOAD: in a sanitizer build the command
+    carries its own runtime, and the one run-pytest.sh preloads into
+    Python must not be loaded into it too."""
+    import pytest
+
+    builddir = os.environ.get("BC_BUILDDIR")
+    exe = os.path.join(builddir, "bagcache") if builddir else None
+    if exe is None or not os.path.exists(exe):
+        pytest.skip("not run by make check (BC_BUILDDIR names the bagcache command)")
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    return exe, env

@@ -14,9 +14,8 @@ import os
 import random
 import subprocess
 
-import pytest
-
 import bagcache
+from loadit_helpers import bagcache_command
 
 N = 2000
 MSL = 50
@@ -60,15 +59,8 @@ def _reader(root, with_source, seed, started, pace, stop, out):
     out.put((seed, with_source, wrong, errors, reads, after))
 
 
-def _cli():
-    builddir = os.environ.get("BC_BUILDDIR")
-    if builddir is None:
-        pytest.skip("not run by make check (BC_BUILDDIR names the bagcache command)")
-    return os.path.join(builddir, "bagcache")
-
-
 def test_clear_while_processes_read(tmp_path):
-    cli = _cli()
+    cli, env = bagcache_command()
     root = str(tmp_path / "root")
     loader = bagcache.LoadIt(root, source, max_shard_length=MSL)
     assert list(loader) == [item(i) for i in range(N)]
@@ -86,7 +78,7 @@ def test_clear_while_processes_read(tmp_path):
         clears = []
         for _ in range(CLEARS):
             r = subprocess.run([cli, "cache", "clear", root], capture_output=True,
-                               text=True, timeout=120)
+                               text=True, timeout=120, env=env)
             clears.append((r.returncode, r.stderr))
             for _ in procs:  # the readers go on meanwhile: 200 reads more
                 pace.acquire(timeout=10)
@@ -113,6 +105,6 @@ def test_clear_while_processes_read(tmp_path):
     assert [loader[i] for i in range(0, N, 97)] == [item(i) for i in range(0, N, 97)]
     loader.close()
     r = subprocess.run([cli, "cache", "clear", root], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, env=env)
     assert (r.returncode, r.stderr) == (0, "")
     assert not os.path.exists(root)

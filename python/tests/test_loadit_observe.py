@@ -17,7 +17,7 @@ import pytest
 
 import bagcache
 
-from loadit_helpers import Source, item
+from loadit_helpers import Source, bagcache_command, item
 
 N = 400
 MSL = 20
@@ -147,8 +147,9 @@ def test_root_counters_sum_every_process(tmp_path):
     parent.close()
 
     # `bagcache cache info` shows the same counters, and no per-process ones.
-    out = subprocess.run([_bagcache_exe(), "cache", "info", "--json", root], capture_output=True,
-                         text=True, check=True, env=_cli_env()).stdout
+    exe, env = bagcache_command()
+    out = subprocess.run([exe, "cache", "info", "--json", root], capture_output=True,
+                         text=True, check=True, env=env).stdout
     counters = json.loads(out)["counters"]
     assert counters == {"misses": root_counts["misses"], "fills": root_counts["fills"],
                         "regenerations": root_counts["regenerations"],
@@ -161,21 +162,6 @@ def test_root_counters_sum_every_process(tmp_path):
 # ---- a root filled by `bagcache cache fill -- CMD` -------------------------------
 
 
-def _cli_env():
-    # The command carries its own sanitizer runtime in a sanitizer build: the
-    # one run-pytest.sh preloads into Python must not be loaded into it too.
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    return env
-
-
-def _bagcache_exe():
-    exe = os.path.join(os.environ.get("BC_BUILDDIR", ""), "bagcache")
-    if not os.path.exists(exe):
-        pytest.skip("the bagcache command is not built here")
-    return exe
-
-
 @pytest.mark.filterwarnings("ignore::bagcache.CacheWarning")  # (random reads, on purpose)
 @pytest.mark.parametrize("seek", [False, True])
 def test_source_command_reruns_the_stored_command(tmp_path, seek):
@@ -186,10 +172,11 @@ def test_source_command_reruns_the_stored_command(tmp_path, seek):
     (work / "cmd.sh").write_text('#!/bin/sh\necho run >>ran\nexec tail -n "+$1" data\n')
     (work / "cmd.sh").chmod(0o755)
     root = str(tmp_path / "root")
-    argv = [_bagcache_exe(), "cache", "fill", "--shard-records", "100", "--limit", "8k"]
+    exe, env = bagcache_command()
+    argv = [exe, "cache", "fill", "--shard-records", "100", "--limit", "8k"]
     argv += ["--seek-arg", root, "--", "./cmd.sh", "{start1}"] if seek else \
             [root, "--", "./cmd.sh", "1"]
-    subprocess.run(argv, cwd=work, check=True, timeout=120, env=_cli_env())
+    subprocess.run(argv, cwd=work, check=True, timeout=120, env=env)
     runs = (work / "ran").read_text().count("run")
     want = [f"line {i}".encode() for i in range(1500)]
 
