@@ -406,6 +406,9 @@ def ws_run(a, LoadIt, tmp, slow_us, shuffle):
     s = L.stats()
     out = (s["misses"] - s0["misses"], s["records_generated"] - s0["records_generated"], dt,
            s["shards_present"])
+    # Closed before its root goes (the shuffled view holds L: a del alone
+    # left its publisher working in a directory being removed).
+    L.close()
     del L
     shutil.rmtree(root, ignore_errors=True)
     return out
