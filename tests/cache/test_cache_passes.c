@@ -216,22 +216,7 @@ static void replay(fixture *f, bool seekable, bool with_skip, int max_passes,
     prev = s;
     fx_get_fixed_ok(f->c, (int64_t)i);
     m_read(m, s);
-    bc_cache_stats st = fx_stats(f->c);
-    if (st.hits != 0 || st.records_written != m->written ||
-        st.records_skipped != m->skipped || st.passes_opened != m->opened ||
-        st.evictions != m->evictions ||
-        st.fills + st.regenerations != m->misses)
-      fail_msg("read %d (record %llu): engine written %llu skipped %llu passes "
-               "%llu evictions %llu misses %llu hits %llu; model %llu %llu %llu "
-               "%llu %llu", r, (unsigned long long)i,
-               (unsigned long long)st.records_written,
-               (unsigned long long)st.records_skipped,
-               (unsigned long long)st.passes_opened,
-               (unsigned long long)st.evictions,
-               (unsigned long long)(st.fills + st.regenerations),
-               (unsigned long long)st.hits, (unsigned long long)m->written,
-               (unsigned long long)m->skipped, (unsigned long long)m->opened,
-               (unsigned long long)m->evictions, (unsigned long long)m->misses);
+    check_counts(f, m, r, i);
   }
   /* The source saw the same. */
   assert_int_equal(atomic_load(&f->sh->opens), m->opened);
