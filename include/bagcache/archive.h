@@ -192,6 +192,51 @@ int64_t bc_archive_total_size(bc_archive *a);
  * path order) and what is wrong.  May be called any number of times. */
 int bc_archive_verify(bc_archive *a);
 
+/* ---- directories, renames, listings (src/archive/tree.c) ------------------ */
+
+/* Adds directory `path` and its missing ancestors (as adding a file below
+ * it would), with `meta` (NULL: all unset).  An existing directory is
+ * BC_EINVAL unless exist_ok, which sets its metadata to `meta` instead.
+ * BC_EINVAL too for a path that is a file or lies below one, BC_EPERM when
+ * read-only.  The aggregates stay exact. */
+int bc_archive_add_dir(bc_archive *a, const char *path,
+                       const bc_archive_file_meta *meta, bool exist_ok);
+
+/* Renames file or directory `old_path` to `new_path` (a directory with
+ * everything below it).  Missing ancestors of new_path are created.
+ * BC_ENOTFOUND (old_path is neither), BC_EINVAL (new_path exists, lies
+ * below a file or inside old_path, or either is the root), BC_EPERM.
+ * Renaming a path to itself does nothing.  The aggregates of every
+ * directory on both sides stay exact (barecat's move_subdir trigger is not
+ * used: it miscounts the parents' num_files). */
+int bc_archive_rename(bc_archive *a, const char *old_path, const char *new_path);
+
+/* Removes empty directory `path`.  BC_ENOTFOUND (no such directory),
+ * BC_EINVAL (not empty, a file, the root), BC_EPERM. */
+int bc_archive_rmdir(bc_archive *a, const char *path);
+
+/* Removes directory `path` with every file and directory below it (their
+ * bytes stay in the shards, unreferenced).  Errors as bc_archive_rmdir,
+ * but a non-empty directory is removed. */
+int bc_archive_remove_tree(bc_archive *a, const char *path);
+
+/* Every file's path, in path order (bytewise): *out is one malloc'd block
+ * (free it with free()) holding the *count pointers and then the strings;
+ * NULL when there are no files. */
+int bc_archive_list_files(bc_archive *a, char ***out, size_t *count);
+
+/* Reads n bytes at `offset` of the file whose row is *fi (from
+ * bc_archive_stat) into buf, without a CRC check (the caller checks a
+ * whole file with bc_archive_crc32c).  The row's whole range is checked
+ * against its shard first (BC_ECORRUPT past the shard's end); a range past
+ * the file's size is BC_ERANGE. */
+int bc_archive_read_at(bc_archive *a, const bc_archive_file_info *fi,
+                       uint64_t offset, void *buf, size_t n);
+
+/* Continues a CRC-32C (Castagnoli), the checksum of the crc32c column:
+ * bc_archive_crc32c(bc_archive_crc32c(0, a, n), b, m) is that of a then b. */
+uint32_t bc_archive_crc32c(uint32_t crc, const void *data, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,4 +6,5 @@ BC_ARCHIVE_SOURCES = \
 	src/archive/schema.c \
 	src/archive/index.c \
 	src/archive/shards.c \
-	src/archive/archive.c
+	src/archive/archive.c \
+	src/archive/tree.c

@@ -6,7 +6,8 @@ BC_ARCHIVE_TESTS = \
 	tests/archive/test_archive_aggregates \
 	tests/archive/test_archive_corrupt \
 	tests/archive/test_archive_schema \
-	tests/archive/test_archive_crash
+	tests/archive/test_archive_crash \
+	tests/archive/test_archive_tree
 
 if BC_TESTS
 if BC_ARCHIVE
@@ -47,3 +48,8 @@ tests_archive_test_archive_crash_SOURCES = \
 	tests/archive/test_archive_crash.c $(BC_ARCHIVE_TEST_SOURCES)
 tests_archive_test_archive_crash_CFLAGS = $(BC_TEST_CFLAGS)
 tests_archive_test_archive_crash_LDADD = $(BC_ARCHIVE_TEST_LDADD)
+
+tests_archive_test_archive_tree_SOURCES = \
+	tests/archive/test_archive_tree.c $(BC_ARCHIVE_TEST_SOURCES)
+tests_archive_test_archive_tree_CFLAGS = $(BC_TEST_CFLAGS)
+tests_archive_test_archive_tree_LDADD = $(BC_ARCHIVE_TEST_LDADD)
