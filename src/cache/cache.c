@@ -347,6 +347,22 @@ static void cache_destroy(bc_seq *self) {
   free(c);
 }
 
+/* One partition per shard, [k R, (k + 1) R): R is fixed at open, so the
+ * boundaries are known for any index, also past the known length while
+ * the cache fills (the caller cuts the last one to the length). */
+static int cache_partition(bc_seq *self, uint64_t index, uint64_t *start,
+                           uint64_t *end) {
+  const bc_cache *c = (const bc_cache *)self;
+  if (c->R == 0) { /* nothing cached and no source: one partition */
+    *start = 0;
+    *end = UINT64_MAX;
+    return 0;
+  }
+  *start = index / c->R * c->R;
+  *end = *start > UINT64_MAX - c->R ? UINT64_MAX : *start + c->R;
+  return 0;
+}
+
 static const bc_seq_ops cache_ops = {
     .version = BC_SEQ_OPS_VERSION,
     .type_name = "cache",
@@ -354,6 +370,7 @@ static const bc_seq_ops cache_ops = {
     .get = cache_get_record,
     .read_into = bc__cache_read_into, /* read_into.c */
     .destroy = cache_destroy,
+    .partition = cache_partition,
 };
 
 /* ---- opening ---------------------------------------------------------------- */
