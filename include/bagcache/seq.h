@@ -55,9 +55,9 @@ typedef struct bc_len {
 
 typedef struct bc_seq bc_seq;
 
-/* Version 2 added `read_into`; tables of version 1 (which end before it)
- * are still accepted. */
-#define BC_SEQ_OPS_VERSION 2
+/* Version 2 added `read_into`, version 3 `partition`; tables of an older
+ * version (which end before the members it lacks) are still accepted. */
+#define BC_SEQ_OPS_VERSION 3
 
 /* The operations table of a sequence type (cf. sqlite3_io_methods).  A view
  * implements `resolve`; a leaf implements `get` (and optionally
@@ -98,6 +98,18 @@ typedef struct bc_seq_ops {
    * NULL: the library reads each record with `get` and copies it. */
   int (*read_into)(bc_seq *self, const uint64_t *indices, const size_t *rows,
                    size_t count, void *dst, size_t size, int max_parallelism);
+  /* Optional (version >= 3): the partition holding `index`, [*start,
+   * *end) with *start <= index < *end: a run of consecutive indices that
+   * is read together best (a leaf: one shard; a view: see each view's
+   * constructor).  Every index of a partition must answer the same range.
+   * *end may pass the sequence's end (then the end bounds the partition):
+   * UINT64_MAX when the partition runs to wherever the sequence ends.
+   * `index` is below the length when it is known; a sequence whose end is
+   * not known yet answers for any index (the partition that index will be
+   * in, if the sequence reaches it).  NULL (or a table of version < 3):
+   * the whole sequence is one partition.  See bc_seq_partition. */
+  int (*partition)(bc_seq *self, uint64_t index, uint64_t *start,
+                   uint64_t *end);
 } bc_seq_ops;
 
 /* The common header of every sequence: embed it as the FIRST member of an
@@ -285,6 +297,167 @@ int bc_seq_chunk_shuffle(bc_seq **out, bc_seq *seq, uint64_t chunk_size,
 /* shuffle: a global permutation of seq by the same keyed bijection:
  * resumable (element k is computable alone) and memory-free. */
 int bc_seq_shuffle(bc_seq **out, bc_seq *seq, uint64_t seed);
+
+/* ---- partitions ----------------------------------------------------- */
+
+/* Partitions are runs of consecutive indices that are read together best:
+ * a sequence's natural partitions tile it, in order, with no gaps.  They
+ * come from the leaves (bc_seq_ops.partition) and are mapped by the views:
+ *   bag set       one partition per shard file (empty shards have none).
+ *   cache         one per shard: [k * R, (k + 1) * R) for the cache's
+ *                 max_shard_length R, the last one ending at the length.
+ *                 The boundaries are fixed when the cache is opened (R is
+ *                 in its metadata), so they are known for any index before
+ *                 the length is final; only where the last partition ends
+ *                 waits for the source's end (bc_seq_partitions settles
+ *                 it).  A cache with nothing cached and no source is one
+ *                 partition.
+ *   foreign leaf  (bc_seq_new_callbacks, or ops without `partition`): one.
+ *   slice         the child's partitions that hold its elements, each
+ *                 cut to the elements it holds (any step: a partition of
+ *                 the slice is the run of its elements that fall into one
+ *                 partition of the child; a negative step walks them in
+ *                 reverse).
+ *   take, map     one partition: their indices are arbitrary, so no run
+ *                 of them is more local than another (bc_seq_partitions
+ *                 still splits them evenly).
+ *   concat        every part's partitions, one after another (a part
+ *                 boundary is always a partition boundary).
+ *   interleave    one partition (consecutive elements come from
+ *                 different parts).
+ *   repeat        the child's partitions, again in every repetition.
+ *   chunk_shuffle the child's partition boundaries, each moved up to the
+ *                 next run boundary (a multiple of chunk_size), duplicates
+ *                 dropped: a run is never split, so each partition is a
+ *                 union of whole runs and holds exactly the child's
+ *                 elements of the same range.  A shuffle (one run) is one
+ *                 partition.
+ * These rules compose: a slice of a concat of bag sets has the bag
+ * shards' boundaries, mapped. */
+
+/* The natural partition holding `index` (negative counts from the end, as
+ * bc_seq_get): [*start, *stop), cut to the length where it is known (a
+ * sequence whose end is not known yet may answer a stop past its current
+ * lower bound, or UINT64_MAX).  BC_ERANGE outside the sequence; BC_EINVAL
+ * when a sequence's partition op answers a range that does not hold the
+ * index. */
+int bc_seq_partition(bc_seq *seq, int64_t index, uint64_t *start,
+                     uint64_t *stop);
+
+/* Contiguous ranges tiling [0, length): range k is
+ * [bounds[k], bounds[k + 1]) for k < count (bounds has count + 1 entries,
+ * bounds[0] = 0, bounds[count] = the length; count is 0 for an empty
+ * sequence).  Release with bc_partitions_free. */
+typedef struct bc_partitions {
+  size_t count;
+  uint64_t *bounds;
+} bc_partitions;
+
+/* Splits seq into about target_count contiguous ranges along its natural
+ * partitions.  The exact length is settled first (a cache still filling
+ * drains its source; BC_EINFINITE for an endless sequence).
+ *   target_count 0: the natural partitions themselves, in order (one op
+ *   call per partition).
+ *   target_count T > 0, length N: the cut points are c_k = floor(k N / T)
+ *   for k = 1 .. T-1.  Each moves to the nearer end of the natural
+ *   partition holding it when that end is closer than half a target size
+ *   (2 T |end - c_k| < N; a tie between the two ends goes to the lower),
+ *   and otherwise stays where it is (a partition larger than the target
+ *   size is split at the even points).  Cuts at 0 or N and repeated cuts
+ *   are dropped.  So the result has at most T ranges (fewer when N < T or
+ *   when two cuts move to one boundary), none empty; natural partitions
+ *   smaller than half the target size are merged with their neighbours;
+ *   and the natural boundaries are kept wherever they lie near an even
+ *   cut (equal shards and T = their count, or a divisor of it, gives the
+ *   shards exactly).  Costs T - 1 partition lookups, whatever the number
+ *   of natural partitions.
+ * On success *out holds the ranges; on failure it is left empty (count 0,
+ * bounds NULL). */
+int bc_seq_partitions(bc_seq *seq, size_t target_count, bc_partitions *out);
+
+/* Frees the bounds and empties *p.  NULL is fine. */
+void bc_partitions_free(bc_partitions *p);
+
+/* ---- epoch orders ---------------------------------------------------- */
+
+/* The index orders of training loops, as pure functions of their
+ * arguments: every rank of a data-parallel job computes its own share of
+ * an epoch, and a job resumes at any position, with nothing stored.
+ * Thread-safe; no memory allocated; O(1) work per index. */
+
+/* The seed of epoch `epoch`'s permutation in a run seeded `seed`:
+ * splitmix64's finaliser of seed + 0x9E3779B97F4A7C15 * (epoch + 1)
+ * (mod 2^64); bagcache.train.Sampler.epoch_seed. */
+uint64_t bc_epoch_seed(uint64_t seed, uint64_t epoch);
+
+/* out[k] = element start + k * stride of bc_seq_shuffle(range(n), seed),
+ * for k < count, computed without making a sequence (the same keyed
+ * bijection).  Every position must be below n: BC_ERANGE otherwise
+ * (stride 0 with count > 1 too), and out is then unchanged. */
+int bc_shuffle_indices(uint64_t n, uint64_t seed, uint64_t start,
+                       uint64_t stride, size_t count, int64_t *out);
+
+/* out[k] = a uniform draw from [0, n) at stream position
+ * start + k * stride, for k < count: a counter-based generator keyed by
+ * seed (splitmix64 words, Lemire's multiply-shift with rejection, so
+ * exactly uniform), so any position is computable alone.  Positions wrap
+ * modulo 2^64.  BC_EINVAL for n = 0 with count > 0. */
+int bc_iid_indices(uint64_t n, uint64_t seed, uint64_t start, uint64_t stride,
+                   size_t count, int64_t *out);
+
+/* One rank's share of one epoch over [0, length).  Versioned: initialise
+ * with BC_EPOCH_ORDER_INIT or bc_epoch_order_init(), then set the fields.
+ *
+ * The epoch's order is a permutation of [0, length): with shuffle,
+ * position p holds bc_shuffle_indices(length, bc_epoch_seed(seed, epoch),
+ * p, ...), a different permutation every epoch; without it, p itself.
+ * Positions before `start` were used already (a resumed epoch: `start` is
+ * the number of positions that every rank together consumed, the
+ * `consumed` of bagcache.train's state); the rest, start .. end - 1, are
+ * dealt round-robin: rank r takes positions start + r, start + r + W,
+ * start + r + 2W, ... below end (W = world_size).  end is the length, or
+ * with drop_last, start + floor((length - start) / W) * W, so that every
+ * rank takes the same number.  Nothing is ever padded or repeated: without
+ * drop_last ranks below (length - start) mod W take one index more than
+ * the others, and the ranks' shares together are exactly the positions
+ * start .. end - 1, each once.  So a rank's indices do not depend on how
+ * it batches them (bagcache.train's EPOCH loader gives rank r, batch after
+ * batch, exactly these indices), and a job may resume on another world
+ * size: the positions consumed stay consumed. */
+#define BC_EPOCH_ORDER_VERSION 1
+
+typedef struct bc_epoch_order {
+  /* BC_EPOCH_ORDER_VERSION: set by BC_EPOCH_ORDER_INIT and
+   * bc_epoch_order_init(); another version is BC_EINVAL. */
+  unsigned version;
+  uint64_t length;     /* the number of samples; default 0 */
+  uint64_t seed;       /* the run's seed; default 0 */
+  uint64_t epoch;      /* default 0 */
+  bool shuffle;        /* default true */
+  uint64_t rank;       /* below world_size; default 0 */
+  uint64_t world_size; /* >= 1; default 1 */
+  uint64_t start;      /* positions already consumed, <= length; default 0 */
+  bool drop_last;      /* default false */
+} bc_epoch_order;
+
+#define BC_EPOCH_ORDER_INIT \
+  {BC_EPOCH_ORDER_VERSION, 0, 0, 0, true, 0, 1, 0, false}
+
+/* Sets *o to BC_EPOCH_ORDER_INIT; BC_EINVAL unless `version` is
+ * BC_EPOCH_ORDER_VERSION. */
+int bc_epoch_order_init(bc_epoch_order *o, unsigned version);
+
+/* The number of indices rank `rank` takes: len(range(start + rank, end,
+ * world_size)).  BC_EINVAL for a bad order (another version, world_size
+ * 0, rank >= world_size, start > length). */
+int bc_epoch_order_count(const bc_epoch_order *o, uint64_t *count);
+
+/* The rank's indices number first .. first + count - 1 (of the
+ * bc_epoch_order_count it takes) into out[0 .. count).  BC_EINVAL as
+ * bc_epoch_order_count; BC_ERANGE when first + count passes the rank's
+ * count.  out is unchanged on failure. */
+int bc_epoch_order_indices(const bc_epoch_order *o, uint64_t first,
+                           size_t count, int64_t *out);
 
 /* ---- read-ahead iteration ------------------------------------------- */
 

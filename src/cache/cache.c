@@ -347,6 +347,22 @@ static void cache_destroy(bc_seq *self) {
   free(c);
 }
 
+/* One partition per shard, [k R, (k + 1) R): R is fixed at open, so the
+ * boundaries are known for any index, also past the known length while
+ * the cache fills (the caller cuts the last one to the length). */
+static int cache_partition(bc_seq *self, uint64_t index, uint64_t *start,
+                           uint64_t *end) {
+  const bc_cache *c = (const bc_cache *)self;
+  if (c->R == 0) { /* nothing cached and no source: one partition */
+    *start = 0;
+    *end = UINT64_MAX;
+    return 0;
+  }
+  *start = index / c->R * c->R;
+  *end = *start > UINT64_MAX - c->R ? UINT64_MAX : *start + c->R;
+  return 0;
+}
+
 static const bc_seq_ops cache_ops = {
     .version = BC_SEQ_OPS_VERSION,
     .type_name = "cache",
@@ -354,6 +370,7 @@ static const bc_seq_ops cache_ops = {
     .get = cache_get_record,
     .read_into = bc__cache_read_into, /* read_into.c */
     .destroy = cache_destroy,
+    .partition = cache_partition,
 };
 
 /* ---- opening ---------------------------------------------------------------- */
@@ -617,6 +634,17 @@ static int recover_layout(bc_cache *c, MDB_txn *t, bc__meta *m) {
     int mrc = mdb_del(t, meta, &key, NULL);
     if (mrc != 0 && mrc != MDB_NOTFOUND) return bc__mdb_error(mrc, "cache state");
   }
+  /* The lease state too: its claims and access times name shards of the
+   * layout dropped (under the main write lock t holds: lock order). */
+  MDB_txn *lt = NULL;
+  const bc__lease *ls = bc__env_lease(c->env);
+  if ((rc = bc__lease_txn_begin(c->env, true, &lt)) != 0) return rc;
+  int lrc = mdb_drop(lt, ls->claim, 0);
+  if (lrc == 0) lrc = mdb_drop(lt, ls->access, 0);
+  if (lrc == 0) lrc = mdb_drop(lt, ls->meta, 0);
+  if (lrc == 0) lrc = mdb_txn_commit(lt);
+  else mdb_txn_abort(lt);
+  if (lrc != 0) return bc__mdb_error(lrc, "lease state");
   atomic_store(&c->known_length, 0);
   atomic_store(&c->final, false);
   if (l.files == 0)
@@ -855,6 +883,10 @@ int bc_cache_open(bc_cache **out, const char *root, const bc_source *source,
   bc__store_lmdb_init(&c->store, c); /* R is known from here */
   if (c->crc && (rc = make_dir(c->sums_dir)) != 0) goto fail;
   if ((rc = bc__rebuild_state(c)) != 0) goto fail;
+  /* The first open after a reboot: claims made before it are void (the
+   * lease state is new), and files their fills renamed into shards/
+   * without a commit are nobody's (doc/cache.md, "Leases"). */
+  if (bc__env_take_renewed(c->env) && (rc = bc__remove_strays(c)) != 0) goto fail;
   if (opts->disk_limit != 0 && opts->disk_limit != BC_CACHE_NO_LIMIT) {
     /* A limit that cannot hold the shards at work is refused, before it is
      * stored (doc/cache.md, "The smallest workable limit"). */
@@ -1058,36 +1090,41 @@ bool bc_cache_draining(bc_cache *c) {
   return draining;
 }
 
+typedef struct {
+  bc_cache *c;
+  bc_cache_shard *shards;
+  size_t max, n;
+} shard_list;
+
+/* bc_cache_shards' walk: PRESENT shards, counted beyond max. */
+static int list_shard(void *arg, uint64_t shard, const bc__shard_rec *r) {
+  shard_list *l = arg;
+  if (r->state != SHARD_PRESENT) return 0;
+  if (l->n < l->max) {
+    l->shards[l->n].start = shard * l->c->R;
+    l->shards[l->n].end = shard * l->c->R + r->records;
+    l->shards[l->n].zstd = r->zstd != 0;
+    l->shards[l->n].bytes = r->bytes;
+    l->shards[l->n].last_access = r->last_access;
+  }
+  l->n++;
+  return 0;
+}
+
 int bc_cache_shards(bc_cache *c, bc_cache_shard *shards, size_t max,
                     size_t *count) {
   bc__publisher_wait(c, false); /* the shards this process queued count */
   bc__access_flush(c); /* the access clocks include this process's opens */
-  MDB_txn *t;
-  int rc = bc__txn_begin(c->env, false, &t);
+  /* Through the store: access times may be newer in the lease state. */
+  const bc__store *st = &c->store;
+  bc__store_txn *t;
+  int rc = st->ops->begin(st->impl, false, &t);
   if (rc != 0) return rc;
-  MDB_cursor *cur;
-  int mrc = mdb_cursor_open(t, bc__dbi_shard(c->env), &cur);
-  if (mrc != 0) {
-    mdb_txn_abort(t);
-    return bc__mdb_error(mrc, "cache state");
-  }
-  size_t n = 0;
-  MDB_val k, v;
-  for (int op = MDB_FIRST; mdb_cursor_get(cur, &k, &v, op) == 0; op = MDB_NEXT) {
-    bc__shard_rec r;
-    uint64_t shard;
-    if (!bc__rec_decode(&k, &v, &shard, &r) || r.state != SHARD_PRESENT) continue;
-    if (n < max) {
-      shards[n].start = shard * c->R;
-      shards[n].end = shard * c->R + r.records;
-      shards[n].zstd = r.zstd != 0;
-      shards[n].bytes = r.bytes;
-      shards[n].last_access = r.last_access;
-    }
-    n++;
-  }
-  mdb_cursor_close(cur);
-  mdb_txn_abort(t);
+  shard_list l = {c, shards, max, 0};
+  rc = st->ops->each(t, list_shard, &l);
+  st->ops->abort(t);
+  if (rc != 0) return rc;
+  size_t n = l.n;
   *count = n;
   return 0;
 }

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "cache/lease.h"
 #include "cache/lmdb_guard.h"
 #include "cache/passes.h"
 #include "cache/prefetch.h"
@@ -132,6 +133,16 @@ void bc__env_release(bc__env *env);
 int bc__txn_begin(bc__env *env, bool write, MDB_txn **txn);
 int bc__txn_commit(MDB_txn *txn);
 MDB_dbi bc__dbi_shard(bc__env *env);
+/* The lease environment (lease.h) of env, and a transaction on it, begun
+ * after one on the main environment with bc__txn_begin (a write one only
+ * under the main one's write lock). */
+const bc__lease *bc__env_lease(bc__env *env);
+/* True once (for the first caller) when this process's open renewed the
+ * lease directory: the first open after a reboot, whose claims, void now,
+ * may have renamed files into shards/ that the state does not list
+ * (bc__remove_strays removes them). */
+bool bc__env_take_renewed(bc__env *env);
+int bc__lease_txn_begin(bc__env *env, bool write, MDB_txn **txn);
 MDB_dbi bc__dbi_sum(bc__env *env);
 MDB_dbi bc__dbi_meta(bc__env *env);
 /* Converts an LMDB error into a BC_E* code with a message. */
@@ -371,6 +382,10 @@ int bc__infer_layout(bc_cache *c, bc__layout *out);
 /* Removes every file of shard `shard` from shards/ (whatever its end). */
 void bc__unlink_shard_files(bc_cache *c, uint64_t shard);
 int bc__rebuild_state(bc_cache *c);
+/* Removes the files of shards/ (and sums/) whose shard is neither PRESENT
+ * nor claimed by a live filler, under the state's write lock: a root
+ * being cleared, or the first open after a reboot (bc__env_take_renewed). */
+int bc__remove_strays(bc_cache *c);
 void bc__clean_scratch(bc_cache *c);
 int bc__estimate_shard_records(bc_cache *c, uint64_t *records);
 

@@ -10,6 +10,8 @@ BC_CACHE_SOURCES = \
 	src/cache/store.h \
 	src/cache/store.c \
 	src/cache/store_lmdb.c \
+	src/cache/lease.h \
+	src/cache/lease.c \
 	src/cache/lmdb_guard.h \
 	src/cache/lmdb_guard.c \
 	src/cache/validate.c \

@@ -419,8 +419,10 @@ int bc_cache_export(bc_cache *c, const char *out_spec) {
 /* ---- clear ---------------------------------------------------------------------- */
 
 /* Removes the files of `dir` and then `dir`.  Files that appear meanwhile
- * (rmdir: ENOTEMPTY) are removed in another round, a few times at most. */
-static int remove_dir_files(const char *dir) {
+ * (rmdir: ENOTEMPTY) are removed in another round, a few times at most.
+ * A directory inside (locks/lease-BOOT, lease.h) goes the same way, at
+ * most `depth` levels down. */
+static int remove_dir_files_at(const char *dir, int depth) {
   int rc = 0;
   for (int round = 0; round < 8; round++) {
     DIR *d = opendir(dir);
@@ -429,8 +431,16 @@ static int remove_dir_files(const char *dir) {
     rc = 0;
     while ((e = readdir(d)) != NULL) {
       if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT && rc == 0)
+      if (unlinkat(dirfd(d), e->d_name, 0) == 0 || errno == ENOENT) continue;
+      if ((errno == EISDIR || errno == EPERM) && depth > 0) {
+        char *sub = bc__path_printf("%s/%s", dir, e->d_name);
+        int src = sub ? remove_dir_files_at(sub, depth - 1)
+                      : bc__error(BC_ENOMEM, "out of memory");
+        free(sub);
+        if (src != 0 && rc == 0) rc = src;
+      } else if (rc == 0) {
         rc = bc__error_errno(errno, "%s/%s", dir, e->d_name);
+      }
     }
     closedir(d);
     if (rc != 0) return rc;
@@ -439,6 +449,8 @@ static int remove_dir_files(const char *dir) {
   }
   return bc__error_errno(errno, "%s", dir);
 }
+
+static int remove_dir_files(const char *dir) { return remove_dir_files_at(dir, 1); }
 
 /* Takes the exclusive flock of `fd`, polling (and the interrupt hook) while
  * another process holds it: 0, or the error. */
@@ -510,7 +522,7 @@ cleanup:
  * whose shard has no claim of a live filler, under the state's write lock
  * (a publish of a live claim may have renamed its file in before its
  * commit: that one stays). */
-static int remove_strays(bc_cache *c, MDB_txn *t, const char *dir, bool sums) {
+static int remove_strays(bc_cache *c, bc__store_txn *t, const char *dir, bool sums) {
   DIR *d = opendir(dir);
   if (d == NULL) return errno == ENOENT ? 0 : bc__error_errno(errno, "%s", dir);
   struct dirent *e;
@@ -523,7 +535,7 @@ static int remove_strays(bc_cache *c, MDB_txn *t, const char *dir, bool sums) {
         start % c->R != 0)
       continue;
     bc__shard_rec rec;
-    rc = bc__rec_get(t, bc__dbi_shard(c->env), start / c->R, &rec, &found);
+    rc = c->store.ops->get(t, start / c->R, &rec, &found); /* (claims: leases) */
     if (rc == 0 && found && rec.state == SHARD_FILLING && bc__owner_alive(rec.owner))
       continue;
     if (rc == 0 && found && rec.state == SHARD_PRESENT) continue; /* published
@@ -534,6 +546,16 @@ static int remove_strays(bc_cache *c, MDB_txn *t, const char *dir, bool sums) {
   return rc;
 }
 
+int bc__remove_strays(bc_cache *c) {
+  bc__store_txn *t = NULL;
+  int rc = c->store.ops->begin(c->store.impl, true, &t);
+  if (rc != 0) return rc;
+  rc = remove_strays(c, t, c->shards_dir, false);
+  if (rc == 0 && c->crc) rc = remove_strays(c, t, c->sums_dir, true);
+  c->store.ops->abort(t); /* (held as the lock only: nothing was written) */
+  return rc;
+}
+
 /* Empties a root other processes use (bc__store_clear): opened like any
  * reader without a source, so the state stays consistent for them. */
 static int clear_in_use(const char *root, uint64_t *removed) {
@@ -541,12 +563,7 @@ static int clear_in_use(const char *root, uint64_t *removed) {
   bc_cache_options o = BC_CACHE_OPTIONS_INIT;
   int rc = bc_cache_open(&c, root, NULL, &o);
   if (rc == 0) rc = bc__store_clear(&c->store, removed);
-  MDB_txn *t = NULL;
-  if (rc == 0 && (rc = bc__txn_begin(c->env, true, &t)) == 0) {
-    rc = remove_strays(c, t, c->shards_dir, false);
-    if (rc == 0 && c->crc) rc = remove_strays(c, t, c->sums_dir, true);
-    mdb_txn_abort(t); /* (held as the lock only: nothing was written) */
-  }
+  if (rc == 0) rc = bc__remove_strays(c);
   bc_cache_close(c);
   return rc;
 }

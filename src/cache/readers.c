@@ -248,16 +248,18 @@ static void sweep_evicted(bc_cache *c) {
   if (n == 0) return;
   uint64_t gone[128];
   size_t ngone = 0;
-  MDB_txn *t;
-  if (bc__txn_begin(c->env, false, &t) != 0) return;
+  /* Through the store: a claim of ours is in the lease state. */
+  const bc__store *st = &c->store;
+  bc__store_txn *t;
+  if (st->ops->begin(st->impl, false, &t) != 0) return;
   for (size_t i = 0; i < n; i++) {
     bc__shard_rec rec;
     bool found = false;
-    if (bc__rec_get(t, bc__dbi_shard(c->env), idle[i], &rec, &found) == 0 &&
+    if (st->ops->get(t, idle[i], &rec, &found) == 0 &&
         !(found && (rec.state == SHARD_PRESENT || queued_here(c, &rec))))
       gone[ngone++] = idle[i];
   }
-  mdb_txn_abort(t);
+  st->ops->abort(t);
   if (ngone > 0) bc__readers_forget(c, gone, ngone);
 }
 

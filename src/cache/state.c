@@ -20,9 +20,16 @@
  * exclusive flock that serialises opens across processes, because flock
  * conversions are not atomic.
  *
+ * Beside the main environment, the lease environment (lease.h) holds
+ * claims and access-clock bumps, unsynced; it is opened, reopened after
+ * fork and closed with the main one, and its directory is renewed (a new
+ * boot, an empty lease state) under the gate.
+ *
  * Lock order: gate_lock (a locks/gate descriptor held, gate_take), then
  * registry_lock, then an environment's fills.lock (only across fork);
- * LMDB calls made under registry_lock are open/close only.  The wait for
+ * LMDB calls made under registry_lock are open/close only.  Across
+ * processes: the main environment's write lock, then the lease
+ * environment's (store_lmdb.c).  The wait for
  * another process's gate polls the interrupt handler with no lock held.
  */
 #include "config.h"
@@ -49,6 +56,9 @@ struct bc__env {
   int users_fd;       /* locks/users, flock(LOCK_SH) while open */
   int lock_fd;        /* locks/lock.mdb, ours: see lock_file_allocate */
   MDB_dbi shard, sum, meta;
+  char *lease_dir;    /* locks/lease-BOOT (lease.h) */
+  bc__lease lease;    /* claims and access bumps, unsynced (lease.h) */
+  _Atomic bool renewed; /* its directory was renewed at this open */
   pthread_mutex_t reopen_lock; /* serialises the reopen after fork */
   bc__fill_registry fills;
   struct bc__env *next;
@@ -167,6 +177,7 @@ static int env_open_raw(bc__env *e) {
     txn = NULL;
   }
   if (txn) mdb_txn_abort(txn);
+  if (rc == 0) rc = bc__lease_open(&e->lease, e->lease_dir, e->mode, &e->damaged);
   if (rc != 0 && e->env) {
     mdb_env_close(e->env);
     e->env = NULL;
@@ -184,13 +195,13 @@ static int env_open_raw(bc__env *e) {
  * not decode.  Claims of dead owners stay: the takeover removes the file
  * their owner may have renamed into shards/.  *reaped: how many.  0 or an
  * LMDB error code. */
-static int reap_claims(bc__env *e, size_t *reaped) {
+static int reap_claims(MDB_env *env, MDB_dbi db, size_t *reaped) {
   MDB_txn *t = NULL;
   MDB_cursor *cur = NULL;
   MDB_val *keys = NULL;
   size_t n = 0, cap = 0;
-  int rc = mdb_txn_begin(e->env, NULL, 0, &t);
-  if (rc == 0) rc = mdb_cursor_open(t, e->shard, &cur);
+  int rc = mdb_txn_begin(env, NULL, 0, &t);
+  if (rc == 0) rc = mdb_cursor_open(t, db, &cur);
   MDB_val k, v;
   for (int op = MDB_FIRST; rc == 0 && mdb_cursor_get(cur, &k, &v, op) == 0;
        op = MDB_NEXT) {
@@ -218,7 +229,7 @@ static int reap_claims(bc__env *e, size_t *reaped) {
     memcpy(keys[n++].mv_data, k.mv_data, k.mv_size);
   }
   if (cur) mdb_cursor_close(cur);
-  for (size_t i = 0; rc == 0 && i < n; i++) rc = mdb_del(t, e->shard, &keys[i], NULL);
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = mdb_del(t, db, &keys[i], NULL);
   if (rc == 0 && n > 0) {
     rc = mdb_txn_commit(t);
     t = NULL;
@@ -230,8 +241,11 @@ static int reap_claims(bc__env *e, size_t *reaped) {
   return rc;
 }
 
-/* Moves a damaged environment aside (locks/data.mdb -> .damaged). */
-static void env_discard_files(const char *dir) {
+/* Moves a damaged environment aside (locks/data.mdb -> .damaged), and
+ * empties the lease environment's directory (its claims and access times
+ * name the shards of the state discarded; alone: nobody uses it). */
+static void env_discard_files(const char *dir, const char *lease_dir) {
+  bc__lease_discard(lease_dir);
   char *a = bc__path_printf("%s/data.mdb", dir);
   char *b = bc__path_printf("%s/data.mdb.damaged", dir);
   char *lock = bc__path_printf("%s/lock.mdb", dir);
@@ -352,6 +366,7 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
     pthread_cond_init(&e->fills.cond, NULL);
     e->lock_fd = -1;
     e->users_fd = -1;
+    e->lease.lock_fd = -1;
     /* The gate (held: gate_take) serialises this block across processes:
      * a flock conversion (exclusive to shared, or back) is not atomic, and
      * another process taking locks/users exclusively in between would
@@ -368,6 +383,11 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       goto discard;
     }
     free(data);
+    data = NULL;
+    unsigned stale = 0;
+    if ((rc = bc__lease_prepare(real, e->mode, &e->lease_dir, &stale)) != 0)
+      goto discard;
+    atomic_store(&e->renewed, stale > 0);
     if ((data = bc__path_printf("%s/data.mdb", real)) == NULL) goto out_of_memory;
     bool claims = false; /* entries for reap_claims to look at */
     if (alone) {
@@ -376,7 +396,7 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       if (vrc == BC_ECORRUPT) {
         bc__notice("%s; rebuilding the shared state from the shard files",
                    bc_errmsg());
-        env_discard_files(real);
+        env_discard_files(real, e->lease_dir);
       } else if (vrc != 0) {
         rc = vrc;
         goto discard;
@@ -395,17 +415,24 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
       }
       bc__notice("%s: the shared state is damaged (%s); rebuilding it from "
                  "the shard files", real, mdb_strerror(mrc));
-      env_discard_files(real);
+      env_discard_files(real, e->lease_dir);
       *fresh = true;
       mrc = env_open_raw(e);
       alone = true;
       claims = false; /* a new, empty state */
     }
-    size_t reaped = 0;
-    if (alone && claims && mrc == 0 && (mrc = reap_claims(e, &reaped)) != 0) {
+    size_t reaped = 0, lease_reaped = 0;
+    if (alone && claims && mrc == 0 && (mrc = reap_claims(e->env, e->shard, &reaped)) != 0) {
       mdb_env_close(e->env);
       e->env = NULL;
     }
+    /* The lease environment's claims likewise (alone: nobody writes it). */
+    if (alone && mrc == 0 &&
+        (mrc = reap_claims(e->lease.env, e->lease.claim, &lease_reaped)) != 0) {
+      mdb_env_close(e->env);
+      e->env = NULL;
+    }
+    reaped += lease_reaped;
     if (reaped > 0)
       bc__notice("%s: dropped %zu shard entries no process can hold (claims "
                  "of live processes with the state closed, or damaged)",
@@ -423,6 +450,8 @@ int bc__env_acquire(bc__env **out, const char *locks_dir, unsigned mode,
 out_of_memory:
   rc = bc__error(BC_ENOMEM, "out of memory");
 discard: /* a new environment that failed to open (rc set) */
+  bc__lease_close(&e->lease);
+  free(e->lease_dir);
   if (e->users_fd >= 0) close(e->users_fd); /* drops its flock */
   if (e->lock_fd >= 0) close(e->lock_fd);    /* LMDB is closed */
   pthread_mutex_destroy(&e->reopen_lock);
@@ -447,6 +476,9 @@ void bc__env_release(bc__env *e) {
         break;
       }
     if (e->env && e->pid == getpid()) mdb_env_close(e->env);
+    if (e->pid == getpid()) bc__lease_close(&e->lease);
+    else if (e->lease.lock_fd >= 0) close(e->lease.lock_fd);
+    free(e->lease_dir);
     close(e->users_fd); /* a forked parent or child keeps its own lock */
     if (e->lock_fd >= 0) close(e->lock_fd); /* after LMDB's own close */
     pthread_mutex_destroy(&e->reopen_lock);
@@ -458,7 +490,9 @@ void bc__env_release(bc__env *e) {
   pthread_mutex_unlock(&registry_lock);
 }
 
-int bc__txn_begin(bc__env *e, bool write, MDB_txn **txn) {
+/* In a forked child, the parent's environments (their locks, their reader
+ * slots) must not be used: ours are opened.  0 or BC_E*. */
+static int reopen_if_forked(bc__env *e) {
   if (e->pid != getpid()) {
     /* A forked child: the parent's environment (its locks, its reader
      * slots) must not be used here.  Open our own; the old handle is
@@ -468,6 +502,7 @@ int bc__txn_begin(bc__env *e, bool write, MDB_txn **txn) {
     int rc = 0;
     if (e->pid != getpid()) {
       e->env = NULL;
+      e->lease.env = NULL; /* (likewise; its lock descriptor is replaced) */
       /* The parent's fills are not ours to wait for. */
       e->fills.list = NULL;
       rc = env_open_raw(e);
@@ -475,6 +510,12 @@ int bc__txn_begin(bc__env *e, bool write, MDB_txn **txn) {
     pthread_mutex_unlock(&e->reopen_lock);
     if (rc != 0) return bc__mdb_error(rc, e->dir);
   }
+  return 0;
+}
+
+int bc__txn_begin(bc__env *e, bool write, MDB_txn **txn) {
+  int rc = reopen_if_forked(e);
+  if (rc != 0) return rc;
   if (atomic_load(&e->damaged))
     return bc__error(BC_ECORRUPT,
                      "%s: the shared state (data.mdb) was found damaged "
@@ -484,7 +525,7 @@ int bc__txn_begin(bc__env *e, bool write, MDB_txn **txn) {
   /* A write transaction holds LMDB's write lock (across processes) from
    * its begin: it must not fault there on a truncated file (its meta
    * pages gone). */
-  int rc = write ? bc__mdb_check_size(e->env) : 0;
+  rc = write ? bc__mdb_check_size(e->env) : 0;
   if (rc == 0) rc = mdb_txn_begin(e->env, NULL, write ? 0 : MDB_RDONLY, txn);
   if (rc == MDB_READERS_FULL) {
     int dead = 0;
@@ -498,6 +539,26 @@ int bc__txn_commit(MDB_txn *txn) {
   int rc = mdb_txn_commit(txn);
   return rc ? bc__mdb_error(rc, "commit the cache state") : 0;
 }
+
+/* A transaction on the lease environment (both are reopened first in a
+ * forked child).  A write transaction only while holding the main one's
+ * write lock. */
+int bc__lease_txn_begin(bc__env *e, bool write, MDB_txn **txn) {
+  int rc = reopen_if_forked(e);
+  if (rc != 0) return rc;
+  rc = write ? bc__mdb_check_size(e->lease.env) : 0;
+  if (rc == 0) rc = mdb_txn_begin(e->lease.env, NULL, write ? 0 : MDB_RDONLY, txn);
+  if (rc == MDB_READERS_FULL) {
+    int dead = 0;
+    mdb_reader_check(e->lease.env, &dead);
+    rc = mdb_txn_begin(e->lease.env, NULL, write ? 0 : MDB_RDONLY, txn);
+  }
+  return rc ? bc__mdb_error(rc, "begin a transaction on the lease state") : 0;
+}
+
+const bc__lease *bc__env_lease(bc__env *e) { return &e->lease; }
+
+bool bc__env_take_renewed(bc__env *e) { return atomic_exchange(&e->renewed, false); }
 
 MDB_dbi bc__dbi_shard(bc__env *e) { return e->shard; }
 MDB_dbi bc__dbi_sum(bc__env *e) { return e->sum; }

@@ -61,8 +61,9 @@ static void publish_end(concat_seq *s, size_t j, uint64_t end) {
   pthread_mutex_unlock(&s->lock);
 }
 
-static int concat_resolve(bc_seq *self, uint64_t index, bc_seq **child,
-                          uint64_t *child_index) {
+/* The part holding `index` (its number in *part) and the index in it. */
+static int locate(bc_seq *self, uint64_t index, size_t *which,
+                  uint64_t *child_index) {
   concat_seq *s = (concat_seq *)self;
   size_t ns = atomic_load_explicit(&s->settled, memory_order_acquire);
   if (ns > 0 && index < s->ends[ns - 1]) {
@@ -71,7 +72,7 @@ static int concat_resolve(bc_seq *self, uint64_t index, bc_seq **child,
       size_t mid = lo + (hi - lo) / 2;
       if (s->ends[mid] > index) hi = mid; else lo = mid + 1;
     }
-    *child = s->parts[lo];
+    *which = lo;
     *child_index = index - (lo ? s->ends[lo - 1] : 0);
     return 0;
   }
@@ -92,11 +93,40 @@ static int concat_resolve(bc_seq *self, uint64_t index, bc_seq **child,
     prev += c.value;
     continue;
   found:
-    *child = part;
+    *which = j;
     *child_index = offset;
     return 0;
   }
   return bc__seq_range_error(self, index, prev);
+}
+
+static int concat_resolve(bc_seq *self, uint64_t index, bc_seq **child,
+                          uint64_t *child_index) {
+  size_t j;
+  int rc = locate(self, index, &j, child_index);
+  if (rc == 0) *child = ((concat_seq *)self)->parts[j];
+  return rc;
+}
+
+/* The part's partition, shifted to the part's offset and cut at the
+ * part's end: a part boundary is always a partition boundary, so the end
+ * of every part but the last is settled (the last one's end is where the
+ * concat ends). */
+static int concat_partition(bc_seq *self, uint64_t index, uint64_t *start,
+                            uint64_t *end) {
+  concat_seq *s = (concat_seq *)self;
+  size_t j;
+  uint64_t ci, a, b;
+  bc_len c;
+  int rc = locate(self, index, &j, &ci);
+  if (rc == 0) rc = bc__seq_partition(s->parts[j], ci, &a, &b);
+  if (rc == 0 && j + 1 < s->count) rc = bc__seq_settle(s->parts[j], &c);
+  if (rc != 0) return rc;
+  if (j + 1 < s->count && c.kind == BC_LEN_EXACT && b > c.value) b = c.value;
+  uint64_t offset = index - ci;
+  *start = offset + a;
+  *end = b - ci > UINT64_MAX - index ? UINT64_MAX : index + (b - ci);
+  return 0;
 }
 
 static void concat_destroy(bc_seq *self) {
@@ -114,6 +144,7 @@ static const bc_seq_ops concat_ops = {
     .length = concat_length,
     .resolve = concat_resolve,
     .destroy = concat_destroy,
+    .partition = concat_partition,
 };
 
 int bc_seq_concat(bc_seq **out, bc_seq *const *parts, size_t count) {

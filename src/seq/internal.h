@@ -83,6 +83,16 @@ static inline bc__read_into_fn bc__seq_read_into_op(const bc_seq *leaf) {
  * header initialised (one reference). */
 void *bc__seq_alloc(size_t size, const bc_seq_ops *ops, unsigned flags);
 
+/* ---- partitions (partition.c) ------------------------------------------- */
+
+/* The partition holding `index` (>= 0) by seq's own op: [*start, *end)
+ * with *start <= index < *end, not cut to the length (*end may be
+ * UINT64_MAX).  A sequence without the op (or with a table older than
+ * version 3) is one partition: [0, UINT64_MAX).  BC_EINVAL when the op
+ * answers a range that does not hold the index. */
+int bc__seq_partition(bc_seq *seq, uint64_t index, uint64_t *start,
+                      uint64_t *end);
+
 /* ---- keyed bijections (perm.c) ------------------------------------------ */
 
 /* A permutation of [0, n) chosen by a 64-bit key: a balanced Feistel

@@ -10,4 +10,6 @@ BC_SEQ_SOURCES = \
 	src/seq/repeat.c \
 	src/seq/perm.c \
 	src/seq/shuffle.c \
+	src/seq/partition.c \
+	src/seq/order.c \
 	src/seq/readahead.c

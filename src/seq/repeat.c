@@ -83,6 +83,23 @@ static int repeat_resolve(bc_seq *self, uint64_t index, bc_seq **child,
   return 0;
 }
 
+/* The child's partition of index % L, in repetition index / L. */
+static int repeat_partition(bc_seq *self, uint64_t index, uint64_t *start,
+                            uint64_t *end) {
+  repeat_seq *s = (repeat_seq *)self;
+  bc_seq *child;
+  uint64_t ci, a, b;
+  int rc = repeat_resolve(self, index, &child, &ci);
+  if (rc == 0) rc = bc__seq_partition(child, ci, &a, &b);
+  if (rc != 0) return rc;
+  uint64_t len = atomic_load_explicit(&s->settled, memory_order_acquire) - 1;
+  uint64_t base = index - ci; /* (index / len) * len */
+  if (b > len) b = len;
+  *start = base + a;
+  *end = b - ci > UINT64_MAX - index ? UINT64_MAX : index + (b - ci);
+  return 0;
+}
+
 static void repeat_destroy(bc_seq *self) {
   bc_seq_unref(((repeat_seq *)self)->child);
   free(self);
@@ -94,6 +111,7 @@ static const bc_seq_ops repeat_ops = {
     .length = repeat_length,
     .resolve = repeat_resolve,
     .destroy = repeat_destroy,
+    .partition = repeat_partition,
 };
 
 int bc_seq_repeat(bc_seq **out, bc_seq *seq, uint64_t times) {

@@ -14,7 +14,8 @@
 int bc_seq_init(bc_seq *seq, const bc_seq_ops *ops, unsigned flags) {
   if (seq == NULL || ops == NULL)
     return bc__error(BC_EINVAL, "bc_seq_init: NULL argument");
-  /* Version 1 tables end before read_into (bc__seq_read_into_op). */
+  /* Version 1 tables end before read_into (bc__seq_read_into_op), version
+   * 2 tables before partition (bc__seq_partition). */
   if (ops->version < 1 || ops->version > BC_SEQ_OPS_VERSION)
     return bc__error(BC_EINVAL,
                      "sequence type %s: ops version %u, expected 1 to %u",
@@ -182,6 +183,22 @@ static int bag_read_into(bc_seq *self, const uint64_t *indices,
                            size, max_parallelism);
 }
 
+/* One partition per shard file (an empty shard holds no index). */
+static int bag_partition(bc_seq *self, uint64_t index, uint64_t *start,
+                         uint64_t *end) {
+  const bc_bag *bag = ((bag_seq *)self)->bag;
+  size_t shard;
+  uint64_t local;
+  bc_shard_info info;
+  int rc = bc_bag_locate(bag, index, &shard, &local);
+  if (rc == 0) rc = bc_bag_shard_info(bag, shard, &info);
+  if (rc == 0) {
+    *start = index - local;
+    *end = *start + info.records;
+  }
+  return rc;
+}
+
 static void bag_destroy(bc_seq *self) {
   bc_bag_close(((bag_seq *)self)->bag);
   free(self);
@@ -195,6 +212,7 @@ static const bc_seq_ops bag_ops = {
     .get_many = bag_get_many,
     .destroy = bag_destroy,
     .read_into = bag_read_into,
+    .partition = bag_partition,
 };
 
 int bc_seq_wrap_bag(bc_seq **out, bc_bag *bag) {

@@ -37,6 +37,30 @@ static int shuffle_resolve(bc_seq *self, uint64_t index, bc_seq **child,
   return 0;
 }
 
+/* x rounded up to a run boundary (a multiple of chunk), at most length. */
+static uint64_t run_up(const shuffle_seq *s, uint64_t x) {
+  if (x >= s->length) return s->length;
+  uint64_t r = x % s->chunk;
+  return r == 0 ? x : x + (s->chunk - r); /* < length + chunk: no overflow */
+}
+
+/* The child's boundaries moved up to run boundaries: for index in run c
+ * (base = c chunk), the partition is [up(a), up(b)) for the child's
+ * partition [a, b) holding base, since up(x) <= index exactly when
+ * x <= base, and up(x) > index exactly when x > base. */
+static int shuffle_partition(bc_seq *self, uint64_t index, uint64_t *start,
+                             uint64_t *end) {
+  shuffle_seq *s = (shuffle_seq *)self;
+  uint64_t a, b;
+  if (index >= s->length) return bc__seq_range_error(self, index, s->length);
+  uint64_t base = index / s->chunk * s->chunk;
+  int rc = bc__seq_partition(s->child, base, &a, &b);
+  if (rc != 0) return rc;
+  *start = run_up(s, a);
+  *end = run_up(s, b);
+  return 0;
+}
+
 static void shuffle_destroy(bc_seq *self) {
   bc_seq_unref(((shuffle_seq *)self)->child);
   free(self);
@@ -48,6 +72,7 @@ static const bc_seq_ops shuffle_ops = {
     .length = shuffle_length,
     .resolve = shuffle_resolve,
     .destroy = shuffle_destroy,
+    .partition = shuffle_partition,
 };
 
 int bc_seq_chunk_shuffle(bc_seq **out, bc_seq *seq, uint64_t chunk_size,

@@ -94,6 +94,31 @@ static int slice_resolve(bc_seq *self, uint64_t index, bc_seq **child,
   return 0;
 }
 
+/* The run of our elements inside the child's partition [a, b) that holds
+ * element `index`: with step > 0, the k with a <= start + k step < b;
+ * with step < 0 (m = -step), the k with a <= start - k m < b. */
+static int slice_partition(bc_seq *self, uint64_t index, uint64_t *start,
+                           uint64_t *end) {
+  slice_seq *s = (slice_seq *)self;
+  bc_seq *child = NULL;
+  uint64_t ci = 0, a, b, lo, hi;
+  int rc = slice_resolve(self, index, &child, &ci);
+  if (rc == 0) rc = bc__seq_partition(child, ci, &a, &b);
+  if (rc != 0) return rc;
+  if (s->step > 0) {
+    uint64_t step = (uint64_t)s->step; /* b > ci >= s->start */
+    lo = a <= s->start ? 0 : ceil_div(a - s->start, step);
+    hi = ceil_div(b - s->start, step);
+  } else {
+    uint64_t m = (uint64_t)(-s->step); /* a <= ci <= s->start */
+    lo = b > s->start ? 0 : (s->start - b) / m + 1;
+    hi = (s->start - a) / m + 1;
+  }
+  *start = lo;
+  *end = hi < s->bound ? hi : s->bound;
+  return 0;
+}
+
 static void slice_destroy(bc_seq *self) {
   bc_seq_unref(((slice_seq *)self)->child);
   free(self);
@@ -105,6 +130,7 @@ static const bc_seq_ops slice_ops = {
     .length = slice_length,
     .resolve = slice_resolve,
     .destroy = slice_destroy,
+    .partition = slice_partition,
 };
 
 /* Python's slice.indices(len) + len(range(...)): the first child index, the

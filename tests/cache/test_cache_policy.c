@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -749,13 +750,28 @@ static void obtain_teardown(obtain_fixture *x) {
   free(x->c.pool.passes);
   pthread_mutex_destroy(&x->c.pool.lock);
   pthread_cond_destroy(&x->c.pool.cond);
-  /* The environment's files (state.c): nothing else is made there. */
+  /* The environment's files (state.c), and the lease environment's in
+   * its directory lease-BOOT (lease.h): nothing else is made there. */
   static const char *const files[] = {"data.mdb", "lock.mdb", "gate", "users"};
   for (size_t i = 0; i < 4; i++) {
     char path[96];
     snprintf(path, sizeof path, "%s/%s", x->dir, files[i]);
     unlink(path);
   }
+  DIR *d = opendir(x->dir);
+  assert_non_null(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, "lease-", 6) != 0) continue;
+    char path[256];
+    for (size_t i = 0; i < 2; i++) {
+      snprintf(path, sizeof path, "%s/%s/%s", x->dir, e->d_name, files[i]);
+      unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/%s", x->dir, e->d_name);
+    assert_int_equal(rmdir(path), 0);
+  }
+  closedir(d);
   assert_int_equal(rmdir(x->dir), 0);
 }
 
